@@ -1,0 +1,10 @@
+//! slaq: a quality-driven scheduler for iterative ML training jobs, after SLAQ (SoCC 2017).
+//!
+//! The pure core ([`quality`], [`policy`]) predicts each job's loss reduction and decides how
+//! many workers each job gets; the simulator ([`sim`]) runs that very code on recorded loss
+//! curves. See `ARCHITECTURE.md` for the map and its invariants.
+
+pub mod policy;
+pub mod quality;
+pub mod sim;
+pub mod trace;
