@@ -44,8 +44,11 @@ pub fn parse_curves(text: &str, origin: &str) -> Result<Vec<TraceCurve>, TraceEr
             continue;
         }
         let line_no = index + 1;
-        let curve: TraceCurve = serde_json::from_str(line)
-            .map_err(|source| TraceError::Json { path: origin.to_string(), line: line_no, source })?;
+        let curve: TraceCurve = serde_json::from_str(line).map_err(|source| TraceError::Json {
+            path: origin.to_string(),
+            line: line_no,
+            source,
+        })?;
         let invalid =
             |problem| TraceError::Invalid { path: origin.to_string(), line: line_no, id: curve.id.clone(), problem };
         if curve.loss.len() < 2 {

@@ -26,7 +26,8 @@ pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
     let mut workers: Vec<u32> =
         jobs.iter().zip(&minima).map(|(j, &min)| level.clamp(min, j.max_workers.max(min))).collect();
     let mut spare = capacity - workers.iter().map(|&w| u64::from(w)).sum::<u64>();
-    let can_grow = |ord: usize, workers: &[u32], jobs: &[JobBid<G>]| workers[ord] == level && jobs[ord].max_workers > level;
+    let can_grow =
+        |ord: usize, workers: &[u32], jobs: &[JobBid<G>]| workers[ord] == level && jobs[ord].max_workers > level;
     for ord in by_least_service(jobs, (0..jobs.len()).filter(|&o| can_grow(o, &workers, jobs))) {
         if spare == 0 {
             break;

@@ -9,7 +9,9 @@
 //!    gains go to the lower job order, so the result is deterministic.
 //! 4. Workers still free go one each to jobs that have none (least served first), so a job
 //!    predicted to have converged still reports now and then and its prediction can change;
-//!    the rest stay idle rather than slow a job down.
+//!    the rest are dealt round-robin (fewest workers first) to jobs whose predicted gain does
+//!    not fall with one more worker, so the policy is work-conserving without slowing anyone
+//!    down. Workers that would slow every job stay idle.
 //!
 //! When every `g` is concave (diminishing returns, as with a decaying loss curve and a
 //! sublinear speed-up) the greedy phase maximises `Σ g_j(w_j)` subject to the capacity and the
@@ -67,12 +69,10 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
 
     let mut heap = BinaryHeap::with_capacity(jobs.len());
     let push = |heap: &mut BinaryHeap<Candidate>, ord: JobOrd, w: u32, gain_now: f64| {
-        if w < jobs[ord].max_workers {
-            if let Some(g) = &jobs[ord].gain {
-                let marginal = g.gain(w + 1) - gain_now;
-                if marginal.is_finite() {
-                    heap.push(Candidate { marginal, ord, gain_now });
-                }
+        if let Some(g) = jobs[ord].gain.as_ref().filter(|_| w < jobs[ord].max_workers) {
+            let marginal = g.gain(w + 1) - gain_now;
+            if marginal.is_finite() {
+                heap.push(Candidate { marginal, ord, gain_now });
             }
         }
     };
@@ -83,7 +83,7 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
     }
     while left > 0 {
         let Some(best) = heap.pop() else { break };
-        if !(best.marginal > 0.0) {
+        if best.marginal <= 0.0 {
             break;
         }
         workers[best.ord] += 1;
@@ -91,6 +91,8 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
         push(&mut heap, best.ord, workers[best.ord], best.gain_now + best.marginal);
     }
 
+    // Leftovers: first one each to jobs that have none (least served first), then round-robin
+    // (fewest workers first) to jobs that one more worker does not slow down.
     let idle = (0..jobs.len()).filter(|&o| workers[o] == 0 && jobs[o].max_workers > 0);
     for ord in by_least_service(jobs, idle) {
         if left == 0 {
@@ -98,6 +100,23 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
         }
         workers[ord] = 1;
         left -= 1;
+    }
+    if left > 0 {
+        let mut open: BinaryHeap<std::cmp::Reverse<(u32, JobOrd)>> = (0..jobs.len())
+            .filter(|&o| workers[o] < jobs[o].max_workers)
+            .map(|o| std::cmp::Reverse((workers[o], o)))
+            .collect();
+        while left > 0 {
+            let Some(std::cmp::Reverse((w, ord))) = open.pop() else { break };
+            let harmless = jobs[ord].gain.as_ref().is_none_or(|g| g.gain(w + 1) >= g.gain(w));
+            if harmless {
+                workers[ord] += 1;
+                left -= 1;
+                if workers[ord] < jobs[ord].max_workers {
+                    open.push(std::cmp::Reverse((workers[ord], ord)));
+                }
+            }
+        }
     }
     Allocation { workers }
 }
@@ -131,9 +150,11 @@ mod tests {
     }
 
     #[test]
-    fn no_positive_gain_leaves_workers_idle_after_one_each() {
-        let jobs = [table_bid(&[0.0, 0.0, 0.0]), table_bid(&[0.0, 0.0, 0.0])];
-        assert_eq!(allocate(&Problem { num_workers: 10, jobs: &jobs }).workers, vec![1, 1]);
+    fn leftovers_are_dealt_evenly_but_never_to_a_job_they_slow_down() {
+        let flat = table_bid(&[0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        let slowing = table_bid(&[0.0, 1.0, 0.5, 0.2, 0.1, 0.0]);
+        let jobs = [flat.clone(), flat, slowing];
+        assert_eq!(allocate(&Problem { num_workers: 10, jobs: &jobs }).workers, vec![5, 4, 1]);
     }
 
     #[test]

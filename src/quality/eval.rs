@@ -75,7 +75,8 @@ pub fn evaluate<'a>(
             if i + 1 < MIN_PREFIX {
                 continue;
             }
-            let ape = |p: Option<f64>| p.map_or(f64::INFINITY, |p| 100.0 * (p - target).abs() / target.abs().max(1e-12));
+            let ape =
+                |p: Option<f64>| p.map_or(f64::INFINITY, |p| 100.0 * (p - target).abs() / target.abs().max(1e-12));
             let slaq = ape(predictor.predict(horizon as f64));
             let strawman = ape(predictor.predict_strawman(horizon as f64));
             for e in [&mut *errors, &mut overall] {

@@ -1,1 +1,99 @@
-//! Trace-driven simulator.
+//! The trace-driven simulator: the same predictor ([`crate::quality`]) and policies
+//! ([`crate::policy`]) as the live scheduler, driven by recorded loss curves in virtual time.
+//! No network, no clock: a run is a pure function of its inputs and seed.
+
+pub mod engine;
+pub mod fixtures;
+pub mod metrics;
+pub mod report;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+pub use engine::{DEFAULT_WORKERS, PolicySpec, SimConfig, SpeedupModel};
+pub use metrics::{RunMetrics, Summary, reduction_pct};
+pub use workload::{Group, SimJob, WorkloadConfig};
+
+/// The runs of every policy at one cluster size, on the same workload.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClusterRuns {
+    pub workers: u32,
+    pub runs: Vec<RunMetrics>,
+}
+
+/// How much better a policy is than fair, in percent (positive: better).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct VersusFair {
+    pub avg_norm_loss_reduction_pct: f64,
+    pub time_to_90_reduction_pct: f64,
+    pub time_to_95_reduction_pct: f64,
+    pub mean_jct_reduction_pct: f64,
+}
+
+impl ClusterRuns {
+    pub fn run(&self, policy: &str) -> Option<&RunMetrics> {
+        self.runs.iter().find(|r| r.policy == policy)
+    }
+
+    /// Each non-fair policy against fair, keyed `"{policy}_vs_fair"`.
+    pub fn versus_fair(&self) -> BTreeMap<String, VersusFair> {
+        let Some(fair) = self.run("fair") else { return BTreeMap::new() };
+        self.runs
+            .iter()
+            .filter(|r| r.policy != "fair")
+            .map(|r| {
+                let (a, b) = (&r.summary, &fair.summary);
+                let v = VersusFair {
+                    avg_norm_loss_reduction_pct: reduction_pct(a.avg_norm_loss, b.avg_norm_loss),
+                    time_to_90_reduction_pct: reduction_pct(a.mean_time_to_90_s, b.mean_time_to_90_s),
+                    time_to_95_reduction_pct: reduction_pct(a.mean_time_to_95_s, b.mean_time_to_95_s),
+                    mean_jct_reduction_pct: reduction_pct(a.mean_jct_s, b.mean_jct_s),
+                };
+                (format!("{}_vs_fair", r.policy), v)
+            })
+            .collect()
+    }
+}
+
+/// Runs every policy at every cluster size on one workload, using up to `parallelism`
+/// threads. `on_job_done` is called once per finished job of any run (for progress bars).
+pub fn compare(
+    jobs: &[SimJob],
+    config: &SimConfig,
+    policies: &[PolicySpec],
+    worker_counts: &[u32],
+    parallelism: usize,
+    on_job_done: &(dyn Fn() + Sync),
+) -> Vec<ClusterRuns> {
+    let tasks: Vec<(u32, PolicySpec)> =
+        worker_counts.iter().flat_map(|&w| policies.iter().map(move |&p| (w, p))).collect();
+    let results: Mutex<Vec<Option<RunMetrics>>> = Mutex::new(vec![None; tasks.len()]);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..parallelism.clamp(1, tasks.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(workers, policy)) = tasks.get(i) else { break };
+                    let config = SimConfig { num_workers: workers, ..*config };
+                    let run = engine::run(jobs, &config, policy, |_| on_job_done());
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(run);
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten();
+    worker_counts
+        .iter()
+        .map(|&workers| {
+            let mut runs: Vec<RunMetrics> = results.by_ref().take(policies.len()).collect();
+            if let Some(fair) = runs.iter().find(|r| r.policy == "fair").cloned() {
+                for run in &mut runs {
+                    run.compare_with_fair(&fair);
+                }
+            }
+            ClusterRuns { workers, runs }
+        })
+        .collect()
+}

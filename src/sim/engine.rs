@@ -1,0 +1,445 @@
+//! The discrete-event simulator: jobs advance through their recorded curves at the speed their
+//! workers give them; every epoch the policy reallocates from the predictors' bids, and the
+//! predictors see only the losses reported so far.
+//!
+//! Events are arrivals, iteration completions and epoch ticks; between events every running
+//! job progresses at `1/t(w)` iterations per second, so the run is exact, not time-stepped.
+
+use crate::policy::{GainFn, JobBid, PolicyKind, Problem};
+use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
+
+use super::metrics::{JobOutcome, RunMetrics, Sample};
+use super::workload::{Group, SimJob};
+
+/// How iteration time grows with workers: `t(w) = t₁·(σ + (1−σ)/w + c·log2 w)`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpeedupModel {
+    /// Serial fraction σ of an iteration (does not parallelise).
+    pub serial_fraction: f64,
+    /// Communication cost c per doubling of workers, as a fraction of the one-worker time.
+    pub comm_fraction: f64,
+}
+
+impl Default for SpeedupModel {
+    fn default() -> Self {
+        SpeedupModel { serial_fraction: 0.05, comm_fraction: 0.02 }
+    }
+}
+
+impl SpeedupModel {
+    pub fn factor(&self, workers: u32) -> f64 {
+        let w = f64::from(workers.max(1));
+        self.serial_fraction + (1.0 - self.serial_fraction) / w + self.comm_fraction * w.log2()
+    }
+
+    /// The worker count with the shortest iteration time: more workers slow a job down.
+    pub fn most_useful_workers(&self) -> u32 {
+        let w = (1.0 - self.serial_fraction) * std::f64::consts::LN_2 / self.comm_fraction.max(1e-12);
+        let (lo, hi) = (w.floor().max(1.0) as u32, w.ceil().max(1.0) as u32);
+        if self.factor(lo) <= self.factor(hi) { lo } else { hi }
+    }
+}
+
+/// A policy as the simulator runs it: the allocation rule and the gains' normalisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PolicySpec {
+    pub name: &'static str,
+    pub kind: PolicyKind,
+    pub objective: Objective,
+}
+
+impl PolicySpec {
+    /// The named policies: `slaq` (greedy on the quality objective), `slaq-paper` (greedy on
+    /// SLAQ's ΔL/max ΔL normalisation) and `fair`.
+    pub fn named(name: &str) -> Option<PolicySpec> {
+        let (name, kind, objective) = match name {
+            "slaq" => ("slaq", PolicyKind::Slaq, Objective::Quality),
+            "slaq-paper" => ("slaq-paper", PolicyKind::Slaq, Objective::DeltaLoss),
+            "fair" => ("fair", PolicyKind::Fair, Objective::Quality),
+            "slaq-oracle" => ("slaq-oracle", PolicyKind::Slaq, Objective::Quality),
+            _ => return None,
+        };
+        Some(PolicySpec { name, kind, objective })
+    }
+
+    pub const NAMES: [&'static str; 4] = ["slaq", "slaq-paper", "fair", "slaq-oracle"];
+
+    /// The oracle bids with each job's true future curve and speed-up (for analysis only: it
+    /// shows how much of the gap to a perfect predictor is prediction error).
+    pub fn is_oracle(&self) -> bool {
+        self.name == "slaq-oracle"
+    }
+}
+
+/// Cluster and scheduler settings of a run.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    pub num_workers: u32,
+    pub epoch_s: f64,
+    /// Seconds ahead over which gains are predicted (at least one epoch): allocations persist
+    /// and curves saturate, so a one-epoch gain favours the steepest job too much.
+    pub gain_horizon_s: f64,
+    pub speedup: SpeedupModel,
+    /// Workers any one job may hold.
+    pub max_workers_per_job: u32,
+    /// Workers every job keeps while the cluster has that many for each (SLAQ's prototype
+    /// kept 3 cores per job): a job with no workers reports nothing, so its prediction could
+    /// never recover from a pessimistic fit.
+    pub min_workers_per_job: u32,
+    pub predictor: PredictorConfig,
+    /// A run stops here even if jobs remain (they are reported as unfinished).
+    pub max_time_s: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            num_workers: DEFAULT_WORKERS,
+            epoch_s: 5.0,
+            gain_horizon_s: 60.0,
+            speedup: SpeedupModel::default(),
+            max_workers_per_job: u32::MAX,
+            min_workers_per_job: 1,
+            predictor: PredictorConfig::default(),
+            max_time_s: 1e7,
+        }
+    }
+}
+
+/// The default cluster: 64 workers. With the default workload about 20 jobs are active at a
+/// time and each could use up to 33 workers before the speed-up model turns down, so the jobs
+/// could use far more workers than exist for most of the run, as in SLAQ's evaluation. The
+/// `contended_fraction` of a run's metrics measures this.
+pub const DEFAULT_WORKERS: u32 = 64;
+
+struct JobState<'a> {
+    job: &'a SimJob,
+    /// Index of the next loss point this job produces.
+    next: usize,
+    /// Fraction of the current iteration done.
+    progress: f64,
+    workers: u32,
+    predictor: JobPredictor,
+    active: bool,
+    attained_service: f64,
+    norm_loss: f64,
+    initial_norm_loss: f64,
+    reached_90_s: Option<f64>,
+    reached_95_s: Option<f64>,
+    finished_s: Option<f64>,
+}
+
+impl JobState<'_> {
+    fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
+        self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
+    }
+}
+
+/// Runs one workload under one policy. Deterministic: same inputs, same result.
+pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progress: impl FnMut(usize)) -> RunMetrics {
+    let predictor_config = PredictorConfig { objective: policy.objective, ..config.predictor };
+    let mut states: Vec<JobState<'_>> = jobs
+        .iter()
+        .map(|job| {
+            let norm = if job.offset == 0 { 1.0 } else { job.norm_loss(job.loss[job.offset - 1]) };
+            JobState {
+                job,
+                next: job.offset,
+                progress: 0.0,
+                workers: 0,
+                predictor: JobPredictor::new(predictor_config),
+                active: false,
+                attained_service: 0.0,
+                norm_loss: norm,
+                initial_norm_loss: norm,
+                reached_90_s: None,
+                reached_95_s: None,
+                finished_s: None,
+            }
+        })
+        .collect();
+    let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
+    arrivals.sort_by(|&a, &b| jobs[a].arrival_s.total_cmp(&jobs[b].arrival_s).then(a.cmp(&b)));
+    let mut next_arrival = 0;
+    let mut active: Vec<usize> = Vec::new();
+    let mut now = 0.0f64;
+    let mut next_epoch = 0.0f64;
+    let mut metrics = Accumulator::new(config);
+    let mut num_finished = 0;
+
+    while num_finished < jobs.len() && now < config.max_time_s {
+        // The next event: an arrival, an epoch tick or the earliest iteration completion.
+        let mut next_time = next_epoch;
+        if let Some(&j) = arrivals.get(next_arrival) {
+            next_time = next_time.min(jobs[j].arrival_s);
+        }
+        for &j in &active {
+            let s = &states[j];
+            if s.workers > 0 {
+                next_time = next_time.min(now + (1.0 - s.progress) * s.iteration_seconds(&config.speedup));
+            }
+        }
+        let dt = (next_time - now).max(0.0);
+        metrics.integrate(&states, &active, dt);
+        for &j in &active {
+            let s = &mut states[j];
+            if s.workers > 0 {
+                s.progress += dt / s.iteration_seconds(&config.speedup);
+                s.attained_service += dt * f64::from(s.workers);
+            }
+        }
+        now = next_time;
+
+        // Completions.
+        let mut k = 0;
+        while k < active.len() {
+            let j = active[k];
+            let s = &mut states[j];
+            if s.workers > 0 && s.progress >= 1.0 - 1e-9 {
+                let seconds = s.iteration_seconds(&config.speedup);
+                let loss = s.job.loss[s.next];
+                // The simulator only feeds valid points, so a refusal here is a bug.
+                let observed = s.predictor.observe(s.next as u64 + 1, loss);
+                debug_assert!(observed.is_ok());
+                s.predictor.observe_time(s.workers, seconds);
+                s.next += 1;
+                s.progress = 0.0;
+                s.norm_loss = s.job.norm_loss(loss);
+                if s.norm_loss <= 0.10 && s.reached_90_s.is_none() {
+                    s.reached_90_s = Some(now);
+                }
+                if s.norm_loss <= 0.05 && s.reached_95_s.is_none() {
+                    s.reached_95_s = Some(now);
+                }
+                if s.next == s.job.loss.len() || s.norm_loss <= s.job.converged_norm_loss {
+                    s.finished_s = Some(now);
+                    s.active = false;
+                    s.workers = 0;
+                    num_finished += 1;
+                    on_progress(num_finished);
+                    active.swap_remove(k);
+                    continue;
+                }
+            }
+            k += 1;
+        }
+
+        // Arrivals: the job brings its history (as if resumed from a checkpoint).
+        while let Some(&j) = arrivals.get(next_arrival) {
+            if jobs[j].arrival_s > now {
+                break;
+            }
+            next_arrival += 1;
+            let s = &mut states[j];
+            warm_up(&mut s.predictor, &s.job.loss[..s.job.offset]);
+            s.active = true;
+            if s.norm_loss <= 0.10 {
+                s.reached_90_s = Some(now);
+            }
+            if s.norm_loss <= 0.05 {
+                s.reached_95_s = Some(now);
+            }
+            active.push(j);
+        }
+        active.sort_unstable();
+
+        if now >= next_epoch {
+            reallocate(&mut states, &active, config, policy);
+            metrics.sample(now, &states, &active);
+            next_epoch = now + config.epoch_s;
+        }
+    }
+
+    let outcomes = states
+        .iter()
+        .map(|s| JobOutcome {
+            id: s.job.id.clone(),
+            family: s.job.family.clone(),
+            group: s.job.group,
+            arrival_s: s.job.arrival_s,
+            initial_norm_loss: s.initial_norm_loss,
+            time_to_90_s: s.reached_90_s.map(|t| t - s.job.arrival_s),
+            time_to_95_s: s.reached_95_s.map(|t| t - s.job.arrival_s),
+            completion_s: s.finished_s.map(|t| t - s.job.arrival_s),
+        })
+        .collect();
+    metrics.finish(policy.name, outcomes, now)
+}
+
+/// Feeds a resumed job's history, refitting along the way so that its candidates already have
+/// out-of-sample scores when it arrives (at most about 40 refits per job).
+fn warm_up(predictor: &mut JobPredictor, history: &[f64]) {
+    let stride = (history.len() / 40).max(1);
+    for (i, &loss) in history.iter().enumerate() {
+        let observed = predictor.observe(i as u64 + 1, loss);
+        debug_assert!(observed.is_ok());
+        if i % stride == 0 || i + 1 == history.len() {
+            predictor.refit();
+        }
+    }
+}
+
+/// A bid's gain curve: the predictor's, or the truth for the oracle.
+#[derive(Clone, Copy, Debug)]
+enum SimGain<'a> {
+    Predicted(GainCurve),
+    Oracle { job: &'a SimJob, next: usize, progress: f64, epoch_s: f64, speedup: SpeedupModel },
+}
+
+impl GainFn for SimGain<'_> {
+    fn gain(&self, workers: u32) -> f64 {
+        match *self {
+            SimGain::Predicted(g) => g.gain(workers),
+            SimGain::Oracle { job, next, progress, epoch_s, speedup } => {
+                if workers == 0 {
+                    return 0.0;
+                }
+                // Walk the true curve for one epoch at this worker count.
+                let factor = speedup.factor(workers);
+                let mut left = epoch_s;
+                let mut i = next;
+                let mut remaining_fraction = 1.0 - progress;
+                while i < job.loss.len() {
+                    let t = job.one_worker_seconds[i] * factor * remaining_fraction;
+                    if t > left {
+                        break;
+                    }
+                    left -= t;
+                    remaining_fraction = 1.0;
+                    i += 1;
+                }
+                let now = if next == 0 { job.loss_first } else { job.loss[next - 1] };
+                let then = if i == 0 { job.loss_first } else { job.loss[i - 1] };
+                // Fractional progress into the next iteration counts pro rata.
+                let partial = match job.loss.get(i) {
+                    Some(&l) => (then - l) * (left / (job.one_worker_seconds[i] * factor)).min(1.0),
+                    None => 0.0,
+                };
+                (job.norm_loss(now) - job.norm_loss(then - partial)).max(0.0)
+            }
+        }
+    }
+}
+
+fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec) {
+    let needs_gains = policy.kind == PolicyKind::Slaq;
+    let bids: Vec<JobBid<SimGain<'_>>> = active
+        .iter()
+        .map(|&j| {
+            let s = &mut states[j];
+            let gain = if !needs_gains {
+                None
+            } else if policy.is_oracle() {
+                Some(SimGain::Oracle {
+                    job: s.job,
+                    next: s.next,
+                    progress: s.progress,
+                    epoch_s: config.gain_horizon_s.max(config.epoch_s),
+                    speedup: config.speedup,
+                })
+            } else {
+                s.predictor.refit();
+                s.predictor.gain_curve(config.gain_horizon_s.max(config.epoch_s), s.workers).map(SimGain::Predicted)
+            };
+            JobBid {
+                min_workers: config.min_workers_per_job,
+                max_workers: config.max_workers_per_job,
+                current_workers: s.workers,
+                attained_service: s.attained_service,
+                gain,
+            }
+        })
+        .collect();
+    let problem = Problem { num_workers: config.num_workers, jobs: &bids };
+    let allocation = policy.kind.allocate(&problem);
+    debug_assert!(crate::policy::check_contract(&problem, &allocation).is_ok());
+    for (&j, &w) in active.iter().zip(&allocation.workers) {
+        states[j].workers = w;
+    }
+}
+
+/// Running sums for the metrics (see [`super::metrics`] for their definitions).
+struct Accumulator {
+    num_workers: u32,
+    most_useful: u32,
+    loss_area: f64,
+    active_time: f64,
+    contended_time: f64,
+    busy_worker_time: f64,
+    group_worker_time: [f64; 3],
+    samples: Vec<Sample>,
+}
+
+impl Accumulator {
+    fn new(config: &SimConfig) -> Self {
+        Accumulator {
+            num_workers: config.num_workers,
+            most_useful: config.speedup.most_useful_workers().min(config.max_workers_per_job),
+            loss_area: 0.0,
+            active_time: 0.0,
+            contended_time: 0.0,
+            busy_worker_time: 0.0,
+            group_worker_time: [0.0; 3],
+            samples: Vec::new(),
+        }
+    }
+
+    fn integrate(&mut self, states: &[JobState<'_>], active: &[usize], dt: f64) {
+        if active.is_empty() || dt <= 0.0 {
+            return;
+        }
+        let mean: f64 = active.iter().map(|&j| states[j].norm_loss).sum::<f64>() / active.len() as f64;
+        self.loss_area += mean * dt;
+        self.active_time += dt;
+        if active.len() as u64 * u64::from(self.most_useful) > u64::from(self.num_workers) {
+            self.contended_time += dt;
+        }
+        for &j in active {
+            let w = f64::from(states[j].workers) * dt;
+            self.busy_worker_time += w;
+            self.group_worker_time[group_index(states[j].job.group)] += w;
+        }
+    }
+
+    fn sample(&mut self, now: f64, states: &[JobState<'_>], active: &[usize]) {
+        let mut share = [0.0; 3];
+        let mut loss_sum = 0.0;
+        for &j in active {
+            share[group_index(states[j].job.group)] += f64::from(states[j].workers) / f64::from(self.num_workers);
+            loss_sum += states[j].norm_loss;
+        }
+        self.samples.push(Sample {
+            time_s: now,
+            active_jobs: active.len(),
+            mean_norm_loss: if active.is_empty() { f64::NAN } else { loss_sum / active.len() as f64 },
+            share_high: share[0],
+            share_medium: share[1],
+            share_low: share[2],
+        });
+    }
+
+    fn finish(self, policy: &str, jobs: Vec<JobOutcome>, end_s: f64) -> RunMetrics {
+        let capacity_time = f64::from(self.num_workers) * self.active_time;
+        RunMetrics::new(
+            policy,
+            self.num_workers,
+            self.loss_area / self.active_time.max(1e-300),
+            self.contended_time / self.active_time.max(1e-300),
+            self.busy_worker_time / capacity_time.max(1e-300),
+            Group::ALL.map(|g| self.group_worker_time[group_index(g)] / capacity_time.max(1e-300)),
+            end_s,
+            jobs,
+            self.samples,
+        )
+    }
+}
+
+fn group_index(group: Group) -> usize {
+    match group {
+        Group::High => 0,
+        Group::Medium => 1,
+        Group::Low => 2,
+    }
+}

@@ -1,0 +1,228 @@
+//! Reports of a comparison: a text table, the JSON object of `slaq simulate --json`, CSV time
+//! series and SVG plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde_json::{Value, json};
+
+use super::ClusterRuns;
+use super::metrics::RunMetrics;
+
+/// A side-by-side table, one block per cluster size.
+pub fn table(all: &[ClusterRuns]) -> String {
+    let mut out = String::new();
+    for cluster in all {
+        let _ = writeln!(out, "\n{} workers", cluster.workers);
+        let _ = writeln!(
+            out,
+            "{:<11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}",
+            "policy", "avg loss", "t90 s", "t95 s", "JCT s", "worst/fair", "util", "contd"
+        );
+        for r in &cluster.runs {
+            let s = &r.summary;
+            let _ = writeln!(
+                out,
+                "{:<11} {:>9.4} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>6.2} {:>6.2}",
+                r.policy,
+                s.avg_norm_loss,
+                s.mean_time_to_90_s,
+                s.mean_time_to_95_s,
+                s.mean_jct_s,
+                s.worst_slowdown_vs_fair.unwrap_or(f64::NAN),
+                s.utilisation,
+                s.contended_fraction
+            );
+        }
+        for (name, v) in cluster.versus_fair() {
+            let _ = writeln!(
+                out,
+                "{name}: avg loss {:+.1}%, time to 90% {:+.1}%, time to 95% {:+.1}%, JCT {:+.1}% (positive: better than fair)",
+                v.avg_norm_loss_reduction_pct,
+                v.time_to_90_reduction_pct,
+                v.time_to_95_reduction_pct,
+                v.mean_jct_reduction_pct
+            );
+        }
+    }
+    out
+}
+
+fn cluster_json(cluster: &ClusterRuns) -> Value {
+    let mut object = json!({
+        "workers": cluster.workers,
+        "policies": cluster.runs.iter().map(|r| (r.policy.clone(), json!(r.summary))).collect::<serde_json::Map<_, _>>(),
+    });
+    for (name, v) in cluster.versus_fair() {
+        object[name] = json!(v);
+    }
+    object
+}
+
+/// One object for one cluster size (`{"workers", "policies", "slaq_vs_fair", ...}`), or
+/// `{"runs": [...]}` of such objects for a sweep.
+pub fn json(all: &[ClusterRuns]) -> Value {
+    match all {
+        [one] => cluster_json(one),
+        _ => json!({ "runs": all.iter().map(cluster_json).collect::<Vec<_>>() }),
+    }
+}
+
+/// Writes `summary.csv`, and per cluster size and policy `timeseries-W-POLICY.csv` and
+/// `jobs-W-POLICY.csv`, and the SVG plots, into `dir`.
+pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut summary = String::from(
+        "workers,policy,avg_norm_loss,mean_time_to_90_s,mean_time_to_95_s,mean_jct_s,worst_slowdown_vs_fair,utilisation,contended_fraction\n",
+    );
+    for cluster in all {
+        for r in &cluster.runs {
+            let s = &r.summary;
+            let _ = writeln!(
+                summary,
+                "{},{},{},{},{},{},{},{},{}",
+                cluster.workers,
+                r.policy,
+                s.avg_norm_loss,
+                s.mean_time_to_90_s,
+                s.mean_time_to_95_s,
+                s.mean_jct_s,
+                s.worst_slowdown_vs_fair.unwrap_or(f64::NAN),
+                s.utilisation,
+                s.contended_fraction
+            );
+            let mut series = String::from("time_s,active_jobs,mean_norm_loss,share_high,share_medium,share_low\n");
+            for p in &r.samples {
+                let _ = writeln!(
+                    series,
+                    "{},{},{},{},{},{}",
+                    p.time_s, p.active_jobs, p.mean_norm_loss, p.share_high, p.share_medium, p.share_low
+                );
+            }
+            std::fs::write(dir.join(format!("timeseries-{}-{}.csv", cluster.workers, r.policy)), series)?;
+            let mut jobs =
+                String::from("id,family,group,arrival_s,initial_norm_loss,time_to_90_s,time_to_95_s,completion_s\n");
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+            for j in &r.jobs {
+                let _ = writeln!(
+                    jobs,
+                    "{},{},{},{},{},{},{},{}",
+                    j.id,
+                    j.family,
+                    j.group.name(),
+                    j.arrival_s,
+                    j.initial_norm_loss,
+                    opt(j.time_to_90_s),
+                    opt(j.time_to_95_s),
+                    opt(j.completion_s)
+                );
+            }
+            std::fs::write(dir.join(format!("jobs-{}-{}.csv", cluster.workers, r.policy)), jobs)?;
+        }
+        plot_loss(&dir.join(format!("loss-{}.svg", cluster.workers)), cluster).map_err(std::io::Error::other)?;
+        plot_share(&dir.join(format!("share-{}.svg", cluster.workers)), cluster).map_err(std::io::Error::other)?;
+        plot_cdf(&dir.join(format!("cdf-time-to-90-{}.svg", cluster.workers)), cluster)
+            .map_err(std::io::Error::other)?;
+    }
+    std::fs::write(dir.join("summary.csv"), summary)
+}
+
+type SampleField = fn(&super::metrics::Sample) -> f64;
+type PlotResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(23, 190, 207),
+];
+
+fn plot_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> PlotResult {
+    let finite = lines.iter().flat_map(|l| l.1.iter()).filter(|p| p.0.is_finite() && p.1.is_finite());
+    let (mut x_max, mut y_max, mut y_min) = (1e-9f64, 1e-9f64, 0.0f64);
+    for &(x, y) in finite {
+        x_max = x_max.max(x);
+        y_max = y_max.max(y);
+        y_min = y_min.min(y);
+    }
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max * 1.02, y_min..y_max * 1.05)?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(points.iter().copied().filter(|p| p.1.is_finite()), colour.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn plot_loss(path: &Path, cluster: &ClusterRuns) -> PlotResult {
+    let lines: Vec<_> = cluster
+        .runs
+        .iter()
+        .map(|r| (r.policy.clone(), r.samples.iter().map(|s| (s.time_s, s.mean_norm_loss)).collect()))
+        .collect();
+    plot_lines(
+        path,
+        &format!("Mean normalised loss of active jobs, {} workers", cluster.workers),
+        "time (s)",
+        "normalised loss",
+        &lines,
+    )
+}
+
+fn plot_share(path: &Path, cluster: &ClusterRuns) -> PlotResult {
+    let mut lines = Vec::new();
+    for r in &cluster.runs {
+        let series: [(&str, SampleField); 3] =
+            [("high", |s| s.share_high), ("medium", |s| s.share_medium), ("low", |s| s.share_low)];
+        for (group, pick) in series {
+            lines.push((format!("{} {group}", r.policy), r.samples.iter().map(|s| (s.time_s, pick(s))).collect()));
+        }
+    }
+    plot_lines(
+        path,
+        &format!("Cluster share by loss group at arrival, {} workers", cluster.workers),
+        "time (s)",
+        "share of workers",
+        &lines,
+    )
+}
+
+fn plot_cdf(path: &Path, cluster: &ClusterRuns) -> PlotResult {
+    let lines: Vec<_> = cluster.runs.iter().map(|r| (r.policy.clone(), cdf_time_to_90(r))).collect();
+    plot_lines(
+        path,
+        &format!("CDF of time to 90% loss reduction, {} workers", cluster.workers),
+        "seconds",
+        "fraction of jobs",
+        &lines,
+    )
+}
+
+fn cdf_time_to_90(run: &RunMetrics) -> Vec<(f64, f64)> {
+    let mut times: Vec<f64> =
+        run.jobs.iter().filter(|j| j.initial_norm_loss > 0.10).filter_map(|j| j.time_to_90_s).collect();
+    times.sort_by(f64::total_cmp);
+    let n = times.len() as f64;
+    times.iter().enumerate().map(|(i, &t)| (t, (i + 1) as f64 / n)).collect()
+}

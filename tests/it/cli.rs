@@ -1,0 +1,84 @@
+//! The `slaq` binary as a user runs it.
+
+use std::process::Command;
+
+use crate::shared_data;
+
+fn slaq(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_slaq")).args(args).output().expect("slaq runs")
+}
+
+#[test]
+fn predict_json_has_every_family_and_beats_the_strawman_overall() {
+    let curves = format!(
+        "{},{}",
+        shared_data("curves-public.jsonl").display(),
+        shared_data("slaq-paper-curves.jsonl").display()
+    );
+    let out = slaq(&["predict", "--curves", &curves, "--horizon", "10", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let families = report["families"].as_object().unwrap();
+    assert_eq!(families.len(), 9);
+    for (family, v) in families {
+        let slaq = v["slaq_mape_pct"].as_f64().unwrap();
+        // SLAQ's published weighted-fit errors: none above 5%, MLPC 8.5%.
+        let limit = if family == "mlpc" { 8.5 } else { 5.0 };
+        assert!(slaq <= limit, "{family}: {slaq}%");
+    }
+    let overall = &report["overall"];
+    assert!(overall["slaq_mape_pct"].as_f64() < overall["strawman_mape_pct"].as_f64());
+}
+
+#[test]
+fn simulate_json_has_the_documented_shape() {
+    let curves = shared_data("curves-public.jsonl");
+    let dir = std::env::temp_dir().join(format!("slaq-sim-{}", std::process::id()));
+    let out = slaq(&[
+        "simulate",
+        "--curves",
+        curves.to_str().unwrap(),
+        "--jobs",
+        "16",
+        "--workers",
+        "16",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["workers"], 16);
+    for key in ["avg_norm_loss", "mean_time_to_90_s", "mean_time_to_95_s", "mean_jct_s", "worst_slowdown_vs_fair"] {
+        assert!(v["policies"]["slaq"][key].is_number(), "missing {key}: {v}");
+        assert!(v["policies"]["fair"][key].is_number(), "missing {key}: {v}");
+    }
+    for key in ["avg_norm_loss_reduction_pct", "time_to_90_reduction_pct", "time_to_95_reduction_pct"] {
+        assert!(v["slaq_vs_fair"][key].is_number(), "missing {key}");
+    }
+    for file in [
+        "summary.csv",
+        "timeseries-16-slaq.csv",
+        "jobs-16-fair.csv",
+        "loss-16.svg",
+        "share-16.svg",
+        "cdf-time-to-90-16.svg",
+    ] {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(text.len() > 100, "{file} is nearly empty");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let out = slaq(&["predict", "--curves", "/nonexistent/curves.jsonl"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/curves.jsonl"), "{err}");
+    let curves = shared_data("curves-public.jsonl");
+    let out = slaq(&["simulate", "--curves", curves.to_str().unwrap(), "--policy", "lottery"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+}
