@@ -62,8 +62,10 @@ struct SimulateArgs {
     /// Cluster sizes (comma-separated for a sweep); the default is `sim::DEFAULT_WORKERS`.
     #[arg(long, value_delimiter = ',', default_value = "64")]
     workers: Vec<u32>,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Workload seeds; with several, every seed is run and the improvements over fair are
+    /// summarised (mean, min, max) per cluster size.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    seed: Vec<u64>,
     /// Seconds of simulated time per scheduling epoch.
     #[arg(long, default_value_t = SimConfig::default().epoch_s)]
     epoch: f64,
@@ -166,20 +168,12 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(args.workers.iter().all(|&w| w > 0), "--workers must be positive");
     anyhow::ensure!(args.epoch > 0.0, "--epoch must be positive");
-    let workload = WorkloadConfig {
-        num_jobs: args.jobs,
-        seed: args.seed,
-        mean_interarrival_s: args.interarrival,
-        base_iter_seconds: args.base_iter_seconds,
-        converged_norm_loss: args.converged,
-        ..WorkloadConfig::default()
-    };
-    let jobs = sim::workload::generate(&curves, &workload)?;
+    anyhow::ensure!(!args.seed.is_empty(), "--seed needs at least one value");
+    let speedup = SpeedupModel { serial_fraction: args.serial_fraction, comm_fraction: args.comm_fraction };
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.serial_fraction) && args.comm_fraction >= 0.0,
         "--serial-fraction must be in [0, 1] and --comm-fraction non-negative"
     );
-    let speedup = SpeedupModel { serial_fraction: args.serial_fraction, comm_fraction: args.comm_fraction };
     let config = SimConfig {
         epoch_s: args.epoch,
         gain_horizon_s: args.horizon,
@@ -187,23 +181,45 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         min_workers_per_job: args.min_workers,
         ..SimConfig::default()
     };
-    let total = (jobs.len() * policies.len() * args.workers.len()) as u64;
+    let total = (args.jobs * policies.len() * args.workers.len() * args.seed.len()) as u64;
     let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs finished")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let results = sim::compare(&jobs, &config, &policies, &args.workers, parallelism, &|| bar.inc(1));
-    bar.finish_and_clear();
-    if let Some(dir) = &args.out {
-        sim::report::write_files(dir, &results).with_context(|| format!("writing results to {}", dir.display()))?;
+    let mut per_seed = Vec::new();
+    for &seed in &args.seed {
+        let workload = WorkloadConfig {
+            num_jobs: args.jobs,
+            seed,
+            mean_interarrival_s: args.interarrival,
+            base_iter_seconds: args.base_iter_seconds,
+            converged_norm_loss: args.converged,
+            ..WorkloadConfig::default()
+        };
+        let jobs = sim::workload::generate(&curves, &workload)?;
+        let results = sim::compare(&jobs, &config, &policies, &args.workers, parallelism, &|| bar.inc(1));
+        if let Some(dir) = &args.out {
+            let dir = if args.seed.len() > 1 { dir.join(format!("seed-{seed}")) } else { dir.clone() };
+            sim::report::write_files(&dir, &results)
+                .with_context(|| format!("writing results to {}", dir.display()))?;
+        }
+        per_seed.push((seed, results));
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&sim::report::json(&results))?);
+    bar.finish_and_clear();
+    if let [(seed, results)] = per_seed.as_slice() {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&sim::report::json(results))?);
+        } else {
+            println!("{} jobs, seed {seed}, epoch {} s, gain horizon {} s", args.jobs, args.epoch, args.horizon);
+            print!("{}", sim::report::table(results));
+        }
+    } else if args.json {
+        println!("{}", serde_json::to_string_pretty(&sim::report::seeds_json(&per_seed))?);
     } else {
-        println!("{} jobs, seed {}, epoch {} s", jobs.len(), args.seed, args.epoch);
-        print!("{}", sim::report::table(&results));
+        println!("{} jobs, seeds {:?}, epoch {} s, gain horizon {} s", args.jobs, args.seed, args.epoch, args.horizon);
+        print!("{}", sim::report::seeds_table(&per_seed));
     }
     Ok(())
 }

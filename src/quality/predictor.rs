@@ -22,10 +22,12 @@ use super::runtime::{IterTimeModel, TimeCurve, TimePrior};
 #[serde(rename_all = "kebab-case")]
 pub enum Objective {
     /// Reduction of the job's normalised loss `(L − L_end)/(L_first − L_end)`, with `L_end`
-    /// estimated online: the quantity the average-normalised-loss metric averages.
+    /// estimated online, averaged over the horizon: the quantity the time-averaged
+    /// normalised-loss metric counts.
     #[default]
     Quality,
-    /// SLAQ's normalisation: ΔL divided by the largest single-iteration ΔL seen so far.
+    /// SLAQ's gain: ΔL at the end of the horizon divided by the largest single-iteration ΔL
+    /// seen so far.
     DeltaLoss,
 }
 
@@ -366,15 +368,16 @@ impl JobPredictor {
         self.models[Candidate::Strawman as usize].map(|m| m.eval(last_iter as f64 + ahead))
     }
 
-    /// The gain curve this job bids for the next epoch of `epoch_seconds`, or `None` while it has
-    /// fewer than two points (the policy then gives it a fair share). Call [`Self::refit`] first.
+    /// The gain curve this job bids over the next `epoch_seconds` (the planning horizon). With
+    /// fewer than two points it is the prior of [`Self::prior_gain_curve`], or `None` under
+    /// SLAQ's objective (the policy then gives the job a fair share). Call [`Self::refit`] first.
     /// `current_workers` picks the horizon used to choose the model.
     pub fn gain_curve(&self, epoch_seconds: f64, current_workers: u32) -> Option<GainCurve> {
+        let time = self.time.curve();
         if self.window.len() < 2 {
-            return None;
+            return self.prior_gain_curve(epoch_seconds);
         }
         let &(last_iter, last_loss) = self.window.back()?;
-        let time = self.time.curve();
         let ahead = epoch_seconds / time.seconds(current_workers.max(1));
         let (_, model) = self.choose(ahead)?;
         let k_now = last_iter as f64;
@@ -390,7 +393,40 @@ impl JobPredictor {
         };
         let floor = self.first_loss.abs().max(last_loss.abs()).max(1e-12) * 1e-9;
         let model_now = model.eval(k_now);
-        Some(GainCurve { model, k_now, loss_now: last_loss, model_now, time, epoch_seconds, scale: scale.max(floor) })
+        let averaged = self.config.objective == Objective::Quality;
+        Some(GainCurve {
+            model,
+            k_now,
+            loss_now: last_loss,
+            model_now,
+            time,
+            epoch_seconds,
+            scale: scale.max(floor),
+            averaged,
+        })
+    }
+
+    /// Before a job has shown any progress, the quality objective assumes the typical
+    /// convergence: normalised loss 1 now, shrinking by `prior_ratio` per iteration. A fresh job
+    /// is at its worst loss, so it should compete from its first epoch. SLAQ's objective has no
+    /// such prior: the policy gives such jobs a fair share (`None`).
+    fn prior_gain_curve(&self, epoch_seconds: f64) -> Option<GainCurve> {
+        if self.config.objective != Objective::Quality {
+            return None;
+        }
+        let k_now = self.window.back().map_or(0.0, |p| p.0 as f64);
+        let lambda = -self.config.prior_ratio.ln();
+        let model = Model::Curve(Curve::Exponential { d: 0.0, a: 1.0, lambda, k0: k_now });
+        Some(GainCurve {
+            model,
+            k_now,
+            loss_now: 1.0,
+            model_now: 1.0,
+            time: self.time.curve(),
+            epoch_seconds,
+            scale: 1.0,
+            averaged: true,
+        })
     }
 
     pub fn num_points(&self) -> u64 {
@@ -440,7 +476,16 @@ pub struct GainCurve {
     pub epoch_seconds: f64,
     /// What the loss reduction is divided by (see [`Objective`]).
     pub scale: f64,
+    /// Whether the gain is the reduction averaged over the horizon (the area between the loss
+    /// now and its trajectory, what a time-averaged metric counts) or at its end (SLAQ's).
+    pub averaged: bool,
 }
+
+/// 4-point Gauss–Legendre nodes and weights on [0, 1].
+const GAUSS_NODES: [f64; 4] =
+    [0.069_431_844_202_973_7, 0.330_009_478_207_571_9, 0.669_990_521_792_428_1, 0.930_568_155_797_026_3];
+const GAUSS_WEIGHTS: [f64; 4] =
+    [0.173_927_422_568_726_9, 0.326_072_577_431_273_1, 0.326_072_577_431_273_1, 0.173_927_422_568_726_9];
 
 impl GainCurve {
     /// Iterations the job is predicted to run in one epoch with `workers` workers.
@@ -455,8 +500,17 @@ impl GainCurve {
         }
         // The model's own predicted drop, not observed minus predicted: an offset between a
         // fit and the newest (noisy) point must not read as a gain or as a loss.
-        let predicted = self.model.eval(self.k_now + self.iterations(workers));
-        ((self.model_now - predicted) / self.scale).max(0.0)
+        let n = self.iterations(workers);
+        let reduction = if self.averaged {
+            GAUSS_NODES
+                .iter()
+                .zip(GAUSS_WEIGHTS)
+                .map(|(&x, weight)| weight * (self.model_now - self.model.eval(self.k_now + x * n)))
+                .sum::<f64>()
+        } else {
+            self.model_now - self.model.eval(self.k_now + n)
+        };
+        (reduction / self.scale).max(0.0)
     }
 }
 
@@ -507,11 +561,16 @@ mod tests {
 
     #[test]
     fn short_histories_fall_back() {
+        let paper = PredictorConfig { objective: Objective::DeltaLoss, ..PredictorConfig::default() };
+        let mut q = JobPredictor::new(paper);
+        q.observe(1, 2.0).unwrap();
+        assert!(q.gain_curve(5.0, 1).is_none(), "SLAQ: one point says nothing about progress");
         let mut p = JobPredictor::new(PredictorConfig::default());
-        assert!(p.gain_curve(5.0, 1).is_none());
+        let prior = p.gain_curve(5.0, 1).expect("a fresh job bids the prior");
+        assert!(prior.gain(4) > prior.gain(1) && prior.gain(1) > 0.0);
         p.observe(1, 2.0).unwrap();
         p.refit();
-        assert!(p.gain_curve(5.0, 1).is_none(), "one point says nothing about progress");
+        assert!(p.gain_curve(5.0, 1).is_some());
         assert_eq!(p.predict(10.0), Some(2.0));
         p.observe(2, 1.5).unwrap();
         p.refit();

@@ -296,28 +296,22 @@ impl GainFn for SimGain<'_> {
                 if workers == 0 {
                     return 0.0;
                 }
-                // Walk the true curve for one epoch at this worker count.
+                // Walk the true curve over the horizon at this worker count and average the
+                // normalised-loss reduction over time, as the slaq objective does.
                 let factor = speedup.factor(workers);
-                let mut left = epoch_s;
-                let mut i = next;
+                let (mut clock, mut area) = (0.0, 0.0);
                 let mut remaining_fraction = 1.0 - progress;
-                while i < job.loss.len() {
-                    let t = job.one_worker_seconds[i] * factor * remaining_fraction;
-                    if t > left {
+                for i in next..job.loss.len() {
+                    clock += job.one_worker_seconds[i] * factor * remaining_fraction;
+                    remaining_fraction = 1.0;
+                    if clock >= epoch_s {
                         break;
                     }
-                    left -= t;
-                    remaining_fraction = 1.0;
-                    i += 1;
+                    let drop_here = job.norm_loss(if i == 0 { job.loss_first } else { job.loss[i - 1] })
+                        - job.norm_loss(job.loss[i]);
+                    area += drop_here * (epoch_s - clock);
                 }
-                let now = if next == 0 { job.loss_first } else { job.loss[next - 1] };
-                let then = if i == 0 { job.loss_first } else { job.loss[i - 1] };
-                // Fractional progress into the next iteration counts pro rata.
-                let partial = match job.loss.get(i) {
-                    Some(&l) => (then - l) * (left / (job.one_worker_seconds[i] * factor)).min(1.0),
-                    None => 0.0,
-                };
-                (job.norm_loss(now) - job.norm_loss(then - partial)).max(0.0)
+                (area / epoch_s).max(0.0)
             }
         }
     }
@@ -341,7 +335,12 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
                 })
             } else {
                 s.predictor.refit();
-                s.predictor.gain_curve(config.gain_horizon_s.max(config.epoch_s), s.workers).map(SimGain::Predicted)
+                // SLAQ's gain looks one epoch ahead; ours over the planning horizon.
+                let horizon = match policy.objective {
+                    Objective::DeltaLoss => config.epoch_s,
+                    Objective::Quality => config.gain_horizon_s.max(config.epoch_s),
+                };
+                s.predictor.gain_curve(horizon, s.workers).map(SimGain::Predicted)
             };
             JobBid {
                 min_workers: config.min_workers_per_job,

@@ -69,6 +69,87 @@ pub fn json(all: &[ClusterRuns]) -> Value {
     }
 }
 
+/// Improvements over fair across seeds: per cluster size and policy, the mean, min and max of
+/// each `*_reduction_pct`.
+fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [(f64, f64, f64); 4])> {
+    let mut out = Vec::new();
+    let Some((_, first)) = per_seed.first() else { return out };
+    for (index, cluster) in first.iter().enumerate() {
+        for name in cluster.versus_fair().keys() {
+            let values: Vec<[f64; 4]> = per_seed
+                .iter()
+                .filter_map(|(_, runs)| runs.get(index)?.versus_fair().get(name).copied())
+                .map(|v| {
+                    [
+                        v.avg_norm_loss_reduction_pct,
+                        v.time_to_90_reduction_pct,
+                        v.time_to_95_reduction_pct,
+                        v.mean_jct_reduction_pct,
+                    ]
+                })
+                .collect();
+            let stat = |k: usize| {
+                let xs: Vec<f64> = values.iter().map(|v| v[k]).collect();
+                let mean = xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+                (
+                    mean,
+                    xs.iter().copied().fold(f64::INFINITY, f64::min),
+                    xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                )
+            };
+            out.push((cluster.workers, name.clone(), [stat(0), stat(1), stat(2), stat(3)]));
+        }
+    }
+    out
+}
+
+/// A table of [`seed_stats`].
+pub fn seeds_table(per_seed: &[(u64, Vec<ClusterRuns>)]) -> String {
+    let mut out = String::from("improvement over fair in % (positive: better), mean [min, max] over seeds\n");
+    let _ = writeln!(
+        out,
+        "{:>7} {:<22} {:>24} {:>24} {:>24} {:>24}",
+        "workers", "policy", "avg norm loss", "time to 90%", "time to 95%", "JCT"
+    );
+    for (workers, name, stats) in seed_stats(per_seed) {
+        let cell = |(mean, min, max): (f64, f64, f64)| format!("{mean:+.1} [{min:+.1}, {max:+.1}]");
+        let _ = writeln!(
+            out,
+            "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24}",
+            cell(stats[0]),
+            cell(stats[1]),
+            cell(stats[2]),
+            cell(stats[3])
+        );
+    }
+    out
+}
+
+/// `{"seeds": [...], "summary": [{"workers", "comparison", "<metric>": {"mean","min","max"}}], "runs": {seed: ...}}`.
+pub fn seeds_json(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Value {
+    let names = [
+        "avg_norm_loss_reduction_pct",
+        "time_to_90_reduction_pct",
+        "time_to_95_reduction_pct",
+        "mean_jct_reduction_pct",
+    ];
+    let summary: Vec<Value> = seed_stats(per_seed)
+        .into_iter()
+        .map(|(workers, name, stats)| {
+            let mut o = json!({ "workers": workers, "comparison": name });
+            for (key, (mean, min, max)) in names.iter().zip(stats) {
+                o[*key] = json!({ "mean": mean, "min": min, "max": max });
+            }
+            o
+        })
+        .collect();
+    json!({
+        "seeds": per_seed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        "summary": summary,
+        "runs": per_seed.iter().map(|(s, runs)| (s.to_string(), json(runs))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
 /// Writes `summary.csv`, and per cluster size and policy `timeseries-W-POLICY.csv` and
 /// `jobs-W-POLICY.csv`, and the SVG plots, into `dir`.
 pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
