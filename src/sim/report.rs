@@ -71,7 +71,10 @@ pub fn json(all: &[ClusterRuns]) -> Value {
 
 /// Improvements over fair across seeds: per cluster size and policy, the mean, min and max of
 /// each `*_reduction_pct`.
-fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [(f64, f64, f64); 4])> {
+/// Mean, min and max of one figure over seeds.
+type Spread = (f64, f64, f64);
+
+fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread; 4])> {
     let mut out = Vec::new();
     let Some((_, first)) = per_seed.first() else { return out };
     for (index, cluster) in first.iter().enumerate() {
@@ -112,7 +115,7 @@ pub fn seeds_table(per_seed: &[(u64, Vec<ClusterRuns>)]) -> String {
         "workers", "policy", "avg norm loss", "time to 90%", "time to 95%", "JCT"
     );
     for (workers, name, stats) in seed_stats(per_seed) {
-        let cell = |(mean, min, max): (f64, f64, f64)| format!("{mean:+.1} [{min:+.1}, {max:+.1}]");
+        let cell = |(mean, min, max): Spread| format!("{mean:+.1} [{min:+.1}, {max:+.1}]");
         let _ = writeln!(
             out,
             "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24}",
