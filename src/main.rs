@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use slaq::quality::{PredictorConfig, eval};
-use slaq::sim::{SimConfig, SpeedupModel, WorkloadConfig};
+use slaq::sim::WorkloadConfig;
 use slaq::trace;
 
 #[derive(Parser)]
@@ -53,43 +53,47 @@ struct SimulateArgs {
     /// JSON-lines curve files (repeatable or comma-separated).
     #[arg(long, required = true, value_delimiter = ',')]
     curves: Vec<PathBuf>,
-    /// Policies to compare: slaq, slaq-paper, fair.
+    /// A TOML file with `[workload]` and `[sim]` tables (see config/simulate.toml); the flags
+    /// below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Policies to compare: slaq, slaq-paper, fair, slaq-oracle.
     #[arg(long, value_delimiter = ',', default_value = "slaq,fair")]
     policy: Vec<String>,
-    /// Number of jobs.
-    #[arg(long, default_value_t = 160)]
-    jobs: usize,
-    /// Cluster sizes (comma-separated for a sweep); the default is `sim::DEFAULT_WORKERS`.
-    #[arg(long, value_delimiter = ',', default_value = "64")]
+    /// Number of jobs [default: 160].
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Cluster sizes, comma-separated for a sweep [default: 64].
+    #[arg(long, value_delimiter = ',')]
     workers: Vec<u32>,
     /// Workload seeds; with several, every seed is run and the improvements over fair are
-    /// summarised (mean, min, max) per cluster size.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    /// summarised (mean, min, max) per cluster size [default: 1].
+    #[arg(long, value_delimiter = ',')]
     seed: Vec<u64>,
-    /// Seconds of simulated time per scheduling epoch.
-    #[arg(long, default_value_t = SimConfig::default().epoch_s)]
-    epoch: f64,
-    /// Seconds ahead over which gains are predicted.
-    #[arg(long, default_value_t = SimConfig::default().gain_horizon_s)]
-    horizon: f64,
-    /// Mean seconds between job arrivals.
-    #[arg(long, default_value_t = WorkloadConfig::default().mean_interarrival_s)]
-    interarrival: f64,
-    /// Mean seconds per iteration of a job on one worker.
-    #[arg(long, default_value_t = WorkloadConfig::default().base_iter_seconds)]
-    base_iter_seconds: f64,
-    /// Serial fraction of an iteration in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)`.
-    #[arg(long, default_value_t = SpeedupModel::default().serial_fraction)]
-    serial_fraction: f64,
-    /// Communication cost per doubling of workers, as a fraction of the one-worker time.
-    #[arg(long, default_value_t = SpeedupModel::default().comm_fraction)]
-    comm_fraction: f64,
-    /// Workers every job keeps while the cluster has that many for each.
-    #[arg(long, default_value_t = SimConfig::default().min_workers_per_job)]
-    min_workers: u32,
-    /// A job stops once its normalised loss is at or below this; 0 replays every curve to its end.
-    #[arg(long, default_value_t = WorkloadConfig::default().converged_norm_loss)]
-    converged: f64,
+    /// Seconds of simulated time per scheduling epoch [default: 5].
+    #[arg(long)]
+    epoch: Option<f64>,
+    /// Seconds ahead over which gains are predicted [default: 60].
+    #[arg(long)]
+    horizon: Option<f64>,
+    /// Mean seconds between job arrivals [default: 10].
+    #[arg(long)]
+    interarrival: Option<f64>,
+    /// Mean seconds per iteration of a job on one worker [default: 10].
+    #[arg(long)]
+    base_iter_seconds: Option<f64>,
+    /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
+    #[arg(long)]
+    serial_fraction: Option<f64>,
+    /// Communication cost c per doubling of workers, as a fraction of t1 [default: 0.02].
+    #[arg(long)]
+    comm_fraction: Option<f64>,
+    /// Workers every job keeps while the cluster has that many for each [default: 1].
+    #[arg(long)]
+    min_workers: Option<u32>,
+    /// A job stops once its normalised loss is at or below this; 0 replays every curve to its end [default: 0].
+    #[arg(long)]
+    converged: Option<f64>,
     /// Write CSV time series and SVG plots here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -111,7 +115,18 @@ struct PredictArgs {
     json: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The whole chain on one line, without a backtrace: this is for people.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
@@ -166,22 +181,30 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("unknown policy {name:?}; known: {}", PolicySpec::NAMES.join(", ")))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    anyhow::ensure!(args.workers.iter().all(|&w| w > 0), "--workers must be positive");
-    anyhow::ensure!(args.epoch > 0.0, "--epoch must be positive");
-    anyhow::ensure!(!args.seed.is_empty(), "--seed needs at least one value");
-    let speedup = SpeedupModel { serial_fraction: args.serial_fraction, comm_fraction: args.comm_fraction };
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&args.serial_fraction) && args.comm_fraction >= 0.0,
-        "--serial-fraction must be in [0, 1] and --comm-fraction non-negative"
-    );
-    let config = SimConfig {
-        epoch_s: args.epoch,
-        gain_horizon_s: args.horizon,
-        speedup,
-        min_workers_per_job: args.min_workers,
-        ..SimConfig::default()
+    let file = match &args.config {
+        Some(path) => slaq::sim::SimulationFile::load(path)?,
+        None => slaq::sim::SimulationFile::default(),
     };
-    let total = (args.jobs * policies.len() * args.workers.len() * args.seed.len()) as u64;
+    let (mut workload, mut config) = (file.workload, file.sim);
+    let set = |target: &mut f64, value: Option<f64>| {
+        if let Some(v) = value {
+            *target = v;
+        }
+    };
+    workload.num_jobs = args.jobs.unwrap_or(workload.num_jobs);
+    set(&mut workload.mean_interarrival_s, args.interarrival);
+    set(&mut workload.base_iter_seconds, args.base_iter_seconds);
+    set(&mut workload.converged_norm_loss, args.converged);
+    set(&mut config.epoch_s, args.epoch);
+    set(&mut config.gain_horizon_s, args.horizon);
+    set(&mut config.speedup.serial_fraction, args.serial_fraction);
+    set(&mut config.speedup.comm_fraction, args.comm_fraction);
+    config.min_workers_per_job = args.min_workers.unwrap_or(config.min_workers_per_job);
+    config.validate()?;
+    let workers = if args.workers.is_empty() { vec![config.num_workers] } else { args.workers.clone() };
+    anyhow::ensure!(workers.iter().all(|&w| w > 0), "--workers must be positive");
+    let seeds = if args.seed.is_empty() { vec![workload.seed] } else { args.seed.clone() };
+    let total = (workload.num_jobs * policies.len() * workers.len() * seeds.len()) as u64;
     let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs finished")
@@ -189,19 +212,11 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     );
     let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut per_seed = Vec::new();
-    for &seed in &args.seed {
-        let workload = WorkloadConfig {
-            num_jobs: args.jobs,
-            seed,
-            mean_interarrival_s: args.interarrival,
-            base_iter_seconds: args.base_iter_seconds,
-            converged_norm_loss: args.converged,
-            ..WorkloadConfig::default()
-        };
-        let jobs = sim::workload::generate(&curves, &workload)?;
-        let results = sim::compare(&jobs, &config, &policies, &args.workers, parallelism, &|| bar.inc(1));
+    for &seed in &seeds {
+        let jobs = sim::workload::generate(&curves, &WorkloadConfig { seed, ..workload.clone() })?;
+        let results = sim::compare(&jobs, &config, &policies, &workers, parallelism, &|| bar.inc(1));
         if let Some(dir) = &args.out {
-            let dir = if args.seed.len() > 1 { dir.join(format!("seed-{seed}")) } else { dir.clone() };
+            let dir = if seeds.len() > 1 { dir.join(format!("seed-{seed}")) } else { dir.clone() };
             sim::report::write_files(&dir, &results)
                 .with_context(|| format!("writing results to {}", dir.display()))?;
         }
@@ -212,13 +227,19 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&sim::report::json(results))?);
         } else {
-            println!("{} jobs, seed {seed}, epoch {} s, gain horizon {} s", args.jobs, args.epoch, args.horizon);
+            println!(
+                "{} jobs, seed {seed}, epoch {} s, gain horizon {} s",
+                workload.num_jobs, config.epoch_s, config.gain_horizon_s
+            );
             print!("{}", sim::report::table(results));
         }
     } else if args.json {
         println!("{}", serde_json::to_string_pretty(&sim::report::seeds_json(&per_seed))?);
     } else {
-        println!("{} jobs, seeds {:?}, epoch {} s, gain horizon {} s", args.jobs, args.seed, args.epoch, args.horizon);
+        println!(
+            "{} jobs, seeds {seeds:?}, epoch {} s, gain horizon {} s",
+            workload.num_jobs, config.epoch_s, config.gain_horizon_s
+        );
         print!("{}", sim::report::seeds_table(&per_seed));
     }
     Ok(())
@@ -289,6 +310,6 @@ mod tests {
     fn simulate_defaults_are_the_library_defaults() {
         let cli = Cli::parse_from(["slaq", "simulate", "--curves", "x.jsonl"]);
         let Command::Simulate(args) = cli.command else { panic!("simulate expected") };
-        assert_eq!(args.workers, vec![slaq::sim::DEFAULT_WORKERS]);
+        assert!(args.workers.is_empty() && args.jobs.is_none(), "unset flags must leave the config's values");
     }
 }

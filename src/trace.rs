@@ -18,9 +18,9 @@ pub struct TraceCurve {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io { path: String, source: std::io::Error },
-    #[error("{path}:{line}: {source}")]
+    #[error("{path}:{line}: not a curve")]
     Json { path: String, line: usize, source: serde_json::Error },
     #[error("{path}:{line}: curve {id:?} {problem}")]
     Invalid { path: String, line: usize, id: String, problem: &'static str },

@@ -81,14 +81,25 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
             push(&mut heap, ord, workers[ord], g.gain(workers[ord]));
         }
     }
+    // The job on top gets a worker and its next marginal gain replaces it in place (one
+    // sift-down instead of a pop and a push: this loop runs once per worker).
     while left > 0 {
-        let Some(best) = heap.pop() else { break };
-        if best.marginal <= 0.0 {
+        let Some(mut top) = heap.peek_mut() else { break };
+        if top.marginal <= 0.0 {
             break;
         }
-        workers[best.ord] += 1;
+        let ord = top.ord;
+        workers[ord] += 1;
         left -= 1;
-        push(&mut heap, best.ord, workers[best.ord], best.gain_now + best.marginal);
+        let w = workers[ord];
+        let gain_now = top.gain_now + top.marginal;
+        let next = jobs[ord].gain.as_ref().filter(|_| w < jobs[ord].max_workers).map(|g| g.gain(w + 1) - gain_now);
+        match next {
+            Some(marginal) if marginal.is_finite() => *top = Candidate { marginal, ord, gain_now },
+            _ => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
+        }
     }
 
     // Leftovers: first one each to jobs that have none (least served first), then round-robin

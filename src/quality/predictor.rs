@@ -481,11 +481,10 @@ pub struct GainCurve {
     pub averaged: bool,
 }
 
-/// 4-point Gauss–Legendre nodes and weights on [0, 1].
-const GAUSS_NODES: [f64; 4] =
-    [0.069_431_844_202_973_7, 0.330_009_478_207_571_9, 0.669_990_521_792_428_1, 0.930_568_155_797_026_3];
-const GAUSS_WEIGHTS: [f64; 4] =
-    [0.173_927_422_568_726_9, 0.326_072_577_431_273_1, 0.326_072_577_431_273_1, 0.173_927_422_568_726_9];
+/// 2-point Gauss–Legendre nodes on [0, 1] (equal weights): exact for cubics, plenty for a
+/// smooth decay over one horizon, at two model evaluations per gain (this runs once per worker
+/// handed out; see `slaq bench alloc`).
+const GAUSS_NODES: [f64; 2] = [0.211_324_865_405_187_1, 0.788_675_134_594_812_9];
 
 impl GainCurve {
     /// Iterations the job is predicted to run in one epoch with `workers` workers.
@@ -502,11 +501,7 @@ impl GainCurve {
         // fit and the newest (noisy) point must not read as a gain or as a loss.
         let n = self.iterations(workers);
         let reduction = if self.averaged {
-            GAUSS_NODES
-                .iter()
-                .zip(GAUSS_WEIGHTS)
-                .map(|(&x, weight)| weight * (self.model_now - self.model.eval(self.k_now + x * n)))
-                .sum::<f64>()
+            GAUSS_NODES.iter().map(|&x| self.model_now - self.model.eval(self.k_now + x * n)).sum::<f64>() / 2.0
         } else {
             self.model_now - self.model.eval(self.k_now + n)
         };

@@ -15,6 +15,53 @@ pub use engine::{DEFAULT_WORKERS, PolicySpec, SimConfig, SpeedupModel};
 pub use metrics::{RunMetrics, Summary, reduction_pct};
 pub use workload::{Group, SimJob, WorkloadConfig};
 
+/// A simulation configuration file: `[workload]` and `[sim]` tables, every key optional
+/// (defaults as documented on [`WorkloadConfig`] and [`SimConfig`]), unknown keys rejected.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimulationFile {
+    pub workload: WorkloadConfig,
+    pub sim: SimConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}")]
+    Io { path: String, source: std::io::Error },
+    #[error("invalid settings in {path}")]
+    Parse { path: String, source: toml::de::Error },
+    #[error("invalid simulation settings: {0}")]
+    Invalid(&'static str),
+}
+
+impl SimulationFile {
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: display.clone(), source })?;
+        let file: SimulationFile =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path: display, source })?;
+        file.sim.validate()?;
+        Ok(file)
+    }
+}
+
+impl SimConfig {
+    /// Checks the settings a run cannot work with.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.num_workers == 0 {
+            return Err(ConfigError::Invalid("num_workers must be positive"));
+        }
+        if !(self.epoch_s > 0.0 && self.gain_horizon_s > 0.0 && self.max_time_s > 0.0) {
+            return Err(ConfigError::Invalid("epoch_s, gain_horizon_s and max_time_s must be positive"));
+        }
+        let s = self.speedup;
+        if !((0.0..=1.0).contains(&s.serial_fraction) && s.comm_fraction >= 0.0) {
+            return Err(ConfigError::Invalid("speedup.serial_fraction must be in [0, 1], comm_fraction >= 0"));
+        }
+        Ok(())
+    }
+}
+
 /// The runs of every policy at one cluster size, on the same workload.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ClusterRuns {

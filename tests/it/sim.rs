@@ -53,3 +53,10 @@ fn a_bigger_cluster_finishes_fair_jobs_sooner() {
     let large = sim::engine::run(&jobs, &SimConfig { num_workers: 32, ..SimConfig::default() }, fair, |_| {});
     assert!(large.summary.mean_jct_s < small.summary.mean_jct_s);
 }
+
+#[test]
+fn the_documented_config_file_is_the_default() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/simulate.toml");
+    let file = sim::SimulationFile::load(&path).expect("config/simulate.toml loads");
+    assert_eq!(file, sim::SimulationFile::default(), "config/simulate.toml must spell out the defaults");
+}

@@ -1,0 +1,76 @@
+//! Benchmarks of the pure core: one allocation decision, one predictor update and refit, and a
+//! whole 160-job simulation. `cargo bench --bench core`; `slaq bench alloc` prints the same
+//! allocation figure as JSON at any size.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use slaq::policy::{JobBid, PolicyKind, Problem};
+use slaq::quality::{GainCurve, JobPredictor, PredictorConfig};
+use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+use slaq::trace::{TraceCurve, load_curves};
+
+fn curves() -> Vec<TraceCurve> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/curves-public.jsonl");
+    load_curves(&path).expect("the public curves are beside the repository")
+}
+
+fn allocation(c: &mut Criterion) {
+    let templates = sim::fixtures::predictor_templates(&curves(), PredictorConfig::default());
+    let predictors = sim::fixtures::predictors(&templates, 4000);
+    c.bench_function("allocate slaq 4000 jobs 16000 workers (gains included)", |b| {
+        b.iter(|| {
+            let bids: Vec<JobBid<GainCurve>> = predictors
+                .iter()
+                .enumerate()
+                .map(|(j, p)| {
+                    let current = (j % 8) as u32;
+                    JobBid { current_workers: current, ..JobBid::new(p.gain_curve(60.0, current)) }
+                })
+                .collect();
+            black_box(PolicyKind::Slaq.allocate(&Problem { num_workers: 16_000, jobs: &bids }))
+        })
+    });
+    let none: Vec<JobBid<GainCurve>> = (0..4000).map(|_| JobBid::new(None)).collect();
+    c.bench_function("allocate fair 4000 jobs 16000 workers", |b| {
+        b.iter(|| black_box(PolicyKind::Fair.allocate(&Problem { num_workers: 16_000, jobs: &none })))
+    });
+}
+
+fn predictor(c: &mut Criterion) {
+    let curve = curves().into_iter().find(|c| c.family == "mlpc").expect("an mlpc curve");
+    let mut warm = JobPredictor::new(PredictorConfig::default());
+    for (i, &loss) in curve.loss[..60].iter().enumerate() {
+        warm.observe(i as u64 + 1, loss).expect("valid point");
+        warm.refit();
+    }
+    c.bench_function("predictor observe + refit (window of 60)", |b| {
+        b.iter_batched(
+            || warm.clone(),
+            |mut p| {
+                p.observe(61, curve.loss[60]).expect("valid point");
+                p.refit();
+                black_box(p)
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
+fn simulation(c: &mut Criterion) {
+    let jobs = sim::workload::generate(&curves(), &WorkloadConfig::default()).expect("workload");
+    let config = SimConfig::default();
+    let mut group = c.benchmark_group("simulate");
+    group.sample_size(10);
+    for name in ["slaq", "fair"] {
+        let policy = PolicySpec::named(name).expect("known policy");
+        group.bench_function(format!("160 jobs {name}"), |b| {
+            b.iter(|| black_box(sim::engine::run(&jobs, &config, policy, |_| {})))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, allocation, predictor, simulation);
+criterion_main!(benches);
