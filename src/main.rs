@@ -20,7 +20,7 @@ enum Command {
     /// Replay loss curves and report how well the loss `horizon` iterations ahead is predicted.
     Predict(PredictArgs),
     /// Simulate a workload of jobs replaying real loss curves under several policies.
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Measure the scheduler's own costs.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -133,7 +133,7 @@ fn run() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Predict(args) => predict(args),
-        Command::Simulate(args) => simulate(args),
+        Command::Simulate(args) => simulate(*args),
         Command::Bench(BenchCommand::Alloc(args)) => bench_alloc(args),
     }
 }
