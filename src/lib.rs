@@ -4,7 +4,11 @@
 //! many workers each job gets; the simulator ([`sim`]) runs that very code on recorded loss
 //! curves. See `ARCHITECTURE.md` for the map and its invariants.
 
+pub mod actors;
+pub mod bus;
 pub mod policy;
+pub mod protocol;
 pub mod quality;
+pub mod service;
 pub mod sim;
 pub mod trace;

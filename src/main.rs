@@ -21,9 +21,73 @@ enum Command {
     Predict(PredictArgs),
     /// Simulate a workload of jobs replaying real loss curves under several policies.
     Simulate(Box<SimulateArgs>),
+    /// Run the scheduler: per-job actors and the allocator over NATS.
+    Serve(ServeArgs),
+    /// Run a reference worker agent: hello, heartbeats, and following its assignments.
+    Worker(WorkerArgs),
+    /// Print what the scheduler believes: jobs, workers and message counters.
+    Status(StatusArgs),
     /// Measure the scheduler's own costs.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML settings (see config/slaq.toml); environment and flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// NATS server URL(s), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    nats: Vec<String>,
+    /// Milliseconds between reallocations.
+    #[arg(long)]
+    epoch_ms: Option<u64>,
+    /// Subject prefix.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Allocation policy: slaq or fair.
+    #[arg(long, value_parser = parse_policy_arg)]
+    policy: Option<slaq::policy::PolicyKind>,
+}
+
+fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, String> {
+    slaq::service::config::parse_policy(s).ok_or_else(|| format!("unknown policy {s:?}; expected slaq or fair"))
+}
+
+#[derive(clap::Args)]
+struct WorkerArgs {
+    /// This worker's id (1-64 characters from [A-Za-z0-9_-]).
+    #[arg(long)]
+    id: String,
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    #[arg(long, default_value = "slaq")]
+    prefix: String,
+    /// Milliseconds between heartbeats.
+    #[arg(long, default_value_t = 2000)]
+    beat_ms: u64,
+    /// The machine this worker runs on.
+    #[arg(long)]
+    machine: Option<String>,
+    /// A command to run whenever the worker is assigned a job, with SLAQ_JOB, SLAQ_WORKER and
+    /// SLAQ_EPOCH in its environment (run through `sh -c`; the previous one is killed first).
+    #[arg(long)]
+    exec: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    #[arg(long, default_value = "slaq")]
+    prefix: String,
+    /// Print the snapshot as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for the scheduler's answer.
+    #[arg(long, default_value_t = 5.0)]
+    timeout: f64,
 }
 
 #[derive(Subcommand)]
@@ -130,13 +194,19 @@ fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Predict(args) => predict(args),
         Command::Simulate(args) => simulate(*args),
         Command::Bench(BenchCommand::Alloc(args)) => bench_alloc(args),
+        Command::Serve(args) => live::serve(args),
+        Command::Worker(args) => live::worker(args),
+        Command::Status(args) => live::status(args),
     }
 }
+
+mod live;
 
 fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<trace::TraceCurve>> {
     let mut curves = Vec::new();

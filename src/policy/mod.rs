@@ -6,6 +6,7 @@
 //! the live allocator call any of them the same way (see [`PolicyKind::allocate`]).
 
 pub mod fair;
+pub mod placement;
 pub mod slaq;
 
 use crate::quality::GainCurve;

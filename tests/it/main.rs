@@ -1,6 +1,8 @@
 //! One integration-test binary (it links once): modules per area.
 
 mod cli;
+mod harness;
+mod live;
 mod policy_props;
 mod sim;
 

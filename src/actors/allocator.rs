@@ -1,0 +1,329 @@
+//! The allocator actor: every epoch it expires silent workers, gathers the job actors' bids
+//! (with a deadline, so a slow actor cannot stall the epoch), runs the configured policy, maps
+//! counts to concrete workers with as few moves as possible, and publishes only what changed.
+//! It owns the worker registry; the maths is `policy::*`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::{debug, info};
+
+use super::job::{Bid, CollectBid, JobActor};
+use super::registry::WorkerRegistry;
+use crate::bus::Publisher;
+use crate::policy::{JobBid, PolicyKind, Problem, placement};
+use crate::protocol::{
+    EpochSummary, JobAllocation, JobStatus, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+};
+
+/// What the allocator needs of the configuration.
+#[derive(Clone, Debug)]
+pub struct AllocatorSettings {
+    pub epoch: Duration,
+    pub horizon_s: f64,
+    pub policy: PolicyKind,
+    pub worker_timeout: Duration,
+    pub bid_timeout: Duration,
+}
+
+struct JobEntry {
+    addr: Addr<JobActor>,
+    workers: Vec<String>,
+    attained_service: f64,
+    status: Option<JobStatus>,
+}
+
+/// Epoch summaries kept for `status` and benchmarks.
+const EPOCH_HISTORY: usize = 1024;
+
+pub struct AllocatorActor {
+    settings: AllocatorSettings,
+    publisher: Publisher,
+    jobs: BTreeMap<String, JobEntry>,
+    registry: WorkerRegistry,
+    epoch: u64,
+    epoch_running: bool,
+    started: Instant,
+    history: VecDeque<EpochSummary>,
+    rejected: BTreeMap<&'static str, u64>,
+}
+
+impl AllocatorActor {
+    pub fn new(settings: AllocatorSettings, publisher: Publisher) -> Self {
+        AllocatorActor {
+            settings,
+            publisher,
+            jobs: BTreeMap::new(),
+            registry: WorkerRegistry::default(),
+            epoch: 0,
+            epoch_running: false,
+            started: Instant::now(),
+            history: VecDeque::new(),
+            rejected: BTreeMap::new(),
+        }
+    }
+
+    fn now_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn start_epoch(&mut self, ctx: &mut Context<Self>) {
+        if self.epoch_running {
+            debug!("previous epoch still running; skipping a tick");
+            return;
+        }
+        self.epoch_running = true;
+        let started = Instant::now();
+        let now_s = self.now_s();
+        for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
+            info!(worker = %worker, job = ?job, "worker silent too long, removed");
+            if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j)) {
+                entry.workers.retain(|w| *w != worker);
+            }
+        }
+        let horizon_s = self.settings.horizon_s;
+        let deadline = self.settings.bid_timeout;
+        let requests: Vec<_> = self
+            .jobs
+            .iter()
+            .map(|(id, entry)| {
+                let request = entry.addr.send(CollectBid { horizon_s, workers: entry.workers.len() as u32 });
+                (id.clone(), request)
+            })
+            .collect();
+        let gather = async move {
+            let (ids, futures): (Vec<String>, Vec<_>) = requests.into_iter().unzip();
+            let answers =
+                futures_util::future::join_all(futures.into_iter().map(|f| tokio::time::timeout(deadline, f))).await;
+            ids.into_iter().zip(answers.into_iter().map(|a| a.ok().and_then(Result::ok))).collect::<Vec<_>>()
+        };
+        ctx.spawn(gather.into_actor(self).map(move |bids, act, _| act.finish_epoch(bids, started)));
+    }
+
+    fn finish_epoch(&mut self, bids: Vec<(String, Option<Bid>)>, started: Instant) {
+        let gathered = Instant::now();
+        // Jobs that left while bids were gathered are skipped; a job that did not bid in time
+        // keeps exactly the workers it has.
+        let bids: Vec<(String, Option<Bid>)> = bids.into_iter().filter(|(id, _)| self.jobs.contains_key(id)).collect();
+        let late_bids = bids.iter().filter(|(_, b)| b.is_none()).count();
+        let job_bids: Vec<JobBid<_>> = bids
+            .iter()
+            .map(|(id, bid)| {
+                let entry = &self.jobs[id];
+                let have = entry.workers.len() as u32;
+                match bid {
+                    Some(b) => JobBid {
+                        min_workers: b.min_workers,
+                        max_workers: b.max_workers,
+                        current_workers: have,
+                        attained_service: entry.attained_service,
+                        gain: b.gain,
+                    },
+                    None => JobBid {
+                        min_workers: have,
+                        max_workers: have,
+                        current_workers: have,
+                        attained_service: entry.attained_service,
+                        gain: None,
+                    },
+                }
+            })
+            .collect();
+        let worker_ids: Vec<String> = self.registry.iter().map(|(id, _)| id.clone()).collect();
+        let problem = Problem { num_workers: worker_ids.len() as u32, jobs: &job_bids };
+        let allocation = self.settings.policy.allocate(&problem);
+        let policy_done = Instant::now();
+
+        let ord_of: HashMap<&str, usize> = bids.iter().enumerate().map(|(i, (id, _))| (id.as_str(), i)).collect();
+        let current: Vec<Option<usize>> =
+            self.registry.iter().map(|(_, w)| w.job.as_deref().and_then(|j| ord_of.get(j).copied())).collect();
+        let next = placement::place(&allocation.workers, &current);
+        let epoch = self.epoch + 1;
+
+        let mut outgoing = Vec::new();
+        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); bids.len()];
+        let mut workers_moved = 0;
+        for (((worker, entry), &before), &after) in self.registry.iter_mut().zip(&current).zip(&next) {
+            if let Some(j) = after {
+                new_workers[j].push(worker.clone());
+            }
+            let now_job = after.map(|j| bids[j].0.clone());
+            if before != after || entry.job != now_job {
+                workers_moved += 1;
+                entry.job = now_job.clone();
+                let message =
+                    WorkerAssignment { worker: worker.clone(), epoch, job: now_job, role: Default::default() };
+                outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+            }
+        }
+        let epoch_s = self.settings.epoch.as_secs_f64();
+        for ((id, bid), workers) in bids.iter().zip(new_workers) {
+            let Some(entry) = self.jobs.get_mut(id) else { continue };
+            entry.attained_service += epoch_s * workers.len() as f64;
+            if let Some(b) = bid {
+                entry.status = Some(JobStatus { workers: workers.len() as u32, ..b.status.clone() });
+            }
+            if workers != entry.workers {
+                let message = JobAllocation { job: id.clone(), epoch, workers: workers.clone(), batch_size: None };
+                outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
+                entry.workers = workers;
+            }
+        }
+        // Workers of jobs that left are idle now (placement already freed them).
+        let publish_started = Instant::now();
+        let summary_base = EpochSummary {
+            epoch,
+            num_jobs: bids.len(),
+            num_workers: worker_ids.len(),
+            workers_assigned: allocation.total(),
+            workers_moved,
+            late_bids,
+            gather_ms: ms(gathered - started),
+            policy_ms: ms(policy_done - gathered),
+            publish_ms: 0.0,
+            total_ms: 0.0,
+        };
+        self.publisher.send_all(outgoing.into_iter().flatten().collect());
+        let done = Instant::now();
+        let summary =
+            EpochSummary { publish_ms: ms(done - publish_started), total_ms: ms(done - started), ..summary_base };
+        if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
+            self.publisher.send_all(vec![m]);
+        }
+        debug!(epoch, jobs = summary.num_jobs, moved = workers_moved, total_ms = summary.total_ms, "epoch done");
+        if self.history.len() == EPOCH_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(summary);
+        self.epoch = epoch;
+        self.epoch_running = false;
+    }
+
+    fn snapshot(&self) -> StatusSnapshot {
+        let now_s = self.now_s();
+        StatusSnapshot {
+            epoch: self.epoch,
+            policy: format!("{:?}", self.settings.policy).to_lowercase(),
+            jobs: self
+                .jobs
+                .iter()
+                .map(|(id, e)| {
+                    e.status.clone().unwrap_or(JobStatus {
+                        job: id.clone(),
+                        last_iter: None,
+                        last_loss: None,
+                        predicted_gain: None,
+                        workers: e.workers.len() as u32,
+                        points: 0,
+                    })
+                })
+                .collect(),
+            workers: self
+                .registry
+                .iter()
+                .map(|(id, w)| WorkerStatus { worker: id.clone(), job: w.job.clone(), silent_s: now_s - w.last_seen_s })
+                .collect(),
+            accepted: BTreeMap::new(),
+            rejected: self.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl Actor for AllocatorActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Control messages arrive with `do_send` from the ingest task; epochs are timer-driven.
+        ctx.run_interval(self.settings.epoch, |act, ctx| act.start_epoch(ctx));
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JobStarted {
+    pub job: String,
+    pub addr: Addr<JobActor>,
+}
+
+impl Handler<JobStarted> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: JobStarted, _: &mut Self::Context) {
+        match self.jobs.get_mut(&msg.job) {
+            Some(entry) => entry.addr = msg.addr,
+            None => {
+                self.jobs.insert(
+                    msg.job,
+                    JobEntry { addr: msg.addr, workers: Vec::new(), attained_service: 0.0, status: None },
+                );
+            }
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JobStopped {
+    pub job: String,
+}
+
+impl Handler<JobStopped> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: JobStopped, _: &mut Self::Context) {
+        // Its workers keep the job's name in the registry until the next epoch reassigns them.
+        self.jobs.remove(&msg.job);
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerHello(pub WorkerSpec);
+
+impl Handler<WorkerHello> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, WorkerHello(spec): WorkerHello, _: &mut Self::Context) {
+        let now = self.now_s();
+        self.registry.hello(spec, now);
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerBeat(pub String);
+
+impl Handler<WorkerBeat> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, WorkerBeat(worker): WorkerBeat, _: &mut Self::Context) {
+        let now = self.now_s();
+        if !self.registry.beat(&worker, now) {
+            *self.rejected.entry("unknown_worker").or_default() += 1;
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "StatusSnapshot")]
+pub struct GetStatus;
+
+impl Handler<GetStatus> for AllocatorActor {
+    type Result = MessageResult<GetStatus>;
+    fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.snapshot())
+    }
+}
+
+/// The recent epoch summaries, oldest first.
+#[derive(Message)]
+#[rtype(result = "Vec<EpochSummary>")]
+pub struct GetEpochs;
+
+impl Handler<GetEpochs> for AllocatorActor {
+    type Result = MessageResult<GetEpochs>;
+    fn handle(&mut self, _: GetEpochs, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.history.iter().cloned().collect())
+    }
+}

@@ -1,0 +1,6 @@
+//! The actors of the live scheduler: thin shells that own state and call the pure code in
+//! `quality` and `policy`. One file per concern.
+
+pub mod allocator;
+pub mod job;
+pub mod registry;

@@ -1,0 +1,86 @@
+//! The worker registry: which workers exist, when each was last heard from, and which job each
+//! serves. A plain struct (no actix): the allocator actor owns it.
+
+use std::collections::BTreeMap;
+
+use crate::protocol::WorkerSpec;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerEntry {
+    pub spec: WorkerSpec,
+    /// Seconds (on the caller's monotonic clock) of the last hello or heartbeat.
+    pub last_seen_s: f64,
+    pub job: Option<String>,
+}
+
+/// Workers by id, in id order (the worker order of placements).
+#[derive(Clone, Debug, Default)]
+pub struct WorkerRegistry {
+    workers: BTreeMap<String, WorkerEntry>,
+}
+
+impl WorkerRegistry {
+    /// A worker says hello (again): it keeps its job if it had one.
+    pub fn hello(&mut self, spec: WorkerSpec, now_s: f64) {
+        let id = spec.worker.clone();
+        let job = self.workers.get(&id).and_then(|w| w.job.clone());
+        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job });
+    }
+
+    /// A heartbeat; `false` if the worker is unknown (it must say hello first).
+    pub fn beat(&mut self, worker: &str, now_s: f64) -> bool {
+        match self.workers.get_mut(worker) {
+            Some(w) => {
+                w.last_seen_s = now_s;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets workers silent for longer than `timeout_s`; returns them with the job each had.
+    pub fn expire(&mut self, now_s: f64, timeout_s: f64) -> Vec<(String, Option<String>)> {
+        let gone: Vec<String> =
+            self.workers.iter().filter(|(_, w)| now_s - w.last_seen_s > timeout_s).map(|(id, _)| id.clone()).collect();
+        gone.into_iter().filter_map(|id| self.workers.remove(&id).map(|w| (id, w.job))).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &WorkerEntry)> {
+        self.workers.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut WorkerEntry)> {
+        self.workers.iter_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str) -> WorkerSpec {
+        WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None }
+    }
+
+    #[test]
+    fn silent_workers_expire_with_their_job() {
+        let mut r = WorkerRegistry::default();
+        r.hello(spec("a"), 0.0);
+        r.hello(spec("b"), 0.0);
+        r.iter_mut().for_each(|(_, w)| w.job = Some("j".into()));
+        assert!(r.beat("a", 9.0));
+        assert!(!r.beat("zzz", 9.0));
+        assert_eq!(r.expire(12.0, 10.0), vec![("b".to_string(), Some("j".to_string()))]);
+        assert_eq!(r.len(), 1);
+        r.hello(spec("a"), 13.0);
+        assert_eq!(r.iter().next().unwrap().1.job.as_deref(), Some("j"), "a re-hello keeps the job");
+    }
+}

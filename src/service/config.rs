@@ -1,0 +1,261 @@
+//! `slaq serve` configuration: a raw serde struct read from TOML (unknown keys are errors),
+//! overridden by environment variables and flags, then validated into [`ServeConfig`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::policy::PolicyKind;
+use crate::protocol::Subjects;
+use crate::quality::PredictorConfig;
+
+/// As written in `config/slaq.toml`; every key optional.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    pub nats: RawNats,
+    pub scheduler: RawScheduler,
+    pub predictor: PredictorConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNats {
+    pub urls: Vec<String>,
+    pub prefix: String,
+    pub name: String,
+    /// Messages a subscription may buffer before NATS drops (and we count) the rest.
+    pub subscription_capacity: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawScheduler {
+    pub epoch_ms: u64,
+    pub horizon_s: f64,
+    pub policy: PolicyKind,
+    pub worker_timeout_ms: u64,
+    pub bid_timeout_ms: u64,
+    /// A loss report from an unknown job registers it with a default spec.
+    pub register_on_report: bool,
+    pub job_mailbox: usize,
+    pub max_jobs: usize,
+    pub max_payload_bytes: usize,
+    /// Threads the job actors run on (0: one per core).
+    pub job_threads: usize,
+    /// A job refits its predictor at most this often.
+    pub refit_interval_ms: u64,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            nats: RawNats::default(),
+            scheduler: RawScheduler::default(),
+            predictor: PredictorConfig::default(),
+        }
+    }
+}
+
+impl Default for RawNats {
+    fn default() -> Self {
+        RawNats {
+            urls: vec!["nats://127.0.0.1:4222".into()],
+            prefix: "slaq".into(),
+            name: "slaq-scheduler".into(),
+            subscription_capacity: 65_536,
+        }
+    }
+}
+
+impl Default for RawScheduler {
+    fn default() -> Self {
+        RawScheduler {
+            epoch_ms: 5_000,
+            horizon_s: 60.0,
+            policy: PolicyKind::Slaq,
+            worker_timeout_ms: 15_000,
+            bid_timeout_ms: 1_000,
+            register_on_report: true,
+            job_mailbox: 1_024,
+            max_jobs: 200_000,
+            max_payload_bytes: 64 * 1024,
+            job_threads: 0,
+            refit_interval_ms: 100,
+        }
+    }
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub nats_urls: Vec<String>,
+    pub subjects: Subjects,
+    pub client_name: String,
+    pub subscription_capacity: usize,
+    pub epoch: Duration,
+    pub horizon_s: f64,
+    pub policy: PolicyKind,
+    pub worker_timeout: Duration,
+    pub bid_timeout: Duration,
+    pub register_on_report: bool,
+    pub job_mailbox: usize,
+    pub max_jobs: usize,
+    pub max_payload_bytes: usize,
+    pub job_threads: usize,
+    pub refit_interval: Duration,
+    pub predictor: PredictorConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}")]
+    Io { path: String, source: std::io::Error },
+    #[error("invalid settings in {path}")]
+    Parse { path: String, source: toml::de::Error },
+    #[error("{name}={value:?}: {problem}")]
+    Env { name: &'static str, value: String, problem: &'static str },
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+/// Overrides given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub nats: Vec<String>,
+    pub prefix: Option<String>,
+    pub epoch_ms: Option<u64>,
+    pub policy: Option<PolicyKind>,
+}
+
+impl RawConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: display.clone(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: display, source })
+    }
+
+    /// Applies `SLAQ_NATS_URL` (comma-separated), `SLAQ_PREFIX`, `SLAQ_EPOCH_MS` and
+    /// `SLAQ_POLICY` from `env`, then the flags, and validates.
+    pub fn resolve(mut self, env: &BTreeMap<String, String>, flags: &Overrides) -> Result<ServeConfig, ConfigError> {
+        if let Some(v) = env.get("SLAQ_NATS_URL") {
+            self.nats.urls = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        }
+        if let Some(v) = env.get("SLAQ_PREFIX") {
+            self.nats.prefix = v.clone();
+        }
+        if let Some(v) = env.get("SLAQ_EPOCH_MS") {
+            self.scheduler.epoch_ms = v.parse().map_err(|_| ConfigError::Env {
+                name: "SLAQ_EPOCH_MS",
+                value: v.clone(),
+                problem: "not a whole number",
+            })?;
+        }
+        if let Some(v) = env.get("SLAQ_POLICY") {
+            self.scheduler.policy = parse_policy(v).ok_or_else(|| ConfigError::Env {
+                name: "SLAQ_POLICY",
+                value: v.clone(),
+                problem: "expected slaq or fair",
+            })?;
+        }
+        if !flags.nats.is_empty() {
+            self.nats.urls = flags.nats.clone();
+        }
+        if let Some(p) = &flags.prefix {
+            self.nats.prefix = p.clone();
+        }
+        if let Some(e) = flags.epoch_ms {
+            self.scheduler.epoch_ms = e;
+        }
+        if let Some(p) = flags.policy {
+            self.scheduler.policy = p;
+        }
+        self.validate()
+    }
+
+    fn validate(self) -> Result<ServeConfig, ConfigError> {
+        let invalid = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        let s = &self.scheduler;
+        if self.nats.urls.is_empty() {
+            return invalid("nats.urls is empty");
+        }
+        if s.epoch_ms == 0 || s.worker_timeout_ms == 0 || s.bid_timeout_ms == 0 {
+            return invalid("epoch_ms, worker_timeout_ms and bid_timeout_ms must be positive");
+        }
+        if !(s.horizon_s.is_finite() && s.horizon_s > 0.0) {
+            return invalid("horizon_s must be positive");
+        }
+        if s.job_mailbox == 0 || s.max_jobs == 0 || s.max_payload_bytes < 64 {
+            return invalid("job_mailbox and max_jobs must be positive, max_payload_bytes at least 64");
+        }
+        let subjects = Subjects::new(&self.nats.prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let job_threads = if s.job_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            s.job_threads
+        };
+        Ok(ServeConfig {
+            nats_urls: self.nats.urls,
+            subjects,
+            client_name: self.nats.name,
+            subscription_capacity: self.nats.subscription_capacity.max(1),
+            epoch: Duration::from_millis(s.epoch_ms),
+            horizon_s: s.horizon_s,
+            policy: s.policy,
+            worker_timeout: Duration::from_millis(s.worker_timeout_ms),
+            bid_timeout: Duration::from_millis(s.bid_timeout_ms),
+            register_on_report: s.register_on_report,
+            job_mailbox: s.job_mailbox,
+            max_jobs: s.max_jobs,
+            max_payload_bytes: s.max_payload_bytes,
+            job_threads,
+            refit_interval: Duration::from_millis(s.refit_interval_ms),
+            predictor: self.predictor,
+        })
+    }
+}
+
+/// `slaq` or `fair`.
+pub fn parse_policy(name: &str) -> Option<PolicyKind> {
+    match name {
+        "slaq" => Some(PolicyKind::Slaq),
+        "fair" => Some(PolicyKind::Fair),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_then_flags_override_the_file() {
+        let env: BTreeMap<String, String> =
+            [("SLAQ_NATS_URL", "nats://a:1, nats://b:2"), ("SLAQ_EPOCH_MS", "250"), ("SLAQ_POLICY", "fair")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let c = RawConfig::default().resolve(&env, &Overrides::default()).unwrap();
+        assert_eq!(c.nats_urls, vec!["nats://a:1", "nats://b:2"]);
+        assert_eq!(c.epoch, Duration::from_millis(250));
+        assert_eq!(c.policy, PolicyKind::Fair);
+        let flags = Overrides { epoch_ms: Some(100), nats: vec!["nats://c:3".into()], ..Overrides::default() };
+        let c = RawConfig::default().resolve(&env, &flags).unwrap();
+        assert_eq!((c.epoch, c.nats_urls), (Duration::from_millis(100), vec!["nats://c:3".to_string()]));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let env: BTreeMap<String, String> = [("SLAQ_EPOCH_MS".to_string(), "soon".to_string())].into();
+        let err = RawConfig::default().resolve(&env, &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("SLAQ_EPOCH_MS"), "{err}");
+        let flags = Overrides { prefix: Some("a b".into()), ..Overrides::default() };
+        assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
+    }
+
+    #[test]
+    fn the_documented_file_is_the_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/slaq.toml");
+        assert_eq!(RawConfig::load(&path).unwrap(), RawConfig::default());
+    }
+}

@@ -1,0 +1,272 @@
+//! `slaq serve`: the live scheduler. [`run`] takes a connected NATS client and a shutdown
+//! future (so tests pass their own), starts the allocator actor and the job-actor threads, and
+//! runs the ingest loop until shutdown.
+//!
+//! The ingest loop holds one wildcard subscription per message kind (not one per job), decodes
+//! and validates every message, and routes loss reports to the job's actor with `try_send`:
+//! a full mailbox is counted (`overloaded`), never waited on. Bad input is counted by cause,
+//! logged at most once per cause every 10 s, answered with an error `Ack` where there is a reply
+//! subject, and dropped. The loop is the only owner of the job routing table.
+
+pub mod config;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tracing::{info, warn};
+
+use crate::actors::allocator::{
+    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, WorkerBeat, WorkerHello,
+};
+use crate::actors::job::{JobActor, Report, Stop, UpdateSpec};
+use crate::bus::{BusCounters, BusError, Publisher};
+use crate::protocol::{
+    self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReport, ProtocolError, RejectCause,
+    StatusSnapshot, WorkerSpec,
+};
+pub use config::{Overrides, RawConfig, ServeConfig};
+
+/// Handles for code that runs the service in process (benchmarks, tests).
+#[derive(Clone)]
+pub struct ServiceHandle {
+    pub allocator: Addr<AllocatorActor>,
+}
+
+impl ServiceHandle {
+    pub async fn status(&self) -> Option<StatusSnapshot> {
+        self.allocator.send(GetStatus).await.ok()
+    }
+
+    pub async fn epochs(&self) -> Vec<EpochSummary> {
+        self.allocator.send(GetEpochs).await.unwrap_or_default()
+    }
+}
+
+/// Runs the scheduler until `shutdown` completes. Must be called inside an actix `System`.
+/// `on_ready` receives handles once the subscriptions are in place.
+pub async fn run(
+    client: async_nats::Client,
+    counters: Arc<BusCounters>,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(ServiceHandle),
+) -> Result<(), BusError> {
+    let publisher = Publisher::new(client.clone(), config.subjects.clone());
+    let settings = AllocatorSettings {
+        epoch: config.epoch,
+        horizon_s: config.horizon_s,
+        policy: config.policy,
+        worker_timeout: config.worker_timeout,
+        bid_timeout: config.bid_timeout,
+    };
+    let allocator = AllocatorActor::new(settings, publisher).start();
+    let arbiters: Vec<Arbiter> = (0..config.job_threads.max(1)).map(|_| Arbiter::new()).collect();
+
+    let mut subscriptions = Vec::new();
+    let subjects = config.subjects.scheduler_subscriptions();
+    for subject in subjects.iter().cloned().chain([config.subjects.ctl_status()]) {
+        let sub = client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source })?;
+        subscriptions.push(sub);
+    }
+    let mut messages = futures_util::stream::select_all(subscriptions);
+    info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
+    on_ready(ServiceHandle { allocator: allocator.clone() });
+
+    let mut ingest = Ingest {
+        client: client.clone(),
+        config,
+        allocator: allocator.clone(),
+        arbiters: arbiters.iter().map(|a| a.handle()).collect(),
+        next_arbiter: 0,
+        jobs: HashMap::new(),
+        accepted: BTreeMap::new(),
+        rejected: BTreeMap::new(),
+        last_logged: HashMap::new(),
+        bus: counters,
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            message = messages.next() => match message {
+                Some(message) => ingest.handle(message).await,
+                None => break,
+            },
+        }
+    }
+    info!("slaq scheduler stopping");
+    for addr in ingest.jobs.values() {
+        addr.do_send(Stop);
+    }
+    for arbiter in arbiters {
+        arbiter.stop();
+    }
+    // Deliver what is queued before the connection goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    Ok(())
+}
+
+struct Ingest {
+    client: async_nats::Client,
+    config: ServeConfig,
+    allocator: Addr<AllocatorActor>,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: usize,
+    jobs: HashMap<String, Addr<JobActor>>,
+    accepted: BTreeMap<&'static str, u64>,
+    rejected: BTreeMap<RejectCause, u64>,
+    last_logged: HashMap<RejectCause, Instant>,
+    bus: Arc<BusCounters>,
+}
+
+impl Ingest {
+    async fn handle(&mut self, message: async_nats::Message) {
+        let encoding = Encoding::from_content_type(
+            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
+        );
+        let reply = message.reply.clone().map(|r| r.to_string());
+        let subject = message.subject.to_string();
+        match self.dispatch(&subject, &message.payload, encoding, reply.as_deref()).await {
+            Ok(kind) => {
+                *self.accepted.entry(kind).or_default() += 1;
+            }
+            Err(error) => {
+                let cause = error.cause();
+                *self.rejected.entry(cause).or_default() += 1;
+                let now = Instant::now();
+                let quiet = self.last_logged.get(&cause).is_some_and(|t| now - *t < Duration::from_secs(10));
+                if !quiet {
+                    self.last_logged.insert(cause, now);
+                    warn!(cause = cause.as_str(), subject, error = %error, "message rejected (logged once per cause every 10 s)");
+                }
+                if let Some(reply) = reply {
+                    self.reply(&reply, encoding, &Ack::error(error.to_string())).await;
+                }
+            }
+        }
+    }
+
+    async fn reply<T: serde::Serialize>(&self, reply: &str, encoding: Encoding, message: &T) {
+        if let Err(e) = crate::bus::publish(&self.client, reply.to_string(), encoding, message).await {
+            warn!(error = %e, "cannot send a reply");
+        }
+    }
+
+    /// Handles one message; returns the kind counted as accepted.
+    async fn dispatch(
+        &mut self,
+        subject: &str,
+        payload: &Bytes,
+        encoding: Encoding,
+        reply: Option<&str>,
+    ) -> Result<&'static str, ProtocolError> {
+        if payload.len() > self.config.max_payload_bytes {
+            return Err(ProtocolError::Invalid("payload larger than max_payload_bytes", RejectCause::Oversized));
+        }
+        let (kind, id) = self.config.subjects.parse(subject)?;
+        match kind {
+            Kind::JobLoss => {
+                let report: LossReport = protocol::decode(encoding, payload, "loss report")?;
+                report.validate(id)?;
+                let addr = match self.jobs.get(id) {
+                    Some(addr) => addr.clone(),
+                    None if self.config.register_on_report => self.start_job(JobSpec::new(id))?,
+                    None => {
+                        return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
+                    }
+                };
+                addr.try_send(Report(report)).map_err(|e| match e {
+                    SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+                    SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                })?;
+                Ok("loss")
+            }
+            Kind::JobHello => {
+                let spec: JobSpec = protocol::decode(encoding, payload, "job spec")?;
+                spec.validate(id)?;
+                match self.jobs.get(id) {
+                    Some(addr) => addr.do_send(UpdateSpec(spec)),
+                    None => {
+                        self.start_job(spec)?;
+                    }
+                }
+                if let Some(reply) = reply {
+                    self.reply(reply, encoding, &Ack::ok()).await;
+                }
+                Ok("job_hello")
+            }
+            Kind::JobBye => {
+                let end: JobEnd = protocol::decode(encoding, payload, "job end")?;
+                end.validate(id)?;
+                let addr =
+                    self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
+                addr.do_send(Stop);
+                self.allocator.do_send(JobStopped { job: id.to_string() });
+                info!(job = id, reason = ?end.reason, "job left");
+                Ok("job_bye")
+            }
+            Kind::WorkerHello => {
+                let spec: WorkerSpec = protocol::decode(encoding, payload, "worker spec")?;
+                spec.validate(id)?;
+                self.allocator.do_send(WorkerHello(spec));
+                if let Some(reply) = reply {
+                    self.reply(reply, encoding, &Ack::ok()).await;
+                }
+                Ok("worker_hello")
+            }
+            Kind::WorkerBeat => {
+                let beat: Heartbeat = protocol::decode(encoding, payload, "heartbeat")?;
+                beat.validate(id)?;
+                self.allocator.do_send(WorkerBeat(id.to_string()));
+                Ok("worker_beat")
+            }
+            Kind::CtlStatus => {
+                let reply =
+                    reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
+                let accepted: BTreeMap<String, u64> = self.accepted.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                let mut rejected: BTreeMap<String, u64> =
+                    self.rejected.iter().map(|(k, v)| (k.as_str().to_string(), *v)).collect();
+                let dropped = self.bus.slow_consumer.load(std::sync::atomic::Ordering::Relaxed);
+                if dropped > 0 {
+                    rejected.insert("slow_consumer_events".into(), dropped);
+                }
+                let allocator = self.allocator.clone();
+                let client = self.client.clone();
+                let reply = reply.to_string();
+                // Answered off the ingest loop: the allocator may be mid-epoch.
+                actix::spawn(async move {
+                    let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
+                    snapshot.accepted = accepted;
+                    for (k, v) in rejected {
+                        *snapshot.rejected.entry(k).or_default() += v;
+                    }
+                    if let Err(e) = crate::bus::publish(&client, reply, encoding, &snapshot).await {
+                        warn!(error = %e, "cannot answer a status request");
+                    }
+                });
+                Ok("status")
+            }
+            Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => Err(ProtocolError::UnknownSubject),
+        }
+    }
+
+    fn start_job(&mut self, spec: JobSpec) -> Result<Addr<JobActor>, ProtocolError> {
+        if self.jobs.len() >= self.config.max_jobs {
+            return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
+        }
+        let id = spec.job.clone();
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let (predictor, refit, mailbox) = (self.config.predictor, self.config.refit_interval, self.config.job_mailbox);
+        let addr = JobActor::start_in_arbiter(arbiter, move |_| JobActor::new(spec, predictor, refit, mailbox));
+        self.jobs.insert(id.clone(), addr.clone());
+        self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });
+        info!(job = id, "job joined");
+        Ok(addr)
+    }
+}

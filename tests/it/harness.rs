@@ -1,0 +1,173 @@
+//! Real processes for integration tests: a private `nats-server` on a free loopback port and
+//! `slaq serve` as a child, both killed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use slaq::bus;
+use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("slaq-it-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub struct NatsServer {
+    child: Child,
+    pub url: String,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        let dir = temp_dir("nats");
+        Self::start_on(dir, None)
+    }
+
+    fn start_on(dir: PathBuf, port: Option<u16>) -> NatsServer {
+        let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
+        let child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port_arg, "--ports_file_dir"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server must be installed (apt-get install -y nats-server)");
+        let url = wait_for_ports_file(&dir, child.id());
+        let port = url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the URL");
+        NatsServer { child, url, port, dir }
+    }
+
+    /// Kills the server (a fault) and starts a new one on the same port.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).expect("dir");
+        let fresh = Self::start_on(self.dir.clone(), Some(self.port));
+        let old = std::mem::replace(self, fresh);
+        // The old server is dead and its directory is the new one's: skip its Drop.
+        std::mem::forget(old);
+    }
+}
+
+fn wait_for_ports_file(dir: &Path, pid: u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let file = dir.join(format!("nats-server_{pid}.ports"));
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                if let Some(url) = v["nats"][0].as_str() {
+                    return url.to_string();
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "nats-server did not write its ports file in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `slaq serve` as a child process.
+pub struct Scheduler {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Scheduler {
+    /// Starts `slaq serve` with `settings` (TOML) against `url`.
+    pub fn start(url: &str, settings: &str) -> Scheduler {
+        let dir = temp_dir("serve");
+        let config = dir.join("slaq.toml");
+        std::fs::write(&config, settings).expect("config");
+        let log = dir.join("serve.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_slaq"))
+            .args(["serve", "--nats", url, "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "slaq=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("slaq serve starts");
+        Scheduler { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "slaq serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn client(url: &str) -> async_nats::Client {
+    bus::connect(&[url.to_string()], "slaq-test", 65_536).await.expect("connect").0
+}
+
+/// Asks for status until the scheduler answers (it may still be starting).
+pub async fn wait_status(client: &async_nats::Client, subjects: &Subjects) -> StatusSnapshot {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match bus::request(client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_millis(500)).await {
+            Ok(s) => return s,
+            Err(e) => assert!(Instant::now() < deadline, "scheduler never answered status: {e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `check` on status snapshots until it holds (or panics with the last snapshot).
+pub async fn eventually(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    timeout: Duration,
+    what: &str,
+    check: impl Fn(&StatusSnapshot) -> bool,
+) -> StatusSnapshot {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = wait_status(client, subjects).await;
+        if check(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: never happened; last status {s:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Settings for a fast test scheduler.
+pub fn fast_settings(extra: &str) -> String {
+    format!(
+        "[scheduler]\nepoch_ms = 100\nworker_timeout_ms = 1500\nbid_timeout_ms = 500\nrefit_interval_ms = 20\n{extra}"
+    )
+}

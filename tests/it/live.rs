@@ -1,0 +1,260 @@
+//! The live scheduler over a real nats-server: jobs and workers are plain NATS clients.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use slaq::bus;
+use slaq::protocol::{
+    self, Ack, Encoding, EndReason, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerAssignment,
+    WorkerSpec,
+};
+
+use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn subjects() -> Subjects {
+    Subjects::new("slaq").unwrap()
+}
+
+async fn hello_worker(c: &async_nats::Client, id: &str) {
+    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None };
+    let ack: Ack =
+        bus::request(c, subjects().worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok, "{ack:?}");
+}
+
+async fn beat(c: &async_nats::Client, id: &str) {
+    let hb = Heartbeat { worker: id.into(), at: None };
+    bus::publish(c, subjects().worker_beat(id), Encoding::MsgPack, &hb).await.unwrap();
+}
+
+async fn report(c: &async_nats::Client, job: &str, iter: u64, loss: f64, workers: u32) {
+    let r = LossReport { job: job.into(), iter, loss, iter_seconds: 0.5, workers, batch_size: None, sent_at: None };
+    bus::publish(c, subjects().job_loss(job), Encoding::MsgPack, &r).await.unwrap();
+}
+
+/// Keeps `workers` alive with heartbeats until dropped.
+fn keep_alive(c: async_nats::Client, workers: Vec<String>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for w in &workers {
+                beat(&c, w).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+#[tokio::test]
+async fn jobs_register_reports_flow_and_workers_follow_assignments() {
+    let nats = NatsServer::start();
+    let scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+
+    let mut assignments = c.subscribe("slaq.v1.worker.*.assign").await.unwrap();
+    let mut allocs = c.subscribe("slaq.v1.job.*.alloc").await.unwrap();
+    let workers: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    for w in &workers {
+        hello_worker(&c, w).await;
+    }
+    let beats = keep_alive(c.clone(), workers.clone());
+    for job in ["fast", "slow"] {
+        let ack: Ack =
+            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &JobSpec::new(job), Duration::from_secs(5))
+                .await
+                .unwrap();
+        assert!(ack.ok);
+    }
+    // "fast" still improves; "slow" dropped early and has been flat since.
+    for k in 1..=30u64 {
+        report(&c, "fast", k, 1.0 / k as f64, 1).await;
+        report(&c, "slow", k, 0.5 + 0.5 * 0.3f64.powi(k.min(6) as i32), 1).await;
+    }
+    let status = eventually(&c, &s, WAIT, "both jobs have all their points and the cluster is in use", |st| {
+        st.jobs.len() == 2 && st.jobs.iter().all(|j| j.points == 30) && st.workers.iter().all(|w| w.job.is_some())
+    })
+    .await;
+    let fast = status.jobs.iter().find(|j| j.job == "fast").unwrap();
+    let slow = status.jobs.iter().find(|j| j.job == "slow").unwrap();
+    assert!(fast.workers > slow.workers, "the improving job gets more workers: {status:#?}");
+    assert_eq!(status.accepted.get("loss"), Some(&60));
+
+    // Every worker heard its assignment, and each job its allocation.
+    let mut heard: HashMap<String, Option<String>> = HashMap::new();
+    let deadline = Instant::now() + WAIT;
+    while heard.len() < workers.len() {
+        let msg = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), assignments.next())
+            .await
+            .expect("assignments")
+            .unwrap();
+        let a: WorkerAssignment = protocol::decode(Encoding::MsgPack, &msg.payload, "assignment").unwrap();
+        assert_eq!(msg.subject.as_str(), s.worker_assign(&a.worker));
+        heard.insert(a.worker.clone(), a.job);
+    }
+    let msg = tokio::time::timeout(WAIT, allocs.next()).await.unwrap().unwrap();
+    let alloc: JobAllocation = protocol::decode(Encoding::MsgPack, &msg.payload, "alloc").unwrap();
+    assert!(!alloc.workers.is_empty());
+
+    // A finished job frees its workers for the other.
+    bus::publish(&c, s.job_bye("fast"), Encoding::MsgPack, &JobEnd { job: "fast".into(), reason: EndReason::Finished })
+        .await
+        .unwrap();
+    eventually(&c, &s, WAIT, "the remaining job gets the freed workers", |st| {
+        st.jobs.len() == 1 && st.workers.iter().all(|w| w.job.as_deref() == Some("slow"))
+    })
+    .await;
+    beats.abort();
+    assert!(scheduler.terminate().success(), "slaq serve exits cleanly on SIGTERM");
+}
+
+#[tokio::test]
+async fn a_dead_workers_job_gets_another_worker() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+    // One job that can use one worker; two workers.
+    let spec = JobSpec { max_workers: Some(1), ..JobSpec::new("j") };
+    let _: Ack = bus::request(&c, s.job_hello("j"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    for w in ["a", "b"] {
+        hello_worker(&c, w).await;
+    }
+    let beat_a = keep_alive(c.clone(), vec!["a".into()]);
+    let beat_b = keep_alive(c.clone(), vec!["b".into()]);
+    for k in 1..=10 {
+        report(&c, "j", k, 1.0 / k as f64, 1).await;
+    }
+    let st = eventually(&c, &s, WAIT, "the job holds a worker", |st| st.workers.iter().any(|w| w.job.is_some())).await;
+    let holder = st.workers.iter().find(|w| w.job.is_some()).unwrap().worker.clone();
+    // The holder dies.
+    if holder == "a" {
+        beat_a.abort()
+    } else {
+        beat_b.abort()
+    }
+    let other = if holder == "a" { "b" } else { "a" };
+    eventually(&c, &s, WAIT, "the job moves to the live worker", |st| {
+        st.workers.len() == 1 && st.workers[0].worker == other && st.workers[0].job.as_deref() == Some("j")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on() {
+    let nats = NatsServer::start();
+    let scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+
+    c.publish(s.job_loss("j"), "\u{1}garbage".into()).await.unwrap();
+    c.publish(s.job_loss("j"), bytes::Bytes::new()).await.unwrap();
+    // NaN and negative time (MessagePack carries NaN).
+    let nan = LossReport {
+        job: "j".into(),
+        iter: 1,
+        loss: f64::NAN,
+        iter_seconds: 0.1,
+        workers: 1,
+        batch_size: None,
+        sent_at: None,
+    };
+    bus::publish(&c, s.job_loss("j"), Encoding::MsgPack, &nan).await.unwrap();
+    let negative = LossReport { loss: 1.0, iter_seconds: -3.0, ..nan.clone() };
+    bus::publish(&c, s.job_loss("j"), Encoding::MsgPack, &negative).await.unwrap();
+    // The payload names another job than the subject.
+    let other = LossReport { job: "k".into(), loss: 1.0, ..nan.clone() };
+    bus::publish(&c, s.job_loss("j"), Encoding::MsgPack, &other).await.unwrap();
+    // An id that is too long, and a subject outside the contract.
+    let long = "x".repeat(65);
+    c.publish(format!("slaq.v1.job.{long}.loss"), "{}".into()).await.unwrap();
+    // A hello with a broken spec gets an error Ack.
+    let bad = JobSpec { weight: -1.0, ..JobSpec::new("j") };
+    let ack: Ack = bus::request(&c, s.job_hello("j"), Encoding::MsgPack, &bad, Duration::from_secs(5)).await.unwrap();
+    assert!(!ack.ok && ack.error.is_some(), "{ack:?}");
+    // Duplicates are counted by the job, not as new points.
+    for k in [1u64, 2, 2, 3] {
+        report(&c, "j", k, 1.0 / k as f64, 1).await;
+    }
+    let st = eventually(&c, &s, WAIT, "good reports land after the bad ones", |st| {
+        st.jobs.iter().any(|j| j.job == "j" && j.points == 3)
+    })
+    .await;
+    let rejected = |cause: &str| st.rejected.get(cause).copied().unwrap_or(0);
+    assert_eq!(rejected("undecodable"), 2, "{:?}", st.rejected);
+    assert_eq!(rejected("non_finite_loss"), 1);
+    assert_eq!(rejected("negative_time"), 1);
+    assert_eq!(rejected("id_mismatch"), 1);
+    assert_eq!(rejected("invalid_id"), 1);
+    assert_eq!(rejected("invalid_spec"), 1);
+    assert_eq!(st.accepted.get("loss"), Some(&4));
+    // Logged once per cause.
+    let log = scheduler.log_text();
+    assert_eq!(log.matches("cause=\"undecodable\"").count() + log.matches("cause=undecodable").count(), 1, "{log}");
+}
+
+#[tokio::test]
+async fn json_and_msgpack_both_work_and_replies_use_the_request_encoding() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+    // A job speaking JSON by hand.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    let reply = c
+        .request_with_headers(
+            s.job_hello("js"),
+            headers.clone(),
+            r#"{"job":"js","family":"logreg","future_field":1}"#.into(),
+        )
+        .await
+        .unwrap();
+    let ack: Ack = serde_json::from_slice(&reply.payload).expect("a JSON reply to a JSON request");
+    assert!(ack.ok);
+    for k in 1..=5 {
+        let body = format!(r#"{{"job":"js","iter":{k},"loss":{},"iter_seconds":0.2,"workers":1}}"#, 1.0 / k as f64);
+        c.publish_with_headers(s.job_loss("js"), headers.clone(), body.into()).await.unwrap();
+    }
+    // And one in MessagePack.
+    report(&c, "mp", 1, 2.0, 0).await;
+    let st = eventually(&c, &s, WAIT, "both encodings land", |st| {
+        st.jobs.iter().any(|j| j.job == "js" && j.points == 5) && st.jobs.iter().any(|j| j.job == "mp" && j.points == 1)
+    })
+    .await;
+    assert!(st.rejected.is_empty(), "{:?}", st.rejected);
+    let json_status: serde_json::Value =
+        serde_json::from_slice(&c.request_with_headers(s.ctl_status(), headers, "{}".into()).await.unwrap().payload)
+            .unwrap();
+    assert!(json_status["jobs"].is_array());
+}
+
+#[tokio::test]
+async fn the_scheduler_rides_out_a_nats_restart() {
+    let mut nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+    report(&c, "j", 1, 1.0, 0).await;
+    eventually(&c, &s, WAIT, "first report", |st| st.jobs.iter().any(|j| j.points == 1)).await;
+    nats.restart();
+    // Both clients reconnect (async-nats retries), the scheduler re-subscribes, and state survives
+    // in the scheduler's memory.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        report(&c, "j", 2, 0.5, 0).await;
+        let st = wait_status(&c, &s).await;
+        if st.jobs.iter().any(|j| j.job == "j" && j.points == 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no report landed after the restart: {st:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
