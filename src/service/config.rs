@@ -47,16 +47,6 @@ pub struct RawScheduler {
     pub refit_interval_ms: u64,
 }
 
-impl Default for RawConfig {
-    fn default() -> Self {
-        RawConfig {
-            nats: RawNats::default(),
-            scheduler: RawScheduler::default(),
-            predictor: PredictorConfig::default(),
-        }
-    }
-}
-
 impl Default for RawNats {
     fn default() -> Self {
         RawNats {
