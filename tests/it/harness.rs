@@ -61,12 +61,10 @@ fn wait_for_ports_file(dir: &Path, pid: u32) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let file = dir.join(format!("nats-server_{pid}.ports"));
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-                if let Some(url) = v["nats"][0].as_str() {
-                    return url.to_string();
-                }
-            }
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let ports: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        if let Some(url) = ports["nats"][0].as_str() {
+            return url.to_string();
         }
         assert!(Instant::now() < deadline, "nats-server did not write its ports file in {}", dir.display());
         std::thread::sleep(Duration::from_millis(20));
