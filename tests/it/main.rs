@@ -4,6 +4,8 @@ mod cli;
 mod harness;
 mod live;
 mod policy_props;
+mod protocol_fuzz;
+mod python;
 mod sim;
 
 use std::path::PathBuf;
