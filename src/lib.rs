@@ -6,6 +6,7 @@
 
 pub mod actors;
 pub mod bus;
+pub mod emulate;
 pub mod policy;
 pub mod protocol;
 pub mod quality;

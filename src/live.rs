@@ -10,7 +10,7 @@ use slaq::bus;
 use slaq::protocol::{self, Ack, Encoding, Heartbeat, StatusSnapshot, Subjects, WorkerAssignment, WorkerSpec};
 use slaq::service::{self, Overrides, RawConfig};
 
-use crate::{ServeArgs, StatusArgs, WorkerArgs};
+use crate::{EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
 
 /// Resolves once SIGINT or SIGTERM arrives.
 async fn shutdown_signal() {
@@ -155,5 +155,58 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     }
     println!("\naccepted: {:?}", snapshot.accepted);
     println!("rejected: {:?}", snapshot.rejected);
+    Ok(())
+}
+
+pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
+    use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+    anyhow::ensure!(args.speed > 0.0 && args.epoch_ms > 0 && args.workers > 0, "--speed, --epoch-ms and --workers must be positive");
+    let curves = crate::load_all(&args.curves)?;
+    let workload = WorkloadConfig { num_jobs: args.jobs, seed: args.seed, ..WorkloadConfig::default() };
+    let jobs = sim::workload::generate(&curves, &workload)?;
+    let epoch_s = args.epoch_ms as f64 / 1000.0 * args.speed;
+    let sim_config = SimConfig { num_workers: args.workers, epoch_s, ..SimConfig::default() };
+    let simulated = sim::engine::run(&jobs, &sim_config, PolicySpec::named("slaq").context("slaq policy")?, |_| {});
+    let config = slaq::emulate::EmulateConfig {
+        subjects: Subjects::new(&args.prefix)?,
+        num_workers: args.workers,
+        speed: args.speed,
+        speedup: sim_config.speedup,
+        min_workers_per_job: sim_config.min_workers_per_job,
+        sample_s: epoch_s,
+        max_duration: Duration::from_secs_f64(args.duration),
+        beat_every: Duration::from_millis(1000),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let live = runtime.block_on(async {
+        let (client, _) = bus::connect(&args.nats, "slaq-emulate", 65_536).await?;
+        let live = slaq::emulate::run(&client, &jobs, &config).await?;
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+        Ok::<_, anyhow::Error>(live)
+    })?;
+    let diff_pct = 100.0 * (live.summary.avg_norm_loss - simulated.summary.avg_norm_loss) / simulated.summary.avg_norm_loss;
+    let report = serde_json::json!({
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "seed": args.seed,
+        "speed": args.speed,
+        "epoch_s": epoch_s,
+        "live": live.summary,
+        "simulated": simulated.summary,
+        "avg_norm_loss_diff_pct": diff_pct,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s", args.jobs, args.workers, args.seed, args.speed);
+        println!("{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}", "run", "avg loss", "t90 s", "t95 s", "JCT s", "unfinished");
+        for (name, s) in [("live", &live.summary), ("simulated", &simulated.summary)] {
+            println!(
+                "{:<10} {:>10.4} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+                name, s.avg_norm_loss, s.mean_time_to_90_s, s.mean_time_to_95_s, s.mean_jct_s, s.jobs_unfinished
+            );
+        }
+        println!("live vs simulated average normalised loss: {diff_pct:+.1}%");
+    }
     Ok(())
 }

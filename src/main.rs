@@ -27,6 +27,8 @@ enum Command {
     Worker(WorkerArgs),
     /// Print what the scheduler believes: jobs, workers and message counters.
     Status(StatusArgs),
+    /// Play a simulator workload over NATS against `slaq serve` and compare with `simulate`.
+    Emulate(Box<EmulateArgs>),
     /// Measure the scheduler's own costs.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -74,6 +76,34 @@ struct WorkerArgs {
     /// SLAQ_EPOCH in its environment (run through `sh -c`; the previous one is killed first).
     #[arg(long)]
     exec: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct EmulateArgs {
+    #[arg(long, required = true, value_delimiter = ',')]
+    curves: Vec<PathBuf>,
+    #[arg(long, default_value_t = 160)]
+    jobs: usize,
+    #[arg(long, default_value_t = slaq::sim::DEFAULT_WORKERS)]
+    workers: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Virtual seconds per real second.
+    #[arg(long, default_value_t = 50.0)]
+    speed: f64,
+    /// The scheduler's epoch in milliseconds (`slaq serve --epoch-ms`): with `--speed` it gives
+    /// the simulated run's epoch, so the two runs compare.
+    #[arg(long, default_value_t = 100)]
+    epoch_ms: u64,
+    /// Give up after this many real seconds.
+    #[arg(long, default_value_t = 600.0)]
+    duration: f64,
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    #[arg(long, default_value = "slaq")]
+    prefix: String,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -203,12 +233,13 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
         Command::Status(args) => live::status(args),
+        Command::Emulate(args) => live::emulate(*args),
     }
 }
 
 mod live;
 
-fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<trace::TraceCurve>> {
+pub(crate) fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<trace::TraceCurve>> {
     let mut curves = Vec::new();
     for path in paths {
         curves.extend(trace::load_curves(path).with_context(|| format!("loading curves from {}", path.display()))?);

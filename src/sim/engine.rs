@@ -8,8 +8,8 @@
 use crate::policy::{GainFn, JobBid, PolicyKind, Problem};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
 
-use super::metrics::{JobOutcome, RunMetrics, Sample};
-use super::workload::{Group, SimJob};
+use super::metrics::{ActiveJob, JobOutcome, RunMetrics, Tracker};
+use super::workload::SimJob;
 
 /// How iteration time grows with workers: `t(w) = t₁·(σ + (1−σ)/w + c·log2 w)`.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -132,6 +132,10 @@ struct JobState<'a> {
 }
 
 impl JobState<'_> {
+    fn view(&self) -> ActiveJob {
+        ActiveJob { norm_loss: self.norm_loss, workers: self.workers, group: self.job.group }
+    }
+
     fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
         self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
     }
@@ -166,7 +170,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let mut active: Vec<usize> = Vec::new();
     let mut now = 0.0f64;
     let mut next_epoch = 0.0f64;
-    let mut metrics = Accumulator::new(config);
+    let mut metrics = Tracker::new(config.num_workers, config.speedup.most_useful_workers().min(config.max_workers_per_job));
     let mut num_finished = 0;
 
     while num_finished < jobs.len() && now < config.max_time_s {
@@ -182,7 +186,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
             }
         }
         let dt = (next_time - now).max(0.0);
-        metrics.integrate(&states, &active, dt);
+        metrics.integrate(active.iter().map(|&j| states[j].view()), dt);
         for &j in &active {
             let s = &mut states[j];
             if s.workers > 0 {
@@ -247,7 +251,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
 
         if now >= next_epoch {
             reallocate(&mut states, &active, config, policy);
-            metrics.sample(now, &states, &active);
+            metrics.sample(now, active.iter().map(|&j| states[j].view()));
             next_epoch = now + config.epoch_s;
         }
     }
@@ -359,86 +363,3 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
     }
 }
 
-/// Running sums for the metrics (see [`super::metrics`] for their definitions).
-struct Accumulator {
-    num_workers: u32,
-    most_useful: u32,
-    loss_area: f64,
-    active_time: f64,
-    contended_time: f64,
-    busy_worker_time: f64,
-    group_worker_time: [f64; 3],
-    samples: Vec<Sample>,
-}
-
-impl Accumulator {
-    fn new(config: &SimConfig) -> Self {
-        Accumulator {
-            num_workers: config.num_workers,
-            most_useful: config.speedup.most_useful_workers().min(config.max_workers_per_job),
-            loss_area: 0.0,
-            active_time: 0.0,
-            contended_time: 0.0,
-            busy_worker_time: 0.0,
-            group_worker_time: [0.0; 3],
-            samples: Vec::new(),
-        }
-    }
-
-    fn integrate(&mut self, states: &[JobState<'_>], active: &[usize], dt: f64) {
-        if active.is_empty() || dt <= 0.0 {
-            return;
-        }
-        let mean: f64 = active.iter().map(|&j| states[j].norm_loss).sum::<f64>() / active.len() as f64;
-        self.loss_area += mean * dt;
-        self.active_time += dt;
-        if active.len() as u64 * u64::from(self.most_useful) > u64::from(self.num_workers) {
-            self.contended_time += dt;
-        }
-        for &j in active {
-            let w = f64::from(states[j].workers) * dt;
-            self.busy_worker_time += w;
-            self.group_worker_time[group_index(states[j].job.group)] += w;
-        }
-    }
-
-    fn sample(&mut self, now: f64, states: &[JobState<'_>], active: &[usize]) {
-        let mut share = [0.0; 3];
-        let mut loss_sum = 0.0;
-        for &j in active {
-            share[group_index(states[j].job.group)] += f64::from(states[j].workers) / f64::from(self.num_workers);
-            loss_sum += states[j].norm_loss;
-        }
-        self.samples.push(Sample {
-            time_s: now,
-            active_jobs: active.len(),
-            mean_norm_loss: if active.is_empty() { f64::NAN } else { loss_sum / active.len() as f64 },
-            share_high: share[0],
-            share_medium: share[1],
-            share_low: share[2],
-        });
-    }
-
-    fn finish(self, policy: &str, jobs: Vec<JobOutcome>, end_s: f64) -> RunMetrics {
-        let capacity_time = f64::from(self.num_workers) * self.active_time;
-        RunMetrics::new(
-            policy,
-            self.num_workers,
-            self.loss_area / self.active_time.max(1e-300),
-            self.contended_time / self.active_time.max(1e-300),
-            self.busy_worker_time / capacity_time.max(1e-300),
-            Group::ALL.map(|g| self.group_worker_time[group_index(g)] / capacity_time.max(1e-300)),
-            end_s,
-            jobs,
-            self.samples,
-        )
-    }
-}
-
-fn group_index(group: Group) -> usize {
-    match group {
-        Group::High => 0,
-        Group::Medium => 1,
-        Group::Low => 2,
-    }
-}

@@ -84,7 +84,7 @@ fn median(values: &[f64]) -> f64 {
 
 impl RunMetrics {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
+    fn new(
         policy: &str,
         num_workers: u32,
         avg_norm_loss: f64,
@@ -135,4 +135,103 @@ impl RunMetrics {
 /// `100·(1 − ours/theirs)`: how much lower ours is, in percent.
 pub fn reduction_pct(ours: f64, theirs: f64) -> f64 {
     100.0 * (1.0 - ours / theirs)
+}
+
+/// What the metrics need of an active job at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActiveJob {
+    pub norm_loss: f64,
+    pub workers: u32,
+    pub group: Group,
+}
+
+/// Running sums of a run's metrics: the simulator and `slaq emulate` both feed one, so both
+/// measure the same way.
+#[derive(Clone, Debug)]
+pub struct Tracker {
+    num_workers: u32,
+    most_useful: u32,
+    loss_area: f64,
+    active_time: f64,
+    contended_time: f64,
+    busy_worker_time: f64,
+    group_worker_time: [f64; 3],
+    samples: Vec<Sample>,
+}
+
+fn group_index(group: Group) -> usize {
+    match group {
+        Group::High => 0,
+        Group::Medium => 1,
+        Group::Low => 2,
+    }
+}
+
+impl Tracker {
+    /// `most_useful`: workers beyond which one job gains nothing (for the contended fraction).
+    pub fn new(num_workers: u32, most_useful: u32) -> Self {
+        Tracker {
+            num_workers,
+            most_useful,
+            loss_area: 0.0,
+            active_time: 0.0,
+            contended_time: 0.0,
+            busy_worker_time: 0.0,
+            group_worker_time: [0.0; 3],
+            samples: Vec::new(),
+        }
+    }
+
+    /// The active jobs held this state for `dt` seconds.
+    pub fn integrate(&mut self, active: impl Iterator<Item = ActiveJob> + Clone, dt: f64) {
+        let count = active.clone().count();
+        if count == 0 || dt <= 0.0 {
+            return;
+        }
+        let mean = active.clone().map(|j| j.norm_loss).sum::<f64>() / count as f64;
+        self.loss_area += mean * dt;
+        self.active_time += dt;
+        if count as u64 * u64::from(self.most_useful) > u64::from(self.num_workers) {
+            self.contended_time += dt;
+        }
+        for j in active {
+            let w = f64::from(j.workers) * dt;
+            self.busy_worker_time += w;
+            self.group_worker_time[group_index(j.group)] += w;
+        }
+    }
+
+    /// Records the cluster's state at an epoch (for the time series).
+    pub fn sample(&mut self, now: f64, active: impl Iterator<Item = ActiveJob>) {
+        let (mut share, mut loss_sum, mut count) = ([0.0; 3], 0.0, 0usize);
+        for j in active {
+            share[group_index(j.group)] += f64::from(j.workers) / f64::from(self.num_workers.max(1));
+            loss_sum += j.norm_loss;
+            count += 1;
+        }
+        self.samples.push(Sample {
+            time_s: now,
+            active_jobs: count,
+            mean_norm_loss: if count == 0 { f64::NAN } else { loss_sum / count as f64 },
+            share_high: share[0],
+            share_medium: share[1],
+            share_low: share[2],
+        });
+    }
+
+    /// The run's metrics.
+    pub fn finish(self, policy: &str, jobs: Vec<JobOutcome>, end_s: f64) -> RunMetrics {
+        let capacity_time = f64::from(self.num_workers) * self.active_time;
+        RunMetrics::new(
+            policy,
+            self.num_workers,
+            self.loss_area / self.active_time.max(1e-300),
+            self.contended_time / self.active_time.max(1e-300),
+            self.busy_worker_time / capacity_time.max(1e-300),
+            Group::ALL.map(|g| self.group_worker_time[group_index(g)] / capacity_time.max(1e-300)),
+            end_s,
+            jobs,
+            self.samples,
+        )
+    }
 }

@@ -1,0 +1,241 @@
+//! `slaq emulate`: a load generator and end-to-end check. It plays a simulator workload over
+//! NATS against a running `slaq serve`: W worker agents (hello and heartbeats) and J jobs that
+//! replay their curves, each advancing at the speed its currently allocated workers give it
+//! (the simulator's speed-up model), in virtual time running `speed` times faster than the
+//! clock. It measures with the simulator's own metric code, so the two runs compare directly.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tracing::{info, warn};
+
+use crate::bus::{self, BusError};
+use crate::protocol::{self, EndReason, Encoding, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerSpec};
+use crate::sim::metrics::{ActiveJob, JobOutcome, RunMetrics, Tracker};
+use crate::sim::{SimJob, SpeedupModel};
+
+/// How to run an emulation.
+#[derive(Clone, Debug)]
+pub struct EmulateConfig {
+    pub subjects: Subjects,
+    pub num_workers: u32,
+    /// Virtual seconds per real second.
+    pub speed: f64,
+    pub speedup: SpeedupModel,
+    pub min_workers_per_job: u32,
+    /// Virtual seconds between metric samples (the simulator samples every epoch).
+    pub sample_s: f64,
+    /// Real time after which the run stops, finished or not.
+    pub max_duration: Duration,
+    /// Real time between heartbeats of the emulated workers.
+    pub beat_every: Duration,
+}
+
+struct Job<'a> {
+    job: &'a SimJob,
+    next: usize,
+    progress: f64,
+    workers: u32,
+    active: bool,
+    norm_loss: f64,
+    initial_norm_loss: f64,
+    reached_90: Option<f64>,
+    reached_95: Option<f64>,
+    finished: Option<f64>,
+}
+
+impl Job<'_> {
+    fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
+        self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
+    }
+}
+
+/// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
+pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
+    let s = &config.subjects;
+    let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
+    for id in &worker_ids {
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+        let ack: protocol::Ack = bus::request(client, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
+        if !ack.ok {
+            warn!(worker = %id, error = ?ack.error, "worker refused");
+        }
+    }
+    let beats = {
+        let (client, subjects, ids, every) = (client.clone(), s.clone(), worker_ids.clone(), config.beat_every);
+        tokio::spawn(async move {
+            loop {
+                for id in &ids {
+                    let hb = Heartbeat { worker: id.clone(), at: None };
+                    let _ = bus::publish(&client, subjects.worker_beat(id), Encoding::MsgPack, &hb).await;
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    };
+    let mut allocations = client
+        .subscribe(format!("{}.v1.job.*.alloc", s.prefix()))
+        .await
+        .map_err(|source| BusError::Subscribe { subject: "alloc".into(), source })?;
+
+    let mut states: Vec<Job<'_>> = jobs
+        .iter()
+        .map(|job| {
+            let norm = if job.offset == 0 { 1.0 } else { job.norm_loss(job.loss[job.offset - 1]) };
+            Job {
+                job,
+                next: job.offset,
+                progress: 0.0,
+                workers: 0,
+                active: false,
+                norm_loss: norm,
+                initial_norm_loss: norm,
+                reached_90: None,
+                reached_95: None,
+                finished: None,
+            }
+        })
+        .collect();
+    let by_id: HashMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[a].arrival_s.total_cmp(&jobs[b].arrival_s));
+    let mut next_arrival = 0;
+    let mut tracker = Tracker::new(config.num_workers, config.speedup.most_useful_workers());
+    let started = Instant::now();
+    let virtual_now = || started.elapsed().as_secs_f64() * config.speed;
+    let mut now = 0.0f64;
+    let mut next_sample = 0.0f64;
+    let mut num_finished = 0;
+
+    while num_finished < jobs.len() && started.elapsed() < config.max_duration {
+        let mut next_event = next_sample;
+        if let Some(&j) = order.get(next_arrival) {
+            next_event = next_event.min(jobs[j].arrival_s);
+        }
+        for st in states.iter().filter(|st| st.active && st.workers > 0) {
+            next_event = next_event.min(now + (1.0 - st.progress) * st.iteration_seconds(&config.speedup));
+        }
+        let wake = started + Duration::from_secs_f64(next_event.max(now) / config.speed);
+        let mut changed: Vec<(usize, u32)> = Vec::new();
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            Some(message) = allocations.next() => {
+                if let Ok(a) = protocol::decode::<JobAllocation>(Encoding::MsgPack, &message.payload, "allocation") {
+                    if let Some(&j) = by_id.get(a.job.as_str()) {
+                        changed.push((j, a.workers.len() as u32));
+                    }
+                }
+            }
+        }
+        let t = virtual_now().min(next_event.max(now));
+        let dt = (t - now).max(0.0);
+        tracker.integrate(
+            states.iter().filter(|s| s.active).map(|s| ActiveJob { norm_loss: s.norm_loss, workers: s.workers, group: s.job.group }),
+            dt,
+        );
+        for st in states.iter_mut().filter(|s| s.active && s.workers > 0) {
+            st.progress += dt / st.iteration_seconds(&config.speedup);
+        }
+        now = t;
+        for (j, workers) in changed {
+            if states[j].active {
+                states[j].workers = workers;
+            }
+        }
+        // Completions.
+        for st in states.iter_mut().filter(|s| s.active && s.workers > 0 && s.progress >= 1.0 - 1e-9) {
+            let seconds = st.iteration_seconds(&config.speedup);
+            let loss = st.job.loss[st.next];
+            let report = LossReport {
+                job: st.job.id.clone(),
+                iter: st.next as u64 + 1,
+                loss,
+                iter_seconds: seconds,
+                workers: st.workers,
+                batch_size: None,
+                sent_at: None,
+            };
+            bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
+            st.next += 1;
+            st.progress = 0.0;
+            st.norm_loss = st.job.norm_loss(loss);
+            if st.norm_loss <= 0.10 && st.reached_90.is_none() {
+                st.reached_90 = Some(now);
+            }
+            if st.norm_loss <= 0.05 && st.reached_95.is_none() {
+                st.reached_95 = Some(now);
+            }
+            if st.next == st.job.loss.len() || st.norm_loss <= st.job.converged_norm_loss {
+                st.finished = Some(now);
+                st.active = false;
+                st.workers = 0;
+                num_finished += 1;
+                let end = JobEnd { job: st.job.id.clone(), reason: EndReason::Finished };
+                bus::publish(client, s.job_bye(&st.job.id), Encoding::MsgPack, &end).await?;
+            }
+        }
+        // Arrivals: hello, then the history a resumed job brings.
+        while let Some(&j) = order.get(next_arrival) {
+            if jobs[j].arrival_s > now {
+                break;
+            }
+            next_arrival += 1;
+            let st = &mut states[j];
+            let spec = JobSpec {
+                min_workers: config.min_workers_per_job,
+                family: Some(st.job.family.clone()),
+                ..JobSpec::new(&st.job.id)
+            };
+            let ack: protocol::Ack = bus::request(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
+            if !ack.ok {
+                warn!(job = %st.job.id, error = ?ack.error, "job refused");
+            }
+            for (i, &loss) in st.job.loss[..st.job.offset].iter().enumerate() {
+                let report = LossReport {
+                    job: st.job.id.clone(),
+                    iter: i as u64 + 1,
+                    loss,
+                    iter_seconds: 0.0,
+                    workers: 0,
+                    batch_size: None,
+                    sent_at: None,
+                };
+                bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
+            }
+            st.active = true;
+            if st.norm_loss <= 0.10 {
+                st.reached_90 = Some(now);
+            }
+            if st.norm_loss <= 0.05 {
+                st.reached_95 = Some(now);
+            }
+        }
+        if now >= next_sample {
+            tracker.sample(
+                now,
+                states.iter().filter(|s| s.active).map(|s| ActiveJob { norm_loss: s.norm_loss, workers: s.workers, group: s.job.group }),
+            );
+            next_sample = now + config.sample_s;
+        }
+    }
+    beats.abort();
+    if num_finished < jobs.len() {
+        warn!(unfinished = jobs.len() - num_finished, "emulation stopped at its time limit");
+    }
+    info!(virtual_s = now, real_s = started.elapsed().as_secs_f64(), "emulation done");
+    let outcomes = states
+        .iter()
+        .map(|st| JobOutcome {
+            id: st.job.id.clone(),
+            family: st.job.family.clone(),
+            group: st.job.group,
+            arrival_s: st.job.arrival_s,
+            initial_norm_loss: st.initial_norm_loss,
+            time_to_90_s: st.reached_90.map(|t| t - st.job.arrival_s),
+            time_to_95_s: st.reached_95.map(|t| t - st.job.arrival_s),
+            completion_s: st.finished.map(|t| t - st.job.arrival_s),
+        })
+        .collect();
+    Ok(tracker.finish("live", outcomes, now))
+}
