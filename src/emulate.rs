@@ -11,7 +11,9 @@ use futures_util::StreamExt;
 use tracing::{info, warn};
 
 use crate::bus::{self, BusError};
-use crate::protocol::{self, EndReason, Encoding, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerSpec};
+use crate::protocol::{
+    self, Encoding, EndReason, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerSpec,
+};
 use crate::sim::metrics::{ActiveJob, JobOutcome, RunMetrics, Tracker};
 use crate::sim::{SimJob, SpeedupModel};
 
@@ -57,7 +59,8 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
     let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
     for id in &worker_ids {
         let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
-        let ack: protocol::Ack = bus::request(client, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
+        let ack: protocol::Ack =
+            bus::request(client, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
         if !ack.ok {
             warn!(worker = %id, error = ?ack.error, "worker refused");
         }
@@ -131,7 +134,11 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         let t = virtual_now().min(next_event.max(now));
         let dt = (t - now).max(0.0);
         tracker.integrate(
-            states.iter().filter(|s| s.active).map(|s| ActiveJob { norm_loss: s.norm_loss, workers: s.workers, group: s.job.group }),
+            states.iter().filter(|s| s.active).map(|s| ActiveJob {
+                norm_loss: s.norm_loss,
+                workers: s.workers,
+                group: s.job.group,
+            }),
             dt,
         );
         for st in states.iter_mut().filter(|s| s.active && s.workers > 0) {
@@ -187,7 +194,9 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 family: Some(st.job.family.clone()),
                 ..JobSpec::new(&st.job.id)
             };
-            let ack: protocol::Ack = bus::request(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
+            let ack: protocol::Ack =
+                bus::request(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec, Duration::from_secs(10))
+                    .await?;
             if !ack.ok {
                 warn!(job = %st.job.id, error = ?ack.error, "job refused");
             }
@@ -214,7 +223,11 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         if now >= next_sample {
             tracker.sample(
                 now,
-                states.iter().filter(|s| s.active).map(|s| ActiveJob { norm_loss: s.norm_loss, workers: s.workers, group: s.job.group }),
+                states.iter().filter(|s| s.active).map(|s| ActiveJob {
+                    norm_loss: s.norm_loss,
+                    workers: s.workers,
+                    group: s.job.group,
+                }),
             );
             next_sample = now + config.sample_s;
         }

@@ -10,7 +10,7 @@ use slaq::bus;
 use slaq::protocol::{self, Ack, Encoding, Heartbeat, StatusSnapshot, Subjects, WorkerAssignment, WorkerSpec};
 use slaq::service::{self, Overrides, RawConfig};
 
-use crate::{EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
+use crate::{BenchEpochArgs, BenchIngestArgs, EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
 
 /// Resolves once SIGINT or SIGTERM arrives.
 async fn shutdown_signal() {
@@ -160,7 +160,10 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
 
 pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
-    anyhow::ensure!(args.speed > 0.0 && args.epoch_ms > 0 && args.workers > 0, "--speed, --epoch-ms and --workers must be positive");
+    anyhow::ensure!(
+        args.speed > 0.0 && args.epoch_ms > 0 && args.workers > 0,
+        "--speed, --epoch-ms and --workers must be positive"
+    );
     let curves = crate::load_all(&args.curves)?;
     let workload = WorkloadConfig { num_jobs: args.jobs, seed: args.seed, ..WorkloadConfig::default() };
     let jobs = sim::workload::generate(&curves, &workload)?;
@@ -184,7 +187,8 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
         let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
         Ok::<_, anyhow::Error>(live)
     })?;
-    let diff_pct = 100.0 * (live.summary.avg_norm_loss - simulated.summary.avg_norm_loss) / simulated.summary.avg_norm_loss;
+    let diff_pct =
+        100.0 * (live.summary.avg_norm_loss - simulated.summary.avg_norm_loss) / simulated.summary.avg_norm_loss;
     let report = serde_json::json!({
         "jobs": args.jobs,
         "workers": args.workers,
@@ -198,8 +202,14 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s", args.jobs, args.workers, args.seed, args.speed);
-        println!("{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}", "run", "avg loss", "t90 s", "t95 s", "JCT s", "unfinished");
+        println!(
+            "{} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s",
+            args.jobs, args.workers, args.seed, args.speed
+        );
+        println!(
+            "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "run", "avg loss", "t90 s", "t95 s", "JCT s", "unfinished"
+        );
         for (name, s) in [("live", &live.summary), ("simulated", &simulated.summary)] {
             println!(
                 "{:<10} {:>10.4} {:>10.1} {:>10.1} {:>10.1} {:>10}",
@@ -208,5 +218,243 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
         }
         println!("live vs simulated average normalised loss: {diff_pct:+.1}%");
     }
+    Ok(())
+}
+
+/// Resident set size of this process in bytes (Linux), for memory figures.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Starts the scheduler in this process (inside the running actix System) with a private
+/// prefix; returns its handle and the stop trigger.
+async fn start_in_process(
+    urls: &[String],
+    prefix: &str,
+    epoch_ms: u64,
+) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
+    let mut raw = RawConfig::default();
+    raw.scheduler.epoch_ms = epoch_ms;
+    raw.scheduler.worker_timeout_ms = 600_000;
+    raw.scheduler.job_mailbox = 1 << 16;
+    raw.scheduler.max_jobs = 1 << 20;
+    if let Ok(threads) = std::env::var("SLAQ_BENCH_JOB_THREADS") {
+        raw.scheduler.job_threads = threads.parse().context("SLAQ_BENCH_JOB_THREADS")?;
+    }
+    let overrides = Overrides { nats: urls.to_vec(), prefix: Some(prefix.to_string()), ..Overrides::default() };
+    let config = raw.resolve(&BTreeMap::new(), &overrides)?;
+    let (client, counters) = bus::connect(&config.nats_urls, "slaq-bench-scheduler", 1 << 20).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    actix::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_rx.await;
+        };
+        if let Err(e) = service::run(client, counters, config, shutdown, move |h| {
+            let _ = ready_tx.send(h);
+        })
+        .await
+        {
+            warn!(error = %e, "in-process scheduler failed");
+        }
+    });
+    let handle = ready_rx.await.context("the in-process scheduler did not start")?;
+    Ok((handle, stop_tx))
+}
+
+fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<(String, bytes::Bytes)>> {
+    let subjects = Subjects::new(prefix)?;
+    (0..reports)
+        .map(|i| {
+            let (job, iter) = (i % jobs, i / jobs + 1);
+            let id = format!("job{job}");
+            let r = protocol::LossReport {
+                job: id.clone(),
+                iter,
+                loss: 1.0 / iter as f64,
+                iter_seconds: 0.5,
+                workers: 1,
+                batch_size: None,
+                sent_at: None,
+            };
+            Ok((subjects.job_loss(&id), bytes::Bytes::from(protocol::encode(Encoding::MsgPack, &r)?)))
+        })
+        .collect()
+}
+
+/// Publishes pre-encoded messages from a thread of its own (a load generator must not share
+/// the measured process's thread); returns when the server has them all.
+fn publish_from_another_thread(
+    urls: Vec<String>,
+    messages: Vec<(String, bytes::Bytes)>,
+) -> std::thread::JoinHandle<anyhow::Result<()>> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async move {
+            let (client, _) = bus::connect(&urls, "bench-publisher", 1024).await?;
+            for (subject, payload) in messages {
+                client.publish(subject, payload).await?;
+            }
+            client.flush().await?;
+            Ok(())
+        })
+    })
+}
+
+pub fn bench_ingest(args: BenchIngestArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.reports > 0 && args.jobs > 0, "--reports and --jobs must be positive");
+    let report = actix::System::new().block_on(async move {
+        // Raw NATS: the same encoded messages, published from another thread and received by a
+        // plain subscriber on this one.
+        let raw_messages = encoded_reports(args.jobs, args.reports, "benchraw")?;
+        let (sub_client, _) = bus::connect(&args.nats, "bench-raw-sub", 1 << 22).await?;
+        let mut raw_sub = sub_client.subscribe("benchraw.v1.job.*.loss").await?;
+        sub_client.flush().await?;
+        let started = std::time::Instant::now();
+        let publisher = publish_from_another_thread(args.nats.clone(), raw_messages);
+        let mut received = 0u64;
+        while received < args.reports {
+            match tokio::time::timeout(Duration::from_secs(10), futures_util::StreamExt::next(&mut raw_sub)).await {
+                Ok(Some(_)) => received += 1,
+                _ => break,
+            }
+        }
+        let raw_s = started.elapsed().as_secs_f64();
+        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+        drop(raw_sub);
+
+        // slaq: the scheduler on this thread, the reports into its job actors' predictors.
+        let (handle, stop) = start_in_process(&args.nats, "benchslaq", 60_000).await?;
+        let (status_client, _) = bus::connect(&args.nats, "bench-status", 16).await?;
+        let messages = encoded_reports(args.jobs, args.reports, "benchslaq")?;
+        let started = std::time::Instant::now();
+        let publisher = publish_from_another_thread(args.nats.clone(), messages);
+        // Done when the ingest loop has accounted for every report (accepted or rejected) and
+        // the job actors have observed every accepted one.
+        let subjects = Subjects::new("benchslaq")?;
+        let (mut rejected, mut observed) = (0u64, 0u64);
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        while std::time::Instant::now() < deadline {
+            let status: StatusSnapshot =
+                bus::request(&status_client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs(10))
+                    .await?;
+            let accepted = status.accepted.get("loss").copied().unwrap_or(0);
+            rejected = status.rejected.values().sum();
+            observed = handle.observed_points().await;
+            if accepted + rejected >= args.reports && observed >= accepted {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let slaq_s = started.elapsed().as_secs_f64();
+        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+        let _ = stop.send(());
+        let raw_rate = received as f64 / raw_s;
+        let slaq_rate = observed as f64 / slaq_s;
+        Ok::<_, anyhow::Error>(serde_json::json!({
+            "reports": args.reports,
+            "jobs": args.jobs,
+            "raw_nats_per_s": raw_rate,
+            "raw_received": received,
+            "slaq_per_s": slaq_rate,
+            "slaq_observed": observed,
+            "slaq_rejected": rejected,
+            "slaq_vs_raw": slaq_rate / raw_rate,
+        }))
+    })?;
+    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    Ok(())
+}
+
+pub fn bench_epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.jobs > 0 && args.workers > 0 && args.epochs > 0, "sizes must be positive");
+    let report = actix::System::new().block_on(async move {
+        let baseline_rss = resident_bytes();
+        let (handle, stop) = start_in_process(&args.nats, "benchepoch", args.epoch_ms).await?;
+        let (client, _) = bus::connect(&args.nats, "bench-epoch-load", 1024).await?;
+        let subjects = Subjects::new("benchepoch")?;
+        for w in 0..args.workers {
+            let id = format!("w{w}");
+            let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+            protocol_publish(&client, subjects.worker_hello(&id), &spec).await?;
+        }
+        let after_workers_rss = resident_bytes();
+        // Every job reports 40 points of a real-looking curve (so its predictor is fitted).
+        for iter in 1..=40u64 {
+            for j in 0..args.jobs {
+                let id = format!("job{j}");
+                let loss = 0.2 + (1.0 + (j % 7) as f64) / (iter as f64).powf(0.5 + (j % 5) as f64 * 0.2);
+                let r = protocol::LossReport {
+                    job: id.clone(),
+                    iter,
+                    loss,
+                    iter_seconds: 1.0 + (j % 3) as f64,
+                    workers: 1 + (iter % 4) as u32,
+                    batch_size: None,
+                    sent_at: None,
+                };
+                protocol_publish(&client, subjects.job_loss(&id), &r).await?;
+            }
+        }
+        client.flush().await?;
+        // Let the reports land and refits settle, then measure.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while handle.observed_points().await < (args.jobs * 40) as u64 {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "reports did not all land");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let first = handle.epochs().await.last().map_or(0, |e| e.epoch);
+        let warm_up = 3;
+        loop {
+            let epochs = handle.epochs().await;
+            let measured: Vec<_> =
+                epochs.iter().filter(|e| e.epoch > first + warm_up && e.num_jobs == args.jobs).cloned().collect();
+            if measured.len() >= args.epochs {
+                let jobs_rss = resident_bytes();
+                let _ = stop.send(());
+                let pct = |mut v: Vec<f64>, q: f64| {
+                    v.sort_by(f64::total_cmp);
+                    v[((v.len() - 1) as f64 * q).round() as usize]
+                };
+                let field = |f: fn(&protocol::EpochSummary) -> f64| measured.iter().map(f).collect::<Vec<_>>();
+                let total = field(|e| e.total_ms);
+                let per_job = match (after_workers_rss, jobs_rss) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(a) / args.jobs as u64),
+                    _ => None,
+                };
+                return Ok::<_, anyhow::Error>(serde_json::json!({
+                    "jobs": args.jobs,
+                    "workers": args.workers,
+                    "epochs": measured.len(),
+                    "epoch_p50_ms": pct(total.clone(), 0.5),
+                    "epoch_p99_ms": pct(total, 0.99),
+                    "gather_p50_ms": pct(field(|e| e.gather_ms), 0.5),
+                    "policy_p50_ms": pct(field(|e| e.policy_ms), 0.5),
+                    "publish_p50_ms": pct(field(|e| e.publish_ms), 0.5),
+                    "late_bids_max": measured.iter().map(|e| e.late_bids).max(),
+                    "workers_moved_p50": pct(measured.iter().map(|e| e.workers_moved as f64).collect(), 0.5),
+                    "rss_start_bytes": baseline_rss,
+                    "rss_with_workers_bytes": after_workers_rss,
+                    "rss_with_jobs_bytes": jobs_rss,
+                    "rss_bytes_per_job": per_job,
+                    "note": "RSS of this process, which runs the scheduler and the load generator's client"
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(args.epoch_ms)).await;
+        }
+    })?;
+    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    Ok(())
+}
+
+async fn protocol_publish<T: serde::Serialize>(
+    client: &async_nats::Client,
+    subject: String,
+    message: &T,
+) -> anyhow::Result<()> {
+    bus::publish(client, subject, Encoding::MsgPack, message).await?;
     Ok(())
 }

@@ -124,6 +124,41 @@ struct StatusArgs {
 enum BenchCommand {
     /// Time one full allocation decision (gain curves included) for each policy.
     Alloc(BenchAllocArgs),
+    /// Loss reports per second from NATS into the job actors, next to raw NATS pub/sub.
+    Ingest(BenchIngestArgs),
+    /// Epoch latency (bids, policy, publish) and memory with many jobs and workers.
+    Epoch(BenchEpochArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchIngestArgs {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    /// Loss reports to send (in each of the two runs).
+    #[arg(long, default_value_t = 500_000)]
+    reports: u64,
+    /// Jobs the reports are spread over.
+    #[arg(long, default_value_t = 1000)]
+    jobs: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct BenchEpochArgs {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    #[arg(long, default_value_t = 4000)]
+    jobs: usize,
+    #[arg(long, default_value_t = 16000)]
+    workers: usize,
+    /// Epochs to measure (after a few warm-up epochs).
+    #[arg(long, default_value_t = 40)]
+    epochs: usize,
+    #[arg(long, default_value_t = 250)]
+    epoch_ms: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -230,6 +265,8 @@ fn run() -> anyhow::Result<()> {
         Command::Predict(args) => predict(args),
         Command::Simulate(args) => simulate(*args),
         Command::Bench(BenchCommand::Alloc(args)) => bench_alloc(args),
+        Command::Bench(BenchCommand::Ingest(args)) => live::bench_ingest(args),
+        Command::Bench(BenchCommand::Epoch(args)) => live::bench_epoch(args),
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
         Command::Status(args) => live::status(args),

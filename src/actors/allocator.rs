@@ -327,3 +327,17 @@ impl Handler<GetEpochs> for AllocatorActor {
         MessageResult(self.history.iter().cloned().collect())
     }
 }
+
+/// Sums the points every job actor has observed (for benchmarks and tests): answers once all
+/// job actors have answered.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct CountPoints;
+
+impl Handler<CountPoints> for AllocatorActor {
+    type Result = ResponseFuture<u64>;
+    fn handle(&mut self, _: CountPoints, _: &mut Self::Context) -> Self::Result {
+        let requests: Vec<_> = self.jobs.values().map(|e| e.addr.send(super::job::CountPoints)).collect();
+        Box::pin(async move { futures_util::future::join_all(requests).await.into_iter().filter_map(Result::ok).sum() })
+    }
+}

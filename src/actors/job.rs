@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::protocol::{JobSpec, JobStatus, LossReport};
+use crate::protocol::{JobSpec, JobStatus, LossPoint};
 use crate::quality::{GainCurve, JobPredictor, PredictorConfig};
 
 pub struct JobActor {
@@ -17,11 +17,11 @@ pub struct JobActor {
     refit_scheduled: bool,
     fitted: bool,
     duplicates: u64,
-    mailbox: usize,
 }
 
 impl JobActor {
-    pub fn new(spec: JobSpec, predictor: PredictorConfig, refit_interval: Duration, mailbox: usize) -> Self {
+    /// Start it with `start_in_arbiter` and set the mailbox capacity in the creating closure.
+    pub fn new(spec: JobSpec, predictor: PredictorConfig, refit_interval: Duration) -> Self {
         JobActor {
             spec,
             predictor: JobPredictor::new(predictor),
@@ -30,23 +30,18 @@ impl JobActor {
             refit_scheduled: false,
             fitted: false,
             duplicates: 0,
-            mailbox,
         }
     }
 }
 
 impl Actor for JobActor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(self.mailbox);
-    }
 }
 
 /// A validated loss report for this job.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Report(pub LossReport);
+pub struct Report(pub LossPoint);
 
 impl Handler<Report> for JobActor {
     type Result = ();
@@ -142,5 +137,17 @@ impl Handler<Stop> for JobActor {
 
     fn handle(&mut self, _: Stop, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+/// How many points this job's predictor has observed.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct CountPoints;
+
+impl Handler<CountPoints> for JobActor {
+    type Result = u64;
+    fn handle(&mut self, _: CountPoints, _: &mut Self::Context) -> u64 {
+        self.predictor.num_points()
     }
 }

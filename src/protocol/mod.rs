@@ -97,26 +97,31 @@ impl Subjects {
         ]
     }
 
-    /// Splits a subject into its kind and id (empty for `ctl` subjects).
+    /// Splits a subject into its kind and id (empty for `ctl` subjects). Allocation-free: it
+    /// runs once per message.
     pub fn parse<'a>(&self, subject: &'a str) -> Result<(Kind, &'a str), ProtocolError> {
         let rest = subject
             .strip_prefix(self.prefix.as_str())
             .and_then(|r| r.strip_prefix(".v1."))
             .ok_or(ProtocolError::UnknownSubject)?;
-        let parts: Vec<&str> = rest.split('.').collect();
-        let kind = match parts.as_slice() {
-            ["ctl", "status"] => return Ok((Kind::CtlStatus, "")),
-            ["ctl", "epoch"] => return Ok((Kind::CtlEpoch, "")),
-            ["job", _, "hello"] => Kind::JobHello,
-            ["job", _, "loss"] => Kind::JobLoss,
-            ["job", _, "bye"] => Kind::JobBye,
-            ["job", _, "alloc"] => Kind::JobAlloc,
-            ["worker", _, "hello"] => Kind::WorkerHello,
-            ["worker", _, "beat"] => Kind::WorkerBeat,
-            ["worker", _, "assign"] => Kind::WorkerAssign,
+        match rest {
+            "ctl.status" => return Ok((Kind::CtlStatus, "")),
+            "ctl.epoch" => return Ok((Kind::CtlEpoch, "")),
+            _ => {}
+        }
+        let (scope, rest) = rest.split_once('.').ok_or(ProtocolError::UnknownSubject)?;
+        let (id, what) = rest.rsplit_once('.').ok_or(ProtocolError::UnknownSubject)?;
+        let kind = match (scope, what) {
+            ("job", "hello") => Kind::JobHello,
+            ("job", "loss") => Kind::JobLoss,
+            ("job", "bye") => Kind::JobBye,
+            ("job", "alloc") => Kind::JobAlloc,
+            ("worker", "hello") => Kind::WorkerHello,
+            ("worker", "beat") => Kind::WorkerBeat,
+            ("worker", "assign") => Kind::WorkerAssign,
             _ => return Err(ProtocolError::UnknownSubject),
         };
-        let id = parts[1];
+        // An id with a dot in it would be several tokens: `valid_id` refuses it.
         if !valid_id(id) {
             return Err(ProtocolError::InvalidId);
         }
@@ -182,6 +187,67 @@ pub struct LossReport {
     pub batch_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_at: Option<f64>,
+}
+
+/// The same fields as [`LossReport`], decoded without copying the job id: the ingest hot path.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct LossReportRef<'a> {
+    #[serde(borrow)]
+    pub job: std::borrow::Cow<'a, str>,
+    pub iter: u64,
+    pub loss: f64,
+    pub iter_seconds: f64,
+    pub workers: u32,
+    #[serde(default)]
+    pub batch_size: Option<u32>,
+}
+
+/// The numbers of one loss report, as the job actor needs them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossPoint {
+    pub iter: u64,
+    pub loss: f64,
+    pub iter_seconds: f64,
+    pub workers: u32,
+}
+
+impl LossReportRef<'_> {
+    /// Checks a report received on the subject of job `subject_job`; returns its numbers.
+    pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
+        check_id(&self.job, subject_job)?;
+        if !self.loss.is_finite() {
+            return Err(ProtocolError::Invalid("loss is not finite", RejectCause::NonFiniteLoss));
+        }
+        if self.iter == 0 {
+            return Err(ProtocolError::Invalid("iter is 1-based", RejectCause::BadIteration));
+        }
+        if !(self.iter_seconds.is_finite() && self.iter_seconds >= 0.0) {
+            return Err(ProtocolError::Invalid(
+                "iter_seconds must be finite and non-negative",
+                RejectCause::NegativeTime,
+            ));
+        }
+        if self.batch_size.is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE) {
+            return Err(ProtocolError::Invalid("batch_size out of range", RejectCause::Oversized));
+        }
+        Ok(LossPoint { iter: self.iter, loss: self.loss, iter_seconds: self.iter_seconds, workers: self.workers })
+    }
+}
+
+/// Decodes a message that borrows from `payload`.
+pub fn decode_borrowed<'a, T: Deserialize<'a>>(
+    encoding: Encoding,
+    payload: &'a [u8],
+    what: &'static str,
+) -> Result<T, ProtocolError> {
+    match encoding {
+        Encoding::MsgPack => {
+            rmp_serde::from_slice(payload).map_err(|e| ProtocolError::Decode { what, detail: e.to_string() })
+        }
+        Encoding::Json => {
+            serde_json::from_slice(payload).map_err(|e| ProtocolError::Decode { what, detail: e.to_string() })
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -442,24 +508,16 @@ fn check_id(field: &str, subject_id: &str) -> Result<(), ProtocolError> {
 
 impl LossReport {
     /// Checks a report received on the subject of job `subject_job`.
-    pub fn validate(&self, subject_job: &str) -> Result<(), ProtocolError> {
-        check_id(&self.job, subject_job)?;
-        if !self.loss.is_finite() {
-            return Err(ProtocolError::Invalid("loss is not finite", RejectCause::NonFiniteLoss));
+    pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
+        LossReportRef {
+            job: std::borrow::Cow::Borrowed(&self.job),
+            iter: self.iter,
+            loss: self.loss,
+            iter_seconds: self.iter_seconds,
+            workers: self.workers,
+            batch_size: self.batch_size,
         }
-        if self.iter == 0 {
-            return Err(ProtocolError::Invalid("iter is 1-based", RejectCause::BadIteration));
-        }
-        if !(self.iter_seconds.is_finite() && self.iter_seconds >= 0.0) {
-            return Err(ProtocolError::Invalid(
-                "iter_seconds must be finite and non-negative",
-                RejectCause::NegativeTime,
-            ));
-        }
-        if self.batch_size.is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE) {
-            return Err(ProtocolError::Invalid("batch_size out of range", RejectCause::Oversized));
-        }
-        Ok(())
+        .validate(subject_job)
     }
 }
 
@@ -531,6 +589,9 @@ mod tests {
         assert_eq!(s.parse(&s.ctl_status()).unwrap(), (Kind::CtlStatus, ""));
         assert!(s.parse("other.v1.job.j1.loss").is_err());
         assert!(s.parse("slaq.v1.job.j1.nope").is_err());
+        assert!(s.parse("slaq.v1.job.a.b.loss").is_err(), "an id is one token");
+        assert!(s.parse("slaq.v1.job.loss").is_err());
+        assert!(s.parse("slaq.v1.ctl.status.x").is_err());
         assert!(Subjects::new("a..b").is_err());
         assert!(Subjects::new("team-a.slaq").is_ok());
     }

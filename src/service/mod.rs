@@ -26,7 +26,7 @@ use crate::actors::allocator::{
 use crate::actors::job::{JobActor, Report, Stop, UpdateSpec};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
-    self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReport, ProtocolError, RejectCause,
+    self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReportRef, ProtocolError, RejectCause,
     StatusSnapshot, WorkerSpec,
 };
 pub use config::{Overrides, RawConfig, ServeConfig};
@@ -44,6 +44,11 @@ impl ServiceHandle {
 
     pub async fn epochs(&self) -> Vec<EpochSummary> {
         self.allocator.send(GetEpochs).await.unwrap_or_default()
+    }
+
+    /// Loss points observed by all job actors together (asks each, like an epoch's bids).
+    pub async fn observed_points(&self) -> u64 {
+        self.allocator.send(crate::actors::allocator::CountPoints).await.unwrap_or(0)
     }
 }
 
@@ -65,13 +70,28 @@ pub async fn run(
         bid_timeout: config.bid_timeout,
     };
     let allocator = AllocatorActor::new(settings, publisher).start();
-    let arbiters: Vec<Arbiter> = (0..config.job_threads.max(1)).map(|_| Arbiter::new()).collect();
+    let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
+    let mut job_arbiters: Vec<ArbiterHandle> = arbiters.iter().map(|a| a.handle()).collect();
+    if job_arbiters.is_empty() {
+        job_arbiters.push(Arbiter::current());
+    }
 
+    // Loss reports are nearly all the traffic: they get a subscription of their own, polled
+    // first; the rest share a merged stream.
+    let [hello, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
+    let subscribe = |subject: String| {
+        let client = client.clone();
+        async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
+    };
+    let mut losses = subscribe(loss).await?;
     let mut subscriptions = Vec::new();
-    let subjects = config.subjects.scheduler_subscriptions();
-    for subject in subjects.iter().cloned().chain([config.subjects.ctl_status()]) {
-        let sub = client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source })?;
-        subscriptions.push(sub);
+    for subject in [hello, bye, worker_hello, worker_beat, config.subjects.ctl_status()] {
+        subscriptions.push(subscribe(subject).await?);
+    }
+    // `subscribe` returns before the server has the subscription: flush so that "ready" means
+    // messages published from now on reach us.
+    if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
+        warn!("NATS did not confirm the subscriptions within 5 s; continuing");
     }
     let mut messages = futures_util::stream::select_all(subscriptions);
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
@@ -81,7 +101,7 @@ pub async fn run(
         client: client.clone(),
         config,
         allocator: allocator.clone(),
-        arbiters: arbiters.iter().map(|a| a.handle()).collect(),
+        arbiters: job_arbiters,
         next_arbiter: 0,
         jobs: HashMap::new(),
         accepted: BTreeMap::new(),
@@ -92,7 +112,12 @@ pub async fn run(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            biased;
             _ = &mut shutdown => break,
+            message = losses.next() => match message {
+                Some(message) => ingest.handle(message).await,
+                None => break,
+            },
             message = messages.next() => match message {
                 Some(message) => ingest.handle(message).await,
                 None => break,
@@ -129,9 +154,9 @@ impl Ingest {
         let encoding = Encoding::from_content_type(
             message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
         );
-        let reply = message.reply.clone().map(|r| r.to_string());
-        let subject = message.subject.to_string();
-        match self.dispatch(&subject, &message.payload, encoding, reply.as_deref()).await {
+        let reply = message.reply.as_ref().map(|r| r.as_str());
+        let subject = message.subject.as_str();
+        match self.dispatch(subject, &message.payload, encoding, reply).await {
             Ok(kind) => {
                 *self.accepted.entry(kind).or_default() += 1;
             }
@@ -145,7 +170,7 @@ impl Ingest {
                     warn!(cause = cause.as_str(), subject, error = %error, "message rejected (logged once per cause every 10 s)");
                 }
                 if let Some(reply) = reply {
-                    self.reply(&reply, encoding, &Ack::error(error.to_string())).await;
+                    self.reply(reply, encoding, &Ack::error(error.to_string())).await;
                 }
             }
         }
@@ -171,8 +196,8 @@ impl Ingest {
         let (kind, id) = self.config.subjects.parse(subject)?;
         match kind {
             Kind::JobLoss => {
-                let report: LossReport = protocol::decode(encoding, payload, "loss report")?;
-                report.validate(id)?;
+                let report: LossReportRef<'_> = protocol::decode_borrowed(encoding, payload, "loss report")?;
+                let point = report.validate(id)?;
                 let addr = match self.jobs.get(id) {
                     Some(addr) => addr.clone(),
                     None if self.config.register_on_report => self.start_job(JobSpec::new(id))?,
@@ -180,7 +205,7 @@ impl Ingest {
                         return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
                     }
                 };
-                addr.try_send(Report(report)).map_err(|e| match e {
+                addr.try_send(Report(point)).map_err(|e| match e {
                     SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
                     SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
                 })?;
@@ -263,7 +288,12 @@ impl Ingest {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (predictor, refit, mailbox) = (self.config.predictor, self.config.refit_interval, self.config.job_mailbox);
-        let addr = JobActor::start_in_arbiter(arbiter, move |_| JobActor::new(spec, predictor, refit, mailbox));
+        // The capacity is set before the actor exists: reports can arrive before its `started`
+        // runs on its own thread, and actix's default mailbox holds only 16.
+        let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
+            ctx.set_mailbox_capacity(mailbox);
+            JobActor::new(spec, predictor, refit)
+        });
         self.jobs.insert(id.clone(), addr.clone());
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });
         info!(job = id, "job joined");

@@ -170,7 +170,8 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let mut active: Vec<usize> = Vec::new();
     let mut now = 0.0f64;
     let mut next_epoch = 0.0f64;
-    let mut metrics = Tracker::new(config.num_workers, config.speedup.most_useful_workers().min(config.max_workers_per_job));
+    let mut metrics =
+        Tracker::new(config.num_workers, config.speedup.most_useful_workers().min(config.max_workers_per_job));
     let mut num_finished = 0;
 
     while num_finished < jobs.len() && now < config.max_time_s {
@@ -362,4 +363,3 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         states[j].workers = w;
     }
 }
-
