@@ -124,10 +124,9 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         tokio::select! {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
             Some(message) = allocations.next() => {
-                if let Ok(a) = protocol::decode::<JobAllocation>(Encoding::MsgPack, &message.payload, "allocation") {
-                    if let Some(&j) = by_id.get(a.job.as_str()) {
-                        changed.push((j, a.workers.len() as u32));
-                    }
+                let decoded = protocol::decode::<JobAllocation>(Encoding::MsgPack, &message.payload, "allocation");
+                if let Some((&j, a)) = decoded.ok().and_then(|a| by_id.get(a.job.as_str()).map(|j| (j, a))) {
+                    changed.push((j, a.workers.len() as u32));
                 }
             }
         }

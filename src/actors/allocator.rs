@@ -93,10 +93,24 @@ impl AllocatorActor {
             })
             .collect();
         let gather = async move {
+            // One deadline for all (one timer, not one per job); whoever has not answered by
+            // then is late.
             let (ids, futures): (Vec<String>, Vec<_>) = requests.into_iter().unzip();
-            let answers =
-                futures_util::future::join_all(futures.into_iter().map(|f| tokio::time::timeout(deadline, f))).await;
-            ids.into_iter().zip(answers.into_iter().map(|a| a.ok().and_then(Result::ok))).collect::<Vec<_>>()
+            let mut answers: Vec<Option<Bid>> = vec![None; ids.len()];
+            let mut pending: futures_util::stream::FuturesUnordered<_> =
+                futures.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }).collect();
+            let timer = tokio::time::sleep(deadline);
+            tokio::pin!(timer);
+            loop {
+                tokio::select! {
+                    next = futures_util::StreamExt::next(&mut pending) => match next {
+                        Some((i, answer)) => answers[i] = answer.ok(),
+                        None => break,
+                    },
+                    _ = &mut timer => break,
+                }
+            }
+            ids.into_iter().zip(answers).collect::<Vec<_>>()
         };
         ctx.spawn(gather.into_actor(self).map(move |bids, act, _| act.finish_epoch(bids, started)));
     }
@@ -141,30 +155,39 @@ impl AllocatorActor {
         let next = placement::place(&allocation.workers, &current);
         let epoch = self.epoch + 1;
 
+        // Only workers that move, and jobs whose membership changed, cost anything here.
         let mut outgoing = Vec::new();
-        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); bids.len()];
+        let mut job_changed = vec![false; bids.len()];
         let mut workers_moved = 0;
         for (((worker, entry), &before), &after) in self.registry.iter_mut().zip(&current).zip(&next) {
-            if let Some(j) = after {
-                new_workers[j].push(worker.clone());
+            let now_job = after.map(|j| bids[j].0.as_str());
+            if before == after && entry.job.as_deref() == now_job {
+                continue;
             }
-            let now_job = after.map(|j| bids[j].0.clone());
-            if before != after || entry.job != now_job {
-                workers_moved += 1;
-                entry.job = now_job.clone();
-                let message =
-                    WorkerAssignment { worker: worker.clone(), epoch, job: now_job, role: Default::default() };
-                outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+            workers_moved += 1;
+            for j in [before, after].into_iter().flatten() {
+                job_changed[j] = true;
+            }
+            entry.job = now_job.map(str::to_string);
+            let message =
+                WorkerAssignment { worker: worker.clone(), epoch, job: entry.job.clone(), role: Default::default() };
+            outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+        }
+        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); bids.len()];
+        for ((worker, _), &after) in self.registry.iter().zip(&next) {
+            if let Some(j) = after.filter(|&j| job_changed[j]) {
+                new_workers[j].push(worker.clone());
             }
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
-        for ((id, bid), workers) in bids.iter().zip(new_workers) {
+        for (j, ((id, bid), workers)) in bids.iter().zip(new_workers).enumerate() {
             let Some(entry) = self.jobs.get_mut(id) else { continue };
-            entry.attained_service += epoch_s * workers.len() as f64;
+            let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
+            entry.attained_service += epoch_s * count as f64;
             if let Some(b) = bid {
-                entry.status = Some(JobStatus { workers: workers.len() as u32, ..b.status.clone() });
+                entry.status = Some(JobStatus { workers: count as u32, ..b.status.clone() });
             }
-            if workers != entry.workers {
+            if job_changed[j] && workers != entry.workers {
                 let message = JobAllocation { job: id.clone(), epoch, workers: workers.clone(), batch_size: None };
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
                 entry.workers = workers;
