@@ -245,6 +245,13 @@ struct PredictArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    // Like other command-line tools: a closed pipe (`slaq status | head`) ends the process
+    // quietly instead of panicking in `println!`.
+    #[cfg(unix)]
+    // SAFETY: setting a signal disposition to its default at start-up, before any threads.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

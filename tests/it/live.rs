@@ -258,3 +258,39 @@ async fn the_scheduler_rides_out_a_nats_restart() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn the_reference_worker_agent_follows_its_assignment_and_runs_the_command() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+    let dir = crate::harness::temp_dir("worker");
+    let out = dir.join("jobs.txt");
+    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .args(["worker", "--id", "agent-1", "--nats", &nats.url, "--beat-ms", "200", "--exec"])
+        .arg(format!("echo \"$SLAQ_JOB $SLAQ_WORKER\" >> {}", out.display()))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("slaq worker starts");
+    eventually(&c, &s, WAIT, "the agent registers", |st| st.workers.iter().any(|w| w.worker == "agent-1")).await;
+    for k in 1..=10 {
+        report(&c, "train", k, 1.0 / k as f64, 1).await;
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.lines().any(|l| l == "train agent-1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the --exec command never ran with the job: {text:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Heartbeats keep it alive past the worker timeout (1.5 s here).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = wait_status(&c, &s).await;
+    assert!(st.workers.iter().any(|w| w.worker == "agent-1" && w.job.as_deref() == Some("train")), "{st:#?}");
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
