@@ -14,7 +14,8 @@ use crate::bus::{self, BusError};
 use crate::protocol::{
     self, Encoding, EndReason, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerSpec,
 };
-use crate::sim::metrics::{ActiveJob, JobOutcome, RunMetrics, Tracker};
+use crate::sim::metrics::{RunMetrics, Tracker};
+use crate::sim::replay::ReplayJob;
 use crate::sim::{SimJob, SpeedupModel};
 
 /// How to run an emulation.
@@ -32,25 +33,6 @@ pub struct EmulateConfig {
     pub max_duration: Duration,
     /// Real time between heartbeats of the emulated workers.
     pub beat_every: Duration,
-}
-
-struct Job<'a> {
-    job: &'a SimJob,
-    next: usize,
-    progress: f64,
-    workers: u32,
-    active: bool,
-    norm_loss: f64,
-    initial_norm_loss: f64,
-    reached_90: Option<f64>,
-    reached_95: Option<f64>,
-    finished: Option<f64>,
-}
-
-impl Job<'_> {
-    fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
-        self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
-    }
 }
 
 /// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
@@ -82,29 +64,13 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         .await
         .map_err(|source| BusError::Subscribe { subject: "alloc".into(), source })?;
 
-    let mut states: Vec<Job<'_>> = jobs
-        .iter()
-        .map(|job| {
-            let norm = if job.offset == 0 { 1.0 } else { job.norm_loss(job.loss[job.offset - 1]) };
-            Job {
-                job,
-                next: job.offset,
-                progress: 0.0,
-                workers: 0,
-                active: false,
-                norm_loss: norm,
-                initial_norm_loss: norm,
-                reached_90: None,
-                reached_95: None,
-                finished: None,
-            }
-        })
-        .collect();
+    let mut states: Vec<ReplayJob<'_>> = jobs.iter().map(ReplayJob::new).collect();
     let by_id: HashMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect();
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[a].arrival_s.total_cmp(&jobs[b].arrival_s));
     let mut next_arrival = 0;
-    let mut tracker = Tracker::new(config.num_workers, config.speedup.most_useful_workers());
+    let speedup = &config.speedup;
+    let mut tracker = Tracker::new(config.num_workers, speedup.most_useful_workers());
     let started = Instant::now();
     let virtual_now = || started.elapsed().as_secs_f64() * config.speed;
     let mut now = 0.0f64;
@@ -116,8 +82,8 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         if let Some(&j) = order.get(next_arrival) {
             next_event = next_event.min(jobs[j].arrival_s);
         }
-        for st in states.iter().filter(|st| st.active && st.workers > 0) {
-            next_event = next_event.min(now + (1.0 - st.progress) * st.iteration_seconds(&config.speedup));
+        for t in states.iter().filter_map(|st| st.completes_at(now, speedup)) {
+            next_event = next_event.min(t);
         }
         let wake = started + Duration::from_secs_f64(next_event.max(now) / config.speed);
         let mut changed: Vec<(usize, u32)> = Vec::new();
@@ -132,16 +98,9 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         }
         let t = virtual_now().min(next_event.max(now));
         let dt = (t - now).max(0.0);
-        tracker.integrate(
-            states.iter().filter(|s| s.active).map(|s| ActiveJob {
-                norm_loss: s.norm_loss,
-                workers: s.workers,
-                group: s.job.group,
-            }),
-            dt,
-        );
-        for st in states.iter_mut().filter(|s| s.active && s.workers > 0) {
-            st.progress += dt / st.iteration_seconds(&config.speedup);
+        tracker.integrate(states.iter().filter(|s| s.active).map(ReplayJob::view), dt);
+        for st in &mut states {
+            st.advance(dt, speedup);
         }
         now = t;
         for (j, workers) in changed {
@@ -149,33 +108,20 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 states[j].workers = workers;
             }
         }
-        // Completions.
-        for st in states.iter_mut().filter(|s| s.active && s.workers > 0 && s.progress >= 1.0 - 1e-9) {
-            let seconds = st.iteration_seconds(&config.speedup);
-            let loss = st.job.loss[st.next];
+        // Completions: report each, and say bye at the end.
+        for st in &mut states {
+            let Some(done) = st.complete(now, speedup) else { continue };
             let report = LossReport {
                 job: st.job.id.clone(),
-                iter: st.next as u64 + 1,
-                loss,
-                iter_seconds: seconds,
-                workers: st.workers,
+                iter: done.iter,
+                loss: done.loss,
+                iter_seconds: done.seconds,
+                workers: done.workers,
                 batch_size: None,
                 sent_at: None,
             };
             bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
-            st.next += 1;
-            st.progress = 0.0;
-            st.norm_loss = st.job.norm_loss(loss);
-            if st.norm_loss <= 0.10 && st.reached_90.is_none() {
-                st.reached_90 = Some(now);
-            }
-            if st.norm_loss <= 0.05 && st.reached_95.is_none() {
-                st.reached_95 = Some(now);
-            }
-            if st.next == st.job.loss.len() || st.norm_loss <= st.job.converged_norm_loss {
-                st.finished = Some(now);
-                st.active = false;
-                st.workers = 0;
+            if done.finished {
                 num_finished += 1;
                 let end = JobEnd { job: st.job.id.clone(), reason: EndReason::Finished };
                 bus::publish(client, s.job_bye(&st.job.id), Encoding::MsgPack, &end).await?;
@@ -211,23 +157,10 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 };
                 bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
             }
-            st.active = true;
-            if st.norm_loss <= 0.10 {
-                st.reached_90 = Some(now);
-            }
-            if st.norm_loss <= 0.05 {
-                st.reached_95 = Some(now);
-            }
+            st.arrive(now);
         }
         if now >= next_sample {
-            tracker.sample(
-                now,
-                states.iter().filter(|s| s.active).map(|s| ActiveJob {
-                    norm_loss: s.norm_loss,
-                    workers: s.workers,
-                    group: s.job.group,
-                }),
-            );
+            tracker.sample(now, states.iter().filter(|s| s.active).map(ReplayJob::view));
             next_sample = now + config.sample_s;
         }
     }
@@ -236,18 +169,6 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         warn!(unfinished = jobs.len() - num_finished, "emulation stopped at its time limit");
     }
     info!(virtual_s = now, real_s = started.elapsed().as_secs_f64(), "emulation done");
-    let outcomes = states
-        .iter()
-        .map(|st| JobOutcome {
-            id: st.job.id.clone(),
-            family: st.job.family.clone(),
-            group: st.job.group,
-            arrival_s: st.job.arrival_s,
-            initial_norm_loss: st.initial_norm_loss,
-            time_to_90_s: st.reached_90.map(|t| t - st.job.arrival_s),
-            time_to_95_s: st.reached_95.map(|t| t - st.job.arrival_s),
-            completion_s: st.finished.map(|t| t - st.job.arrival_s),
-        })
-        .collect();
+    let outcomes = states.iter().map(ReplayJob::outcome).collect();
     Ok(tracker.finish("live", outcomes, now))
 }

@@ -11,5 +11,6 @@ pub mod policy;
 pub mod protocol;
 pub mod quality;
 pub mod service;
+pub mod settings;
 pub mod sim;
 pub mod trace;

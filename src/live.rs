@@ -39,7 +39,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => RawConfig::default(),
     };
     let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SLAQ_")).collect();
-    let overrides = Overrides { nats: args.nats, prefix: args.prefix, epoch_ms: args.epoch_ms, policy: args.policy };
+    let overrides = Overrides {
+        nats: args.nats,
+        prefix: args.prefix,
+        epoch_ms: args.epoch_ms,
+        policy: args.policy,
+        refit_ms: args.refit_ms,
+    };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {
         let (client, counters) =

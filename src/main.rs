@@ -51,6 +51,10 @@ struct ServeArgs {
     /// Allocation policy: slaq or fair.
     #[arg(long, value_parser = parse_policy_arg)]
     policy: Option<slaq::policy::PolicyKind>,
+    /// Milliseconds between refits of a job's curves (scale it with --epoch-ms when time is
+    /// accelerated, as for `slaq emulate`).
+    #[arg(long)]
+    refit_ms: Option<u64>,
 }
 
 fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, String> {

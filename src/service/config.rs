@@ -101,10 +101,8 @@ pub struct ServeConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}")]
-    Io { path: String, source: std::io::Error },
-    #[error("invalid settings in {path}")]
-    Parse { path: String, source: toml::de::Error },
+    #[error(transparent)]
+    File(#[from] crate::settings::FileError),
     #[error("{name}={value:?}: {problem}")]
     Env { name: &'static str, value: String, problem: &'static str },
     #[error("invalid setting: {0}")]
@@ -118,17 +116,16 @@ pub struct Overrides {
     pub prefix: Option<String>,
     pub epoch_ms: Option<u64>,
     pub policy: Option<PolicyKind>,
+    pub refit_ms: Option<u64>,
 }
 
 impl RawConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let display = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: display.clone(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: display, source })
+        Ok(crate::settings::read_toml(path)?)
     }
 
-    /// Applies `SLAQ_NATS_URL` (comma-separated), `SLAQ_PREFIX`, `SLAQ_EPOCH_MS` and
-    /// `SLAQ_POLICY` from `env`, then the flags, and validates.
+    /// Applies `SLAQ_NATS_URL` (comma-separated), `SLAQ_PREFIX`, `SLAQ_EPOCH_MS`,
+    /// `SLAQ_REFIT_MS` and `SLAQ_POLICY` from `env`, then the flags, and validates.
     pub fn resolve(mut self, env: &BTreeMap<String, String>, flags: &Overrides) -> Result<ServeConfig, ConfigError> {
         if let Some(v) = env.get("SLAQ_NATS_URL") {
             self.nats.urls = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
@@ -139,6 +136,13 @@ impl RawConfig {
         if let Some(v) = env.get("SLAQ_EPOCH_MS") {
             self.scheduler.epoch_ms = v.parse().map_err(|_| ConfigError::Env {
                 name: "SLAQ_EPOCH_MS",
+                value: v.clone(),
+                problem: "not a whole number",
+            })?;
+        }
+        if let Some(v) = env.get("SLAQ_REFIT_MS") {
+            self.scheduler.refit_interval_ms = v.parse().map_err(|_| ConfigError::Env {
+                name: "SLAQ_REFIT_MS",
                 value: v.clone(),
                 problem: "not a whole number",
             })?;
@@ -161,6 +165,9 @@ impl RawConfig {
         }
         if let Some(p) = flags.policy {
             self.scheduler.policy = p;
+        }
+        if let Some(r) = flags.refit_ms {
+            self.scheduler.refit_interval_ms = r;
         }
         self.validate()
     }

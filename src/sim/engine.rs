@@ -8,7 +8,8 @@
 use crate::policy::{GainFn, JobBid, PolicyKind, Problem};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
 
-use super::metrics::{ActiveJob, JobOutcome, RunMetrics, Tracker};
+use super::metrics::{RunMetrics, Tracker};
+use super::replay::ReplayJob;
 use super::workload::SimJob;
 
 /// How iteration time grows with workers: `t(w) = t₁·(σ + (1−σ)/w + c·log2 w)`.
@@ -115,30 +116,9 @@ impl Default for SimConfig {
 pub const DEFAULT_WORKERS: u32 = 64;
 
 struct JobState<'a> {
-    job: &'a SimJob,
-    /// Index of the next loss point this job produces.
-    next: usize,
-    /// Fraction of the current iteration done.
-    progress: f64,
-    workers: u32,
+    replay: ReplayJob<'a>,
     predictor: JobPredictor,
-    active: bool,
     attained_service: f64,
-    norm_loss: f64,
-    initial_norm_loss: f64,
-    reached_90_s: Option<f64>,
-    reached_95_s: Option<f64>,
-    finished_s: Option<f64>,
-}
-
-impl JobState<'_> {
-    fn view(&self) -> ActiveJob {
-        ActiveJob { norm_loss: self.norm_loss, workers: self.workers, group: self.job.group }
-    }
-
-    fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
-        self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
-    }
 }
 
 /// Runs one workload under one policy. Deterministic: same inputs, same result.
@@ -146,22 +126,10 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let predictor_config = PredictorConfig { objective: policy.objective, ..config.predictor };
     let mut states: Vec<JobState<'_>> = jobs
         .iter()
-        .map(|job| {
-            let norm = if job.offset == 0 { 1.0 } else { job.norm_loss(job.loss[job.offset - 1]) };
-            JobState {
-                job,
-                next: job.offset,
-                progress: 0.0,
-                workers: 0,
-                predictor: JobPredictor::new(predictor_config),
-                active: false,
-                attained_service: 0.0,
-                norm_loss: norm,
-                initial_norm_loss: norm,
-                reached_90_s: None,
-                reached_95_s: None,
-                finished_s: None,
-            }
+        .map(|job| JobState {
+            replay: ReplayJob::new(job),
+            predictor: JobPredictor::new(predictor_config),
+            attained_service: 0.0,
         })
         .collect();
     let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
@@ -170,8 +138,8 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let mut active: Vec<usize> = Vec::new();
     let mut now = 0.0f64;
     let mut next_epoch = 0.0f64;
-    let mut metrics =
-        Tracker::new(config.num_workers, config.speedup.most_useful_workers().min(config.max_workers_per_job));
+    let speedup = &config.speedup;
+    let mut metrics = Tracker::new(config.num_workers, speedup.most_useful_workers().min(config.max_workers_per_job));
     let mut num_finished = 0;
 
     while num_finished < jobs.len() && now < config.max_time_s {
@@ -181,47 +149,29 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
             next_time = next_time.min(jobs[j].arrival_s);
         }
         for &j in &active {
-            let s = &states[j];
-            if s.workers > 0 {
-                next_time = next_time.min(now + (1.0 - s.progress) * s.iteration_seconds(&config.speedup));
+            if let Some(t) = states[j].replay.completes_at(now, speedup) {
+                next_time = next_time.min(t);
             }
         }
         let dt = (next_time - now).max(0.0);
-        metrics.integrate(active.iter().map(|&j| states[j].view()), dt);
+        metrics.integrate(active.iter().map(|&j| states[j].replay.view()), dt);
         for &j in &active {
             let s = &mut states[j];
-            if s.workers > 0 {
-                s.progress += dt / s.iteration_seconds(&config.speedup);
-                s.attained_service += dt * f64::from(s.workers);
-            }
+            s.attained_service += dt * f64::from(s.replay.workers);
+            s.replay.advance(dt, speedup);
         }
         now = next_time;
 
         // Completions.
         let mut k = 0;
         while k < active.len() {
-            let j = active[k];
-            let s = &mut states[j];
-            if s.workers > 0 && s.progress >= 1.0 - 1e-9 {
-                let seconds = s.iteration_seconds(&config.speedup);
-                let loss = s.job.loss[s.next];
+            let s = &mut states[active[k]];
+            if let Some(done) = s.replay.complete(now, speedup) {
                 // The simulator only feeds valid points, so a refusal here is a bug.
-                let observed = s.predictor.observe(s.next as u64 + 1, loss);
+                let observed = s.predictor.observe(done.iter, done.loss);
                 debug_assert!(observed.is_ok());
-                s.predictor.observe_time(s.workers, seconds);
-                s.next += 1;
-                s.progress = 0.0;
-                s.norm_loss = s.job.norm_loss(loss);
-                if s.norm_loss <= 0.10 && s.reached_90_s.is_none() {
-                    s.reached_90_s = Some(now);
-                }
-                if s.norm_loss <= 0.05 && s.reached_95_s.is_none() {
-                    s.reached_95_s = Some(now);
-                }
-                if s.next == s.job.loss.len() || s.norm_loss <= s.job.converged_norm_loss {
-                    s.finished_s = Some(now);
-                    s.active = false;
-                    s.workers = 0;
+                s.predictor.observe_time(done.workers, done.seconds);
+                if done.finished {
                     num_finished += 1;
                     on_progress(num_finished);
                     active.swap_remove(k);
@@ -238,38 +188,20 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
             }
             next_arrival += 1;
             let s = &mut states[j];
-            warm_up(&mut s.predictor, &s.job.loss[..s.job.offset]);
-            s.active = true;
-            if s.norm_loss <= 0.10 {
-                s.reached_90_s = Some(now);
-            }
-            if s.norm_loss <= 0.05 {
-                s.reached_95_s = Some(now);
-            }
+            warm_up(&mut s.predictor, &s.replay.job.loss[..s.replay.job.offset]);
+            s.replay.arrive(now);
             active.push(j);
         }
         active.sort_unstable();
 
         if now >= next_epoch {
             reallocate(&mut states, &active, config, policy);
-            metrics.sample(now, active.iter().map(|&j| states[j].view()));
+            metrics.sample(now, active.iter().map(|&j| states[j].replay.view()));
             next_epoch = now + config.epoch_s;
         }
     }
 
-    let outcomes = states
-        .iter()
-        .map(|s| JobOutcome {
-            id: s.job.id.clone(),
-            family: s.job.family.clone(),
-            group: s.job.group,
-            arrival_s: s.job.arrival_s,
-            initial_norm_loss: s.initial_norm_loss,
-            time_to_90_s: s.reached_90_s.map(|t| t - s.job.arrival_s),
-            time_to_95_s: s.reached_95_s.map(|t| t - s.job.arrival_s),
-            completion_s: s.finished_s.map(|t| t - s.job.arrival_s),
-        })
-        .collect();
+    let outcomes = states.iter().map(|s| s.replay.outcome()).collect();
     metrics.finish(policy.name, outcomes, now)
 }
 
@@ -332,9 +264,9 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
                 None
             } else if policy.is_oracle() {
                 Some(SimGain::Oracle {
-                    job: s.job,
-                    next: s.next,
-                    progress: s.progress,
+                    job: s.replay.job,
+                    next: s.replay.next,
+                    progress: s.replay.progress,
                     epoch_s: config.gain_horizon_s.max(config.epoch_s),
                     speedup: config.speedup,
                 })
@@ -345,12 +277,12 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
                     Objective::DeltaLoss => config.epoch_s,
                     Objective::Quality => config.gain_horizon_s.max(config.epoch_s),
                 };
-                s.predictor.gain_curve(horizon, s.workers).map(SimGain::Predicted)
+                s.predictor.gain_curve(horizon, s.replay.workers).map(SimGain::Predicted)
             };
             JobBid {
                 min_workers: config.min_workers_per_job,
                 max_workers: config.max_workers_per_job,
-                current_workers: s.workers,
+                current_workers: s.replay.workers,
                 attained_service: s.attained_service,
                 gain,
             }
@@ -360,6 +292,6 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
     let allocation = policy.kind.allocate(&problem);
     debug_assert!(crate::policy::check_contract(&problem, &allocation).is_ok());
     for (&j, &w) in active.iter().zip(&allocation.workers) {
-        states[j].workers = w;
+        states[j].replay.workers = w;
     }
 }

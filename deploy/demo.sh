@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The live demo: a private nats-server on a free loopback port, `slaq serve` on it (time
+# accelerated 50x: 100 ms epochs are 5 s of job time), and `slaq emulate` playing 60 jobs that
+# replay real loss curves on 32 workers over NATS. It prints the live run next to the simulator
+# on the same workload, then what the scheduler believes, and cleans up.
+# Needs: this repository, cargo, nats-server (apt-get install -y nats-server), ../shared/data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nats-server >/dev/null || { echo "demo: nats-server is missing (apt-get install -y nats-server)" >&2; exit 1; }
+curves=../shared/data/curves-public.jsonl,../shared/data/slaq-paper-curves.jsonl
+cargo build --release --quiet
+slaq=./target/release/slaq
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+nats-server -a 127.0.0.1 -p -1 --ports_file_dir "$work" >"$work/nats.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do ls "$work"/*.ports >/dev/null 2>&1 && break; sleep 0.05; done
+url=$(grep -o 'nats://[^"]*' "$work"/*.ports | head -1)
+echo "nats-server at $url"
+
+RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --epoch-ms 100 --refit-ms 20 >"$work/serve.log" 2>&1 &
+pids+=($!)
+"$slaq" emulate --curves "$curves" --nats "$url" --jobs 60 --workers 32 --speed 50 --epoch-ms 100 &
+emulate=$!
+sleep 6
+echo; echo "--- slaq status, mid-run ---"
+"$slaq" status --nats "$url" | head -20
+echo
+wait "$emulate"
