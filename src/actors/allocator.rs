@@ -1,7 +1,8 @@
-//! The allocator actor: every epoch it expires silent workers, gathers the job actors' bids
-//! (with a deadline, so a slow actor cannot stall the epoch), runs the configured policy, maps
-//! counts to concrete workers with as few moves as possible, and publishes only what changed.
-//! It owns the worker registry; the maths is `policy::*`.
+//! The allocator actor: it keeps every job's latest bid (job actors push theirs when it
+//! changes, so an epoch never waits on an actor), and every epoch it expires silent workers,
+//! runs the configured policy on the bids, maps counts to concrete workers with as few moves as
+//! possible, tells the jobs whose worker count changed, and publishes only what changed. It owns
+//! the worker registry; the maths is `policy::*`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, info};
 
-use super::job::{Bid, CollectBid, JobActor};
+use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
 use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
 use crate::policy::{JobBid, PolicyKind, Problem, placement};
@@ -24,14 +25,13 @@ pub struct AllocatorSettings {
     pub horizon_s: f64,
     pub policy: PolicyKind,
     pub worker_timeout: Duration,
-    pub bid_timeout: Duration,
 }
 
 struct JobEntry {
     addr: Addr<JobActor>,
     workers: Vec<String>,
     attained_service: f64,
-    status: Option<JobStatus>,
+    bid: Option<Bid>,
 }
 
 /// Epoch summaries kept for `status` and benchmarks.
@@ -43,7 +43,6 @@ pub struct AllocatorActor {
     jobs: BTreeMap<String, JobEntry>,
     registry: WorkerRegistry,
     epoch: u64,
-    epoch_running: bool,
     started: Instant,
     history: VecDeque<EpochSummary>,
     rejected: BTreeMap<&'static str, u64>,
@@ -57,7 +56,6 @@ impl AllocatorActor {
             jobs: BTreeMap::new(),
             registry: WorkerRegistry::default(),
             epoch: 0,
-            epoch_running: false,
             started: Instant::now(),
             history: VecDeque::new(),
             rejected: BTreeMap::new(),
@@ -68,12 +66,7 @@ impl AllocatorActor {
         self.started.elapsed().as_secs_f64()
     }
 
-    fn start_epoch(&mut self, ctx: &mut Context<Self>) {
-        if self.epoch_running {
-            debug!("previous epoch still running; skipping a tick");
-            return;
-        }
-        self.epoch_running = true;
+    fn epoch(&mut self) {
         let started = Instant::now();
         let now_s = self.now_s();
         for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
@@ -82,44 +75,13 @@ impl AllocatorActor {
                 entry.workers.retain(|w| *w != worker);
             }
         }
-        let horizon_s = self.settings.horizon_s;
-        let deadline = self.settings.bid_timeout;
-        let requests: Vec<_> = self
-            .jobs
-            .iter()
-            .map(|(id, entry)| {
-                let request = entry.addr.send(CollectBid { horizon_s, workers: entry.workers.len() as u32 });
-                (id.clone(), request)
-            })
-            .collect();
-        let gather = async move {
-            // One deadline for all (one timer, not one per job); whoever has not answered by
-            // then is late.
-            let (ids, futures): (Vec<String>, Vec<_>) = requests.into_iter().unzip();
-            let mut answers: Vec<Option<Bid>> = vec![None; ids.len()];
-            let mut pending: futures_util::stream::FuturesUnordered<_> =
-                futures.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }).collect();
-            let timer = tokio::time::sleep(deadline);
-            tokio::pin!(timer);
-            loop {
-                tokio::select! {
-                    next = futures_util::StreamExt::next(&mut pending) => match next {
-                        Some((i, answer)) => answers[i] = answer.ok(),
-                        None => break,
-                    },
-                    _ = &mut timer => break,
-                }
-            }
-            ids.into_iter().zip(answers).collect::<Vec<_>>()
-        };
-        ctx.spawn(gather.into_actor(self).map(move |bids, act, _| act.finish_epoch(bids, started)));
+        let bids: Vec<(String, Option<Bid>)> = self.jobs.iter().map(|(id, e)| (id.clone(), e.bid.clone())).collect();
+        self.finish_epoch(bids, started);
     }
 
     fn finish_epoch(&mut self, bids: Vec<(String, Option<Bid>)>, started: Instant) {
         let gathered = Instant::now();
-        // Jobs that left while bids were gathered are skipped; a job that did not bid in time
-        // keeps exactly the workers it has.
-        let bids: Vec<(String, Option<Bid>)> = bids.into_iter().filter(|(id, _)| self.jobs.contains_key(id)).collect();
+        // A job that has not bid yet keeps exactly the workers it has.
         let late_bids = bids.iter().filter(|(_, b)| b.is_none()).count();
         let job_bids: Vec<JobBid<_>> = bids
             .iter()
@@ -180,12 +142,12 @@ impl AllocatorActor {
             }
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
-        for (j, ((id, bid), workers)) in bids.iter().zip(new_workers).enumerate() {
+        for (j, ((id, _), workers)) in bids.iter().zip(new_workers).enumerate() {
             let Some(entry) = self.jobs.get_mut(id) else { continue };
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
             entry.attained_service += epoch_s * count as f64;
-            if let Some(b) = bid {
-                entry.status = Some(JobStatus { workers: count as u32, ..b.status.clone() });
+            if job_changed[j] && workers.len() != entry.workers.len() {
+                entry.addr.do_send(WorkersChanged(workers.len() as u32));
             }
             if job_changed[j] && workers != entry.workers {
                 let message = JobAllocation { job: id.clone(), epoch, workers: workers.clone(), batch_size: None };
@@ -220,7 +182,6 @@ impl AllocatorActor {
         }
         self.history.push_back(summary);
         self.epoch = epoch;
-        self.epoch_running = false;
     }
 
     fn snapshot(&self) -> StatusSnapshot {
@@ -231,15 +192,13 @@ impl AllocatorActor {
             jobs: self
                 .jobs
                 .iter()
-                .map(|(id, e)| {
-                    e.status.clone().unwrap_or(JobStatus {
-                        job: id.clone(),
-                        last_iter: None,
-                        last_loss: None,
-                        predicted_gain: None,
-                        workers: e.workers.len() as u32,
-                        points: 0,
-                    })
+                .map(|(id, e)| JobStatus {
+                    job: id.clone(),
+                    last_iter: e.bid.as_ref().and_then(|b| b.last_iter),
+                    last_loss: e.bid.as_ref().and_then(|b| b.last_loss),
+                    predicted_gain: e.bid.as_ref().and_then(|b| b.predicted_gain),
+                    workers: e.workers.len() as u32,
+                    points: e.bid.as_ref().map_or(0, |b| b.points),
                 })
                 .collect(),
             workers: self
@@ -261,8 +220,8 @@ impl Actor for AllocatorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // Control messages arrive with `do_send` from the ingest task; epochs are timer-driven.
-        ctx.run_interval(self.settings.epoch, |act, ctx| act.start_epoch(ctx));
+        // Control messages and bids arrive with `do_send`; epochs are timer-driven.
+        ctx.run_interval(self.settings.epoch, |act, _| act.epoch());
     }
 }
 
@@ -281,9 +240,19 @@ impl Handler<JobStarted> for AllocatorActor {
             None => {
                 self.jobs.insert(
                     msg.job,
-                    JobEntry { addr: msg.addr, workers: Vec::new(), attained_service: 0.0, status: None },
+                    JobEntry { addr: msg.addr, workers: Vec::new(), attained_service: 0.0, bid: None },
                 );
             }
+        }
+    }
+}
+
+impl Handler<BidUpdate> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
+        // A bid from a job that has left (still in flight) is dropped.
+        if let Some(entry) = self.jobs.get_mut(&msg.job) {
+            entry.bid = Some(msg.bid);
         }
     }
 }

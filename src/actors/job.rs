@@ -1,16 +1,20 @@
 //! The per-job actor: owns one job's predictor. It observes loss reports, refits at most every
-//! `refit_interval` (so a burst of reports costs one fit, and the epoch never waits for one),
-//! and answers the allocator's bid request with its gain curve.
+//! `refit_interval` (so a burst of reports costs one fit), and pushes its bid (its gain curve)
+//! to the allocator whenever the bid changes: after a refit, when its worker count changes, and
+//! once when it starts. The allocator therefore never waits on a job actor: an epoch uses each
+//! job's latest bid, and a slow actor's bid is merely older.
 
 use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::protocol::{JobSpec, JobStatus, LossPoint};
+use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor, PredictorConfig};
 
 pub struct JobActor {
     spec: JobSpec,
+    allocator: Recipient<BidUpdate>,
+    horizon_s: f64,
     predictor: JobPredictor,
     workers: u32,
     refit_interval: Duration,
@@ -21,9 +25,18 @@ pub struct JobActor {
 
 impl JobActor {
     /// Start it with `start_in_arbiter` and set the mailbox capacity in the creating closure.
-    pub fn new(spec: JobSpec, predictor: PredictorConfig, refit_interval: Duration) -> Self {
+    /// Bids go to `allocator`, computed over `horizon_s` seconds.
+    pub fn new(
+        spec: JobSpec,
+        predictor: PredictorConfig,
+        refit_interval: Duration,
+        allocator: Recipient<BidUpdate>,
+        horizon_s: f64,
+    ) -> Self {
         JobActor {
             spec,
+            allocator,
+            horizon_s,
             predictor: JobPredictor::new(predictor),
             workers: 0,
             refit_interval,
@@ -36,6 +49,31 @@ impl JobActor {
 
 impl Actor for JobActor {
     type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        // A fresh job bids its prior at once, so it can get workers in the next epoch.
+        self.push_bid();
+    }
+}
+
+impl JobActor {
+    fn bid(&self) -> Bid {
+        let gain = self.predictor.gain_curve(self.horizon_s, self.workers);
+        Bid {
+            min_workers: self.spec.min_workers,
+            max_workers: self.spec.max_workers.unwrap_or(u32::MAX),
+            gain,
+            last_iter: self.predictor.last_iter(),
+            last_loss: self.predictor.last_loss(),
+            predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
+            points: self.predictor.num_points(),
+            duplicates: self.duplicates,
+        }
+    }
+
+    fn push_bid(&self) {
+        self.allocator.do_send(BidUpdate { job: self.spec.job.clone(), bid: self.bid() });
+    }
 }
 
 /// A validated loss report for this job.
@@ -61,6 +99,7 @@ impl Handler<Report> for JobActor {
                 act.refit_scheduled = false;
                 act.fitted = true;
                 act.predictor.refit();
+                act.push_bid();
             });
         }
     }
@@ -76,55 +115,49 @@ impl Handler<UpdateSpec> for JobActor {
 
     fn handle(&mut self, UpdateSpec(spec): UpdateSpec, _: &mut Self::Context) {
         self.spec = spec;
+        self.push_bid();
     }
 }
 
-/// The allocator asks for a bid; `workers` is what the job holds now.
+/// The allocator changed this job's worker count.
 #[derive(Message)]
-#[rtype(result = "Bid")]
-pub struct CollectBid {
-    pub horizon_s: f64,
-    pub workers: u32,
+#[rtype(result = "()")]
+pub struct WorkersChanged(pub u32);
+
+impl Handler<WorkersChanged> for JobActor {
+    type Result = ();
+
+    fn handle(&mut self, WorkersChanged(workers): WorkersChanged, _: &mut Self::Context) {
+        self.workers = workers;
+        // Never fitted yet (its first points arrived within the refit interval): fit now, once.
+        if !self.fitted && self.predictor.num_points() > 0 {
+            self.predictor.refit();
+            self.fitted = true;
+        }
+        self.push_bid();
+    }
 }
 
-/// A job's answer: its bounds, its gain curve and what `status` shows.
+/// A job's bid: its bounds, its gain curve and what `status` shows of it.
 #[derive(Clone, Debug)]
 pub struct Bid {
     pub min_workers: u32,
     pub max_workers: u32,
     pub gain: Option<GainCurve>,
-    pub status: JobStatus,
+    pub last_iter: Option<u64>,
+    pub last_loss: Option<f64>,
+    /// Predicted gain over the horizon with its current workers (for `status`).
+    pub predicted_gain: Option<f64>,
+    pub points: u64,
     pub duplicates: u64,
 }
 
-impl Handler<CollectBid> for JobActor {
-    type Result = MessageResult<CollectBid>;
-
-    fn handle(&mut self, msg: CollectBid, _: &mut Self::Context) -> Self::Result {
-        self.workers = msg.workers;
-        // Never fitted yet (its first points arrived within the refit interval): fit now, once.
-        // Otherwise the bid uses the latest debounced fit, so an epoch never waits for fits.
-        if !self.fitted && self.predictor.num_points() > 0 {
-            self.predictor.refit();
-            self.fitted = true;
-        }
-        let gain = self.predictor.gain_curve(msg.horizon_s, msg.workers);
-        let status = JobStatus {
-            job: self.spec.job.clone(),
-            last_iter: self.predictor.last_iter(),
-            last_loss: self.predictor.last_loss(),
-            predicted_gain: gain.map(|g| g.gain(msg.workers.max(1))),
-            workers: msg.workers,
-            points: self.predictor.num_points(),
-        };
-        MessageResult(Bid {
-            min_workers: self.spec.min_workers,
-            max_workers: self.spec.max_workers.unwrap_or(u32::MAX),
-            gain,
-            status,
-            duplicates: self.duplicates,
-        })
-    }
+/// A job actor's latest bid, pushed to the allocator.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BidUpdate {
+    pub job: String,
+    pub bid: Bid,
 }
 
 /// The job said bye.

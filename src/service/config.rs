@@ -35,7 +35,6 @@ pub struct RawScheduler {
     pub horizon_s: f64,
     pub policy: PolicyKind,
     pub worker_timeout_ms: u64,
-    pub bid_timeout_ms: u64,
     /// A loss report from an unknown job registers it with a default spec.
     pub register_on_report: bool,
     pub job_mailbox: usize,
@@ -67,7 +66,6 @@ impl Default for RawScheduler {
             horizon_s: 60.0,
             policy: PolicyKind::Slaq,
             worker_timeout_ms: 15_000,
-            bid_timeout_ms: 1_000,
             register_on_report: true,
             job_mailbox: 1_024,
             max_jobs: 200_000,
@@ -89,7 +87,6 @@ pub struct ServeConfig {
     pub horizon_s: f64,
     pub policy: PolicyKind,
     pub worker_timeout: Duration,
-    pub bid_timeout: Duration,
     pub register_on_report: bool,
     pub job_mailbox: usize,
     pub max_jobs: usize,
@@ -178,8 +175,8 @@ impl RawConfig {
         if self.nats.urls.is_empty() {
             return invalid("nats.urls is empty");
         }
-        if s.epoch_ms == 0 || s.worker_timeout_ms == 0 || s.bid_timeout_ms == 0 {
-            return invalid("epoch_ms, worker_timeout_ms and bid_timeout_ms must be positive");
+        if s.epoch_ms == 0 || s.worker_timeout_ms == 0 {
+            return invalid("epoch_ms and worker_timeout_ms must be positive");
         }
         if !(s.horizon_s.is_finite() && s.horizon_s > 0.0) {
             return invalid("horizon_s must be positive");
@@ -198,7 +195,6 @@ impl RawConfig {
             horizon_s: s.horizon_s,
             policy: s.policy,
             worker_timeout: Duration::from_millis(s.worker_timeout_ms),
-            bid_timeout: Duration::from_millis(s.bid_timeout_ms),
             register_on_report: s.register_on_report,
             job_mailbox: s.job_mailbox,
             max_jobs: s.max_jobs,

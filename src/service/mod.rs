@@ -67,7 +67,6 @@ pub async fn run(
         horizon_s: config.horizon_s,
         policy: config.policy,
         worker_timeout: config.worker_timeout,
-        bid_timeout: config.bid_timeout,
     };
     let allocator = AllocatorActor::new(settings, publisher).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
@@ -288,11 +287,12 @@ impl Ingest {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (predictor, refit, mailbox) = (self.config.predictor, self.config.refit_interval, self.config.job_mailbox);
+        let (bids_to, horizon_s) = (self.allocator.clone().recipient(), self.config.horizon_s);
         // The capacity is set before the actor exists: reports can arrive before its `started`
         // runs on its own thread, and actix's default mailbox holds only 16.
         let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
             ctx.set_mailbox_capacity(mailbox);
-            JobActor::new(spec, predictor, refit)
+            JobActor::new(spec, predictor, refit, bids_to, horizon_s)
         });
         self.jobs.insert(id.clone(), addr.clone());
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });

@@ -165,7 +165,5 @@ pub async fn eventually(
 
 /// Settings for a fast test scheduler.
 pub fn fast_settings(extra: &str) -> String {
-    format!(
-        "[scheduler]\nepoch_ms = 100\nworker_timeout_ms = 1500\nbid_timeout_ms = 500\nrefit_interval_ms = 20\n{extra}"
-    )
+    format!("[scheduler]\nepoch_ms = 100\nworker_timeout_ms = 1500\nrefit_interval_ms = 20\n{extra}")
 }
