@@ -378,8 +378,9 @@ pub struct EpochSummary {
     pub workers_assigned: u64,
     /// Workers whose assignment changed this epoch.
     pub workers_moved: usize,
-    /// Jobs that did not answer the bid request in time.
+    /// Jobs that have not bid yet (they keep their workers this epoch).
     pub late_bids: usize,
+    /// Collecting the jobs' latest bids (job actors push them; nothing is awaited).
     pub gather_ms: f64,
     pub policy_ms: f64,
     pub publish_ms: f64,
