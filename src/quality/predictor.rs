@@ -216,9 +216,11 @@ impl JobPredictor {
         Ok(())
     }
 
-    /// Records the measured duration of an iteration run on `workers` workers.
+    /// Records the measured duration of an iteration run on `workers` workers (the time model
+    /// is solved at the next [`Self::refit`]).
     pub fn observe_time(&mut self, workers: u32, seconds: f64) {
         self.time.observe(workers, seconds);
+        self.stale = true;
     }
 
     fn score_pending(&mut self, iter: u64, loss: f64) {
@@ -253,6 +255,7 @@ impl JobPredictor {
             return;
         }
         self.stale = false;
+        self.time.update();
         let Some(&(last_iter, last_loss)) = self.window.back() else { return };
         let k_now = last_iter as f64;
         self.models = [None; NUM_CANDIDATES];

@@ -65,6 +65,7 @@ pub struct IterTimeModel {
     scale_den: f64,
     num_observations: u64,
     curve: TimeCurve,
+    stale: bool,
 }
 
 impl IterTimeModel {
@@ -77,6 +78,7 @@ impl IterTimeModel {
             scale_den: 0.0,
             num_observations: 0,
             curve: TimeCurve { alpha: 0.0, beta: 0.0, gamma: 0.0 },
+            stale: false,
         };
         model.curve = model.prior_curve(prior.one_worker_seconds);
         model
@@ -122,7 +124,16 @@ impl IterTimeModel {
         self.scale_num = self.scale_num * decay + seconds / self.prior_shape(w);
         self.scale_den = self.scale_den * decay + 1.0;
         self.num_observations += 1;
-        self.curve = self.solve();
+        self.stale = true;
+    }
+
+    /// Solves the fit if observations arrived since the last solve (an observation only
+    /// updates sums: it runs once per loss report, the solve once per refit).
+    pub fn update(&mut self) {
+        if self.stale {
+            self.curve = self.solve();
+            self.stale = false;
+        }
     }
 
     fn solve(&self) -> TimeCurve {
@@ -151,7 +162,7 @@ impl IterTimeModel {
         }
     }
 
-    /// The current fit.
+    /// The fit as of the last [`Self::update`].
     pub fn curve(&self) -> TimeCurve {
         self.curve
     }
@@ -180,6 +191,7 @@ mod tests {
             let w = 1 << (i % 6);
             model.observe(w, truth.seconds(w));
         }
+        model.update();
         for w in [1, 3, 16, 40] {
             let (got, want) = (model.curve().seconds(w), truth.seconds(w));
             assert!((got - want).abs() / want < 0.05, "w={w}: {got} vs {want}");
@@ -192,6 +204,7 @@ mod tests {
         for _ in 0..20 {
             model.observe(4, 2.0);
         }
+        model.update();
         let t4 = model.curve().seconds(4);
         assert!((t4 - 2.0).abs() / 2.0 < 0.05, "{t4}");
         assert!(model.curve().seconds(1) > t4, "fewer workers must be slower");
