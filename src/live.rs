@@ -59,10 +59,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
 pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(protocol::valid_id(&args.id), "--id must be 1-64 characters from [A-Za-z0-9_-]");
     anyhow::ensure!(args.beat_ms > 0, "--beat-ms must be positive");
-    let subjects = Subjects::new(&args.prefix)?;
+    let subjects = Subjects::new(&args.bus.prefix)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let (client, _) = bus::connect(&args.nats, &format!("slaq-worker-{}", args.id), 1024).await?;
+        let (client, _) = bus::connect(&args.bus.nats, &format!("slaq-worker-{}", args.id), 1024).await?;
         let mut assignments = client.subscribe(subjects.worker_assign(&args.id)).await?;
         let spec = WorkerSpec { worker: args.id.clone(), machine: args.machine.clone(), slots: 1, kind: None };
         let hello = || async {
@@ -124,10 +124,10 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.timeout > 0.0, "--timeout must be positive");
-    let subjects = Subjects::new(&args.prefix)?;
+    let subjects = Subjects::new(&args.bus.prefix)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let snapshot: StatusSnapshot = runtime.block_on(async {
-        let (client, _) = bus::connect(&args.nats, "slaq-status", 16).await?;
+        let (client, _) = bus::connect(&args.bus.nats, "slaq-status", 16).await?;
         bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs_f64(args.timeout))
             .await
             .context("asking the scheduler for its status (is `slaq serve` running?)")
@@ -177,7 +177,7 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     let sim_config = SimConfig { num_workers: args.workers, epoch_s, ..SimConfig::default() };
     let simulated = sim::engine::run(&jobs, &sim_config, PolicySpec::named("slaq").context("slaq policy")?, |_| {});
     let config = slaq::emulate::EmulateConfig {
-        subjects: Subjects::new(&args.prefix)?,
+        subjects: Subjects::new(&args.bus.prefix)?,
         num_workers: args.workers,
         speed: args.speed,
         speedup: sim_config.speedup,
@@ -188,7 +188,7 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let live = runtime.block_on(async {
-        let (client, _) = bus::connect(&args.nats, "slaq-emulate", 65_536).await?;
+        let (client, _) = bus::connect(&args.bus.nats, "slaq-emulate", 65_536).await?;
         let live = slaq::emulate::run(&client, &jobs, &config).await?;
         let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
         Ok::<_, anyhow::Error>(live)

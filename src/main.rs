@@ -61,15 +61,24 @@ fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, String> {
     slaq::service::config::parse_policy(s).ok_or_else(|| format!("unknown policy {s:?}; expected slaq or fair"))
 }
 
+/// Where the scheduler is.
+#[derive(clap::Args)]
+struct NatsArgs {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    nats: Vec<String>,
+    /// Subject prefix.
+    #[arg(long, default_value = "slaq")]
+    prefix: String,
+}
+
 #[derive(clap::Args)]
 struct WorkerArgs {
     /// This worker's id (1-64 characters from [A-Za-z0-9_-]).
     #[arg(long)]
     id: String,
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    nats: Vec<String>,
-    #[arg(long, default_value = "slaq")]
-    prefix: String,
+    #[command(flatten)]
+    bus: NatsArgs,
     /// Milliseconds between heartbeats.
     #[arg(long, default_value_t = 2000)]
     beat_ms: u64,
@@ -102,20 +111,16 @@ struct EmulateArgs {
     /// Give up after this many real seconds.
     #[arg(long, default_value_t = 600.0)]
     duration: f64,
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    nats: Vec<String>,
-    #[arg(long, default_value = "slaq")]
-    prefix: String,
+    #[command(flatten)]
+    bus: NatsArgs,
     #[arg(long)]
     json: bool,
 }
 
 #[derive(clap::Args)]
 struct StatusArgs {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    nats: Vec<String>,
-    #[arg(long, default_value = "slaq")]
-    prefix: String,
+    #[command(flatten)]
+    bus: NatsArgs,
     /// Print the snapshot as JSON.
     #[arg(long)]
     json: bool,
