@@ -6,19 +6,12 @@
 # Needs: this repository, cargo, nats-server (apt-get install -y nats-server), ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v nats-server >/dev/null || { echo "demo: nats-server is missing (apt-get install -y nats-server)" >&2; exit 1; }
 curves=../shared/data/curves-public.jsonl,../shared/data/slaq-paper-curves.jsonl
 cargo build --release --quiet
 slaq=./target/release/slaq
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-nats-server -a 127.0.0.1 -p -1 --ports_file_dir "$work" >"$work/nats.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do ls "$work"/*.ports >/dev/null 2>&1 && break; sleep 0.05; done
-url=$(grep -o 'nats://[^"]*' "$work"/*.ports | head -1)
+# shellcheck source=deploy/private-nats.sh
+. deploy/private-nats.sh
+url=$NATS_URL
 echo "nats-server at $url"
 
 RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --epoch-ms 100 --refit-ms 20 >"$work/serve.log" 2>&1 &

@@ -5,14 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 B=./target/release/slaq
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-nats-server -a 127.0.0.1 -p -1 --ports_file_dir "$work" >/dev/null 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do ls "$work"/*.ports >/dev/null 2>&1 && break; sleep 0.05; done
-N=$(grep -o 'nats://[^"]*' "$work"/*.ports | head -1)
+# shellcheck source=deploy/private-nats.sh
+. deploy/private-nats.sh
+N=$NATS_URL
 C=../shared/data/curves-public.jsonl,../shared/data/slaq-paper-curves.jsonl
 out="benches/runs/$(date -u +%F)-live.txt"
 {

@@ -385,7 +385,7 @@ pub fn bench_epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
         for w in 0..args.workers {
             let id = format!("w{w}");
             let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
-            protocol_publish(&client, subjects.worker_hello(&id), &spec).await?;
+            bus::publish(&client, subjects.worker_hello(&id), Encoding::MsgPack, &spec).await?;
         }
         let after_workers_rss = resident_bytes();
         // Every job reports 40 points of a real-looking curve (so its predictor is fitted).
@@ -402,7 +402,7 @@ pub fn bench_epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
                     batch_size: None,
                     sent_at: None,
                 };
-                protocol_publish(&client, subjects.job_loss(&id), &r).await?;
+                bus::publish(&client, subjects.job_loss(&id), Encoding::MsgPack, &r).await?;
             }
         }
         client.flush().await?;
@@ -453,14 +453,5 @@ pub fn bench_epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
         }
     })?;
     println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
-    Ok(())
-}
-
-async fn protocol_publish<T: serde::Serialize>(
-    client: &async_nats::Client,
-    subject: String,
-    message: &T,
-) -> anyhow::Result<()> {
-    bus::publish(client, subject, Encoding::MsgPack, message).await?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
 use crate::policy::{JobBid, PolicyKind, Problem, placement};
 use crate::protocol::{
-    EpochSummary, JobAllocation, JobStatus, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 
 /// What the allocator needs of the configuration.
@@ -207,7 +207,17 @@ impl AllocatorActor {
                 .map(|(id, w)| WorkerStatus { worker: id.clone(), job: w.job.clone(), silent_s: now_s - w.last_seen_s })
                 .collect(),
             accepted: BTreeMap::new(),
-            rejected: self.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            rejected: {
+                let mut rejected: BTreeMap<String, u64> =
+                    self.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                // Repeated `iter`s are refused by the job actors, which report their count in
+                // their bids (of jobs still present).
+                let duplicates: u64 = self.jobs.values().filter_map(|e| e.bid.as_ref()).map(|b| b.duplicates).sum();
+                if duplicates > 0 {
+                    rejected.insert(RejectCause::Duplicate.as_str().to_string(), duplicates);
+                }
+                rejected
+            },
         }
     }
 }

@@ -35,14 +35,13 @@ pub fn place(target: &[u32], current: &[Option<JobOrd>]) -> Vec<Option<JobOrd>> 
     next
 }
 
-/// How many workers change job between two placements.
-pub fn moves(before: &[Option<JobOrd>], after: &[Option<JobOrd>]) -> usize {
-    before.iter().zip(after).filter(|(a, b)| a != b).count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn moves(before: &[Option<JobOrd>], after: &[Option<JobOrd>]) -> usize {
+        before.iter().zip(after).filter(|(a, b)| a != b).count()
+    }
 
     #[test]
     fn keeps_what_it_can_and_moves_the_minimum() {

@@ -397,16 +397,7 @@ impl JobPredictor {
         let floor = self.first_loss.abs().max(last_loss.abs()).max(1e-12) * 1e-9;
         let model_now = model.eval(k_now);
         let averaged = self.config.objective == Objective::Quality;
-        Some(GainCurve {
-            model,
-            k_now,
-            loss_now: last_loss,
-            model_now,
-            time,
-            epoch_seconds,
-            scale: scale.max(floor),
-            averaged,
-        })
+        Some(GainCurve { model, k_now, model_now, time, epoch_seconds, scale: scale.max(floor), averaged })
     }
 
     /// Before a job has shown any progress, the quality objective assumes the typical
@@ -423,7 +414,6 @@ impl JobPredictor {
         Some(GainCurve {
             model,
             k_now,
-            loss_now: 1.0,
             model_now: 1.0,
             time: self.time.curve(),
             epoch_seconds,
@@ -472,7 +462,6 @@ fn nearest_bucket(ahead: f64) -> usize {
 pub struct GainCurve {
     pub model: Model,
     pub k_now: f64,
-    pub loss_now: f64,
     /// The model's value at `k_now` (gains are the model's own predicted drop from here).
     pub model_now: f64,
     pub time: TimeCurve,

@@ -27,7 +27,7 @@ use crate::actors::job::{JobActor, Report, Stop, UpdateSpec};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
     self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReportRef, ProtocolError, RejectCause,
-    StatusSnapshot, WorkerSpec,
+    WorkerSpec,
 };
 pub use config::{Overrides, RawConfig, ServeConfig};
 
@@ -38,10 +38,6 @@ pub struct ServiceHandle {
 }
 
 impl ServiceHandle {
-    pub async fn status(&self) -> Option<StatusSnapshot> {
-        self.allocator.send(GetStatus).await.ok()
-    }
-
     pub async fn epochs(&self) -> Vec<EpochSummary> {
         self.allocator.send(GetEpochs).await.unwrap_or_default()
     }

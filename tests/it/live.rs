@@ -192,6 +192,10 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
     assert_eq!(rejected("id_mismatch"), 1);
     assert_eq!(rejected("invalid_id"), 1);
     assert_eq!(rejected("invalid_spec"), 1);
+    // The repeated iteration 2 is refused by the job and shows in status.
+    let st =
+        eventually(&c, &s, WAIT, "the duplicate shows in status", |st| st.rejected.get("duplicate") == Some(&1)).await;
+    assert_eq!(st.rejected.get("duplicate"), Some(&1));
     assert_eq!(st.accepted.get("loss"), Some(&4));
     // Logged once per cause.
     let log = scheduler.log_text();
