@@ -12,7 +12,7 @@ use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
 use slaq::trace::{TraceCurve, load_curves};
 
 fn curves() -> Vec<TraceCurve> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/curves-public.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/curves/curves-public.jsonl");
     load_curves(&path).expect("the public curves are beside the repository")
 }
 

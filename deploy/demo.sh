@@ -3,10 +3,10 @@
 # accelerated 50x: 100 ms epochs are 5 s of job time), and `slaq emulate` playing 60 jobs that
 # replay real loss curves on 32 workers over NATS. It prints the live run next to the simulator
 # on the same workload, then what the scheduler believes, and cleans up.
-# Needs: this repository, cargo, nats-server (apt-get install -y nats-server), ../shared/data.
+# Needs: this repository, cargo, nats-server (apt-get install -y nats-server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-curves=../shared/data/curves-public.jsonl,../shared/data/slaq-paper-curves.jsonl
+curves=data/curves/curves-public.jsonl,data/curves/slaq-paper-curves.jsonl
 cargo build --release --quiet
 slaq=./target/release/slaq
 # shellcheck source=deploy/private-nats.sh

@@ -8,7 +8,7 @@ B=./target/release/slaq
 # shellcheck source=deploy/private-nats.sh
 . deploy/private-nats.sh
 N=$NATS_URL
-C=../shared/data/curves-public.jsonl,../shared/data/slaq-paper-curves.jsonl
+C=data/curves/curves-public.jsonl,data/curves/slaq-paper-curves.jsonl
 out="benches/runs/$(date -u +%F)-live.txt"
 {
     echo "# Live measurements: $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nats-server --version 2>&1 | head -1), loopback"

@@ -64,13 +64,13 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         .await
         .map_err(|source| BusError::Subscribe { subject: "alloc".into(), source })?;
 
-    let mut states: Vec<ReplayJob<'_>> = jobs.iter().map(ReplayJob::new).collect();
+    let mut states: Vec<ReplayJob<'_>> =
+        jobs.iter().map(|job| ReplayJob::new(job, config.speedup.curve(job.application))).collect();
     let by_id: HashMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect();
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[a].arrival_s.total_cmp(&jobs[b].arrival_s));
     let mut next_arrival = 0;
-    let speedup = &config.speedup;
-    let mut tracker = Tracker::new(config.num_workers, speedup.most_useful_workers());
+    let mut tracker = Tracker::new(config.num_workers);
     let started = Instant::now();
     let virtual_now = || started.elapsed().as_secs_f64() * config.speed;
     let mut now = 0.0f64;
@@ -82,7 +82,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         if let Some(&j) = order.get(next_arrival) {
             next_event = next_event.min(jobs[j].arrival_s);
         }
-        for t in states.iter().filter_map(|st| st.completes_at(now, speedup)) {
+        for t in states.iter().filter_map(|st| st.completes_at(now)) {
             next_event = next_event.min(t);
         }
         let wake = started + Duration::from_secs_f64(next_event.max(now) / config.speed);
@@ -100,7 +100,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         let dt = (t - now).max(0.0);
         tracker.integrate(states.iter().filter(|s| s.active).map(ReplayJob::view), dt);
         for st in &mut states {
-            st.advance(dt, speedup);
+            st.advance(dt);
         }
         now = t;
         for (j, workers) in changed {
@@ -110,7 +110,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         }
         // Completions: report each, and say bye at the end.
         for st in &mut states {
-            let Some(done) = st.complete(now, speedup) else { continue };
+            let Some(done) = st.complete(now) else { continue };
             let report = LossReport {
                 job: st.job.id.clone(),
                 iter: done.iter,

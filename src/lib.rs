@@ -10,6 +10,7 @@ pub mod emulate;
 pub mod policy;
 pub mod protocol;
 pub mod quality;
+pub mod schedule;
 pub mod service;
 pub mod settings;
 pub mod sim;

@@ -45,6 +45,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         epoch_ms: args.epoch_ms,
         policy: args.policy,
         refit_ms: args.refit_ms,
+        floor: args.floor,
     };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {
@@ -175,7 +176,10 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     let jobs = sim::workload::generate(&curves, &workload)?;
     let epoch_s = args.epoch_ms as f64 / 1000.0 * args.speed;
     let sim_config = SimConfig { num_workers: args.workers, epoch_s, ..SimConfig::default() };
-    let simulated = sim::engine::run(&jobs, &sim_config, PolicySpec::named("slaq").context("slaq policy")?, |_| {});
+    let policy = PolicySpec::named(&args.policy).filter(|p| !p.is_oracle()).with_context(|| {
+        format!("unknown policy {:?}; expected the policy slaq serve runs (slaq or fair)", args.policy)
+    })?;
+    let simulated = sim::engine::run(&jobs, &sim_config, policy, |_| {});
     let config = slaq::emulate::EmulateConfig {
         subjects: Subjects::new(&args.bus.prefix)?,
         num_workers: args.workers,
@@ -194,35 +198,36 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(live)
     })?;
     let diff_pct =
-        100.0 * (live.summary.avg_norm_loss - simulated.summary.avg_norm_loss) / simulated.summary.avg_norm_loss;
+        100.0 * (live.summary.mean_loss_area - simulated.summary.mean_loss_area) / simulated.summary.mean_loss_area;
     let report = serde_json::json!({
         "jobs": args.jobs,
         "workers": args.workers,
         "seed": args.seed,
         "speed": args.speed,
         "epoch_s": epoch_s,
+        "policy": policy.name,
         "live": live.summary,
         "simulated": simulated.summary,
-        "avg_norm_loss_diff_pct": diff_pct,
+        "loss_area_diff_pct": diff_pct,
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s",
-            args.jobs, args.workers, args.seed, args.speed
+            "policy {}: {} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s",
+            policy.name, args.jobs, args.workers, args.seed, args.speed
         );
         println!(
             "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "run", "avg loss", "t90 s", "t95 s", "JCT s", "unfinished"
+            "run", "loss area", "t90 s", "t95 s", "JCT s", "unfinished"
         );
         for (name, s) in [("live", &live.summary), ("simulated", &simulated.summary)] {
             println!(
-                "{:<10} {:>10.4} {:>10.1} {:>10.1} {:>10.1} {:>10}",
-                name, s.avg_norm_loss, s.mean_time_to_90_s, s.mean_time_to_95_s, s.mean_jct_s, s.jobs_unfinished
+                "{:<10} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+                name, s.mean_loss_area, s.mean_time_to_90_s, s.mean_time_to_95_s, s.mean_jct_s, s.jobs_unfinished
             );
         }
-        println!("live vs simulated average normalised loss: {diff_pct:+.1}%");
+        println!("live vs simulated mean loss area: {diff_pct:+.1}%");
     }
     Ok(())
 }

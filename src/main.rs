@@ -51,11 +51,26 @@ struct ServeArgs {
     /// Allocation policy: slaq or fair.
     #[arg(long, value_parser = parse_policy_arg)]
     policy: Option<slaq::policy::PolicyKind>,
+    /// Fairness floor f in [0, 1]: every job gets at least f times its fair share of
+    /// worker-seconds over a sliding window of epochs (0: pure quality, 1: fair).
+    #[arg(long)]
+    floor: Option<f64>,
     /// Milliseconds between refits of a job's curves (scale it with --epoch-ms when time is
     /// accelerated, as for `slaq emulate`).
     #[arg(long)]
     refit_ms: Option<u64>,
 }
+
+fn parse_speedup(s: &str) -> Result<slaq::sim::SpeedupKind, String> {
+    match s {
+        "parametric" => Ok(slaq::sim::SpeedupKind::Parametric),
+        "pollux" => Ok(slaq::sim::SpeedupKind::Pollux),
+        _ => Err(format!("unknown speed-up {s:?}; expected parametric or pollux")),
+    }
+}
+
+/// The curves the simulator, the emulator and the benchmarks replay by default (vendored).
+const DEFAULT_CURVES: &str = "data/curves/curves-public.jsonl";
 
 fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, String> {
     slaq::service::config::parse_policy(s).ok_or_else(|| format!("unknown policy {s:?}; expected slaq or fair"))
@@ -93,8 +108,12 @@ struct WorkerArgs {
 
 #[derive(clap::Args)]
 struct EmulateArgs {
-    #[arg(long, required = true, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_CURVES)]
     curves: Vec<PathBuf>,
+    /// The policy `slaq serve` runs (slaq or fair): the simulated run beside the live one uses
+    /// it too.
+    #[arg(long, default_value = "slaq")]
+    policy: String,
     #[arg(long, default_value_t = 160)]
     jobs: usize,
     #[arg(long, default_value_t = slaq::sim::DEFAULT_WORKERS)]
@@ -177,7 +196,7 @@ struct BenchAllocArgs {
     #[arg(long, default_value_t = 16000)]
     workers: u32,
     /// Curves the jobs' predictors are fitted on.
-    #[arg(long, value_delimiter = ',', default_value = "../shared/data/curves-public.jsonl")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_CURVES)]
     curves: Vec<PathBuf>,
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 7)]
@@ -189,13 +208,13 @@ struct BenchAllocArgs {
 #[derive(clap::Args)]
 struct SimulateArgs {
     /// JSON-lines curve files (repeatable or comma-separated).
-    #[arg(long, required = true, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_CURVES)]
     curves: Vec<PathBuf>,
     /// A TOML file with `[workload]` and `[sim]` tables (see config/simulate.toml); the flags
     /// below override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Policies to compare: slaq, slaq-paper, fair, slaq-oracle.
+    /// Policies to compare: slaq, slaq-paper, fair, oracle.
     #[arg(long, value_delimiter = ',', default_value = "slaq,fair")]
     policy: Vec<String>,
     /// Number of jobs [default: 160].
@@ -220,13 +239,21 @@ struct SimulateArgs {
     /// Mean seconds per iteration of a job on one worker [default: 10].
     #[arg(long)]
     base_iter_seconds: Option<f64>,
+    /// Speed-up curves: parametric (the model below) or pollux (measured deep-learning step
+    /// times, one application per job family) [default: parametric].
+    #[arg(long, value_parser = parse_speedup)]
+    speedup: Option<slaq::sim::SpeedupKind>,
+    /// Fairness floor f in [0, 1]: every job gets at least f times its fair share of
+    /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.5].
+    #[arg(long)]
+    floor: Option<f64>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     serial_fraction: Option<f64>,
     /// Communication cost c per doubling of workers, as a fraction of t1 [default: 0.02].
     #[arg(long)]
     comm_fraction: Option<f64>,
-    /// Workers every job keeps while the cluster has that many for each [default: 1].
+    /// Workers every job keeps while the cluster has that many for each [default: 0].
     #[arg(long)]
     min_workers: Option<u32>,
     /// A job stops once its normalised loss is at or below this; 0 replays every curve to its end [default: 0].
@@ -354,6 +381,8 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     set(&mut config.speedup.serial_fraction, args.serial_fraction);
     set(&mut config.speedup.comm_fraction, args.comm_fraction);
     config.min_workers_per_job = args.min_workers.unwrap_or(config.min_workers_per_job);
+    config.speedup.kind = args.speedup.unwrap_or(config.speedup.kind);
+    set(&mut config.plan.floor, args.floor);
     config.validate()?;
     let workers = if args.workers.is_empty() { vec![config.num_workers] } else { args.workers.clone() };
     anyhow::ensure!(workers.iter().all(|&w| w > 0), "--workers must be positive");
@@ -382,8 +411,8 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&sim::report::json(results))?);
         } else {
             println!(
-                "{} jobs, seed {seed}, epoch {} s, gain horizon {} s",
-                workload.num_jobs, config.epoch_s, config.gain_horizon_s
+                "{} jobs, seed {seed}, epoch {} s, gain horizon {} s, floor {}, speed-up {:?}",
+                workload.num_jobs, config.epoch_s, config.gain_horizon_s, config.plan.floor, config.speedup.kind
             );
             print!("{}", sim::report::table(results));
         }
@@ -391,8 +420,8 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&sim::report::seeds_json(&per_seed))?);
     } else {
         println!(
-            "{} jobs, seeds {seeds:?}, epoch {} s, gain horizon {} s",
-            workload.num_jobs, config.epoch_s, config.gain_horizon_s
+            "{} jobs, seeds {seeds:?}, epoch {} s, gain horizon {} s, floor {}, speed-up {:?}",
+            workload.num_jobs, config.epoch_s, config.gain_horizon_s, config.plan.floor, config.speedup.kind
         );
         print!("{}", sim::report::seeds_table(&per_seed));
     }

@@ -13,17 +13,18 @@ use tracing::{debug, info};
 use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
 use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
-use crate::policy::{JobBid, PolicyKind, Problem, placement};
+use crate::policy::{JobBid, PolicyKind, placement};
 use crate::protocol::{
     EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
+use crate::schedule::{self, FloorLedger, PlanSettings};
 
 /// What the allocator needs of the configuration.
 #[derive(Clone, Debug)]
 pub struct AllocatorSettings {
     pub epoch: Duration,
-    pub horizon_s: f64,
     pub policy: PolicyKind,
+    pub plan: PlanSettings,
     pub worker_timeout: Duration,
 }
 
@@ -31,6 +32,7 @@ struct JobEntry {
     addr: Addr<JobActor>,
     workers: Vec<String>,
     attained_service: f64,
+    ledger: FloorLedger,
     bid: Option<Bid>,
 }
 
@@ -107,8 +109,17 @@ impl AllocatorActor {
             })
             .collect();
         let worker_ids: Vec<String> = self.registry.iter().map(|(id, _)| id.clone()).collect();
-        let problem = Problem { num_workers: worker_ids.len() as u32, jobs: &job_bids };
-        let allocation = self.settings.policy.allocate(&problem);
+        let mut ledgers: Vec<FloorLedger> = bids
+            .iter()
+            .map(|(id, _)| self.jobs.get_mut(id).map(|e| std::mem::take(&mut e.ledger)).unwrap_or_default())
+            .collect();
+        let allocation =
+            schedule::plan(self.settings.policy, &self.settings.plan, worker_ids.len() as u32, &job_bids, &mut ledgers);
+        for ((id, _), ledger) in bids.iter().zip(ledgers) {
+            if let Some(entry) = self.jobs.get_mut(id) {
+                entry.ledger = ledger;
+            }
+        }
         let policy_done = Instant::now();
 
         let ord_of: HashMap<&str, usize> = bids.iter().enumerate().map(|(i, (id, _))| (id.as_str(), i)).collect();
@@ -250,7 +261,13 @@ impl Handler<JobStarted> for AllocatorActor {
             None => {
                 self.jobs.insert(
                     msg.job,
-                    JobEntry { addr: msg.addr, workers: Vec::new(), attained_service: 0.0, bid: None },
+                    JobEntry {
+                        addr: msg.addr,
+                        workers: Vec::new(),
+                        attained_service: 0.0,
+                        ledger: FloorLedger::default(),
+                        bid: None,
+                    },
                 );
             }
         }

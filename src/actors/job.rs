@@ -10,38 +10,40 @@ use actix::prelude::*;
 
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor, PredictorConfig};
+use crate::schedule;
 
 pub struct JobActor {
     spec: JobSpec,
     allocator: Recipient<BidUpdate>,
     horizon_s: f64,
+    epoch_s: f64,
     predictor: JobPredictor,
     workers: u32,
     refit_interval: Duration,
     refit_scheduled: bool,
-    fitted: bool,
     duplicates: u64,
 }
 
 impl JobActor {
     /// Start it with `start_in_arbiter` and set the mailbox capacity in the creating closure.
-    /// Bids go to `allocator`, computed over `horizon_s` seconds.
+    /// Bids go to `allocator`, made by [`schedule::make_bid`] as the simulator makes them.
     pub fn new(
         spec: JobSpec,
         predictor: PredictorConfig,
         refit_interval: Duration,
         allocator: Recipient<BidUpdate>,
         horizon_s: f64,
+        epoch_s: f64,
     ) -> Self {
         JobActor {
             spec,
             allocator,
             horizon_s,
+            epoch_s,
             predictor: JobPredictor::new(predictor),
             workers: 0,
             refit_interval,
             refit_scheduled: false,
-            fitted: false,
             duplicates: 0,
         }
     }
@@ -57,8 +59,10 @@ impl Actor for JobActor {
 }
 
 impl JobActor {
-    fn bid(&self) -> Bid {
-        let gain = self.predictor.gain_curve(self.horizon_s, self.workers);
+    /// The bid, made as the simulator makes it (refits only if points arrived since the last
+    /// refit; the debounce keeps that at most once per refit interval).
+    fn bid(&mut self) -> Bid {
+        let gain = schedule::make_bid(&mut self.predictor, self.horizon_s, self.epoch_s, self.workers);
         Bid {
             min_workers: self.spec.min_workers,
             max_workers: self.spec.max_workers.unwrap_or(u32::MAX),
@@ -71,8 +75,9 @@ impl JobActor {
         }
     }
 
-    fn push_bid(&self) {
-        self.allocator.do_send(BidUpdate { job: self.spec.job.clone(), bid: self.bid() });
+    fn push_bid(&mut self) {
+        let bid = self.bid();
+        self.allocator.do_send(BidUpdate { job: self.spec.job.clone(), bid });
     }
 }
 
@@ -97,8 +102,6 @@ impl Handler<Report> for JobActor {
             self.refit_scheduled = true;
             ctx.run_later(self.refit_interval, |act, _| {
                 act.refit_scheduled = false;
-                act.fitted = true;
-                act.predictor.refit();
                 act.push_bid();
             });
         }
@@ -129,11 +132,7 @@ impl Handler<WorkersChanged> for JobActor {
 
     fn handle(&mut self, WorkersChanged(workers): WorkersChanged, _: &mut Self::Context) {
         self.workers = workers;
-        // Never fitted yet (its first points arrived within the refit interval): fit now, once.
-        if !self.fitted && self.predictor.num_points() > 0 {
-            self.predictor.refit();
-            self.fitted = true;
-        }
+        // At most once per epoch: a refit here (if points are pending) costs one fit.
         self.push_bid();
     }
 }

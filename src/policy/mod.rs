@@ -31,6 +31,16 @@ impl<F: Fn(u32) -> f64> GainFn for F {
     }
 }
 
+/// A borrowed gain curve bids too (the planner raises bounds without copying curves).
+#[derive(Debug)]
+pub struct ByRef<'a, G>(pub &'a G);
+
+impl<G: GainFn> GainFn for ByRef<'_, G> {
+    fn gain(&self, workers: u32) -> f64 {
+        self.0.gain(workers)
+    }
+}
+
 /// What a job asks of one allocation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct JobBid<G> {

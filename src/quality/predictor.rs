@@ -422,6 +422,11 @@ impl JobPredictor {
         })
     }
 
+    /// The objective its gains are normalised for.
+    pub fn objective(&self) -> Objective {
+        self.config.objective
+    }
+
     pub fn num_points(&self) -> u64 {
         self.num_points
     }

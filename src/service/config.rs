@@ -46,6 +46,10 @@ pub struct RawScheduler {
     /// A job refits its predictor at most this often (a refit costs ~50 µs; bids use the
     /// latest fit, so with 5 s epochs once a second keeps them fresh at a fraction of a core).
     pub refit_interval_ms: u64,
+    /// Fairness floor f in [0, 1] (see `schedule`): every job gets at least f times its fair
+    /// share of worker-seconds over the last `floor_window` epochs.
+    pub floor: f64,
+    pub floor_window: usize,
 }
 
 impl Default for RawNats {
@@ -72,6 +76,8 @@ impl Default for RawScheduler {
             max_payload_bytes: 64 * 1024,
             job_threads: 0,
             refit_interval_ms: 1_000,
+            floor: crate::schedule::PlanSettings::default().floor,
+            floor_window: crate::schedule::PlanSettings::default().floor_window,
         }
     }
 }
@@ -93,6 +99,7 @@ pub struct ServeConfig {
     pub max_payload_bytes: usize,
     pub job_threads: usize,
     pub refit_interval: Duration,
+    pub plan: crate::schedule::PlanSettings,
     pub predictor: PredictorConfig,
 }
 
@@ -114,6 +121,7 @@ pub struct Overrides {
     pub epoch_ms: Option<u64>,
     pub policy: Option<PolicyKind>,
     pub refit_ms: Option<u64>,
+    pub floor: Option<f64>,
 }
 
 impl RawConfig {
@@ -166,6 +174,9 @@ impl RawConfig {
         if let Some(r) = flags.refit_ms {
             self.scheduler.refit_interval_ms = r;
         }
+        if let Some(f) = flags.floor {
+            self.scheduler.floor = f;
+        }
         self.validate()
     }
 
@@ -184,6 +195,8 @@ impl RawConfig {
         if s.job_mailbox == 0 || s.max_jobs == 0 || s.max_payload_bytes < 64 {
             return invalid("job_mailbox and max_jobs must be positive, max_payload_bytes at least 64");
         }
+        let plan = crate::schedule::PlanSettings { floor: s.floor, floor_window: s.floor_window };
+        plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let subjects = Subjects::new(&self.nats.prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let job_threads = s.job_threads;
         Ok(ServeConfig {
@@ -201,6 +214,7 @@ impl RawConfig {
             max_payload_bytes: s.max_payload_bytes,
             job_threads,
             refit_interval: Duration::from_millis(s.refit_interval_ms),
+            plan,
             predictor: self.predictor,
         })
     }

@@ -60,8 +60,8 @@ pub async fn run(
     let publisher = Publisher::new(client.clone(), config.subjects.clone());
     let settings = AllocatorSettings {
         epoch: config.epoch,
-        horizon_s: config.horizon_s,
         policy: config.policy,
+        plan: config.plan,
         worker_timeout: config.worker_timeout,
     };
     let allocator = AllocatorActor::new(settings, publisher).start();
@@ -283,12 +283,13 @@ impl Ingest {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (predictor, refit, mailbox) = (self.config.predictor, self.config.refit_interval, self.config.job_mailbox);
-        let (bids_to, horizon_s) = (self.allocator.clone().recipient(), self.config.horizon_s);
+        let bids_to = self.allocator.clone().recipient();
+        let (horizon_s, epoch_s) = (self.config.horizon_s, self.config.epoch.as_secs_f64());
         // The capacity is set before the actor exists: reports can arrive before its `started`
         // runs on its own thread, and actix's default mailbox holds only 16.
         let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
             ctx.set_mailbox_capacity(mailbox);
-            JobActor::new(spec, predictor, refit, bids_to, horizon_s)
+            JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s)
         });
         self.jobs.insert(id.clone(), addr.clone());
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });

@@ -5,42 +5,14 @@
 //! Events are arrivals, iteration completions and epoch ticks; between events every running
 //! job progresses at `1/t(w)` iterations per second, so the run is exact, not time-stepped.
 
-use crate::policy::{GainFn, JobBid, PolicyKind, Problem};
+use crate::policy::{GainFn, JobBid, PolicyKind};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
+use crate::schedule::{self, FloorLedger, PlanSettings};
 
 use super::metrics::{RunMetrics, Tracker};
 use super::replay::ReplayJob;
+use super::speedup::SpeedupModel;
 use super::workload::SimJob;
-
-/// How iteration time grows with workers: `t(w) = t₁·(σ + (1−σ)/w + c·log2 w)`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SpeedupModel {
-    /// Serial fraction σ of an iteration (does not parallelise).
-    pub serial_fraction: f64,
-    /// Communication cost c per doubling of workers, as a fraction of the one-worker time.
-    pub comm_fraction: f64,
-}
-
-impl Default for SpeedupModel {
-    fn default() -> Self {
-        SpeedupModel { serial_fraction: 0.05, comm_fraction: 0.02 }
-    }
-}
-
-impl SpeedupModel {
-    pub fn factor(&self, workers: u32) -> f64 {
-        let w = f64::from(workers.max(1));
-        self.serial_fraction + (1.0 - self.serial_fraction) / w + self.comm_fraction * w.log2()
-    }
-
-    /// The worker count with the shortest iteration time: more workers slow a job down.
-    pub fn most_useful_workers(&self) -> u32 {
-        let w = (1.0 - self.serial_fraction) * std::f64::consts::LN_2 / self.comm_fraction.max(1e-12);
-        let (lo, hi) = (w.floor().max(1.0) as u32, w.ceil().max(1.0) as u32);
-        if self.factor(lo) <= self.factor(hi) { lo } else { hi }
-    }
-}
 
 /// A policy as the simulator runs it: the allocation rule and the gains' normalisation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -52,24 +24,24 @@ pub struct PolicySpec {
 
 impl PolicySpec {
     /// The named policies: `slaq` (greedy on the quality objective), `slaq-paper` (greedy on
-    /// SLAQ's ΔL/max ΔL normalisation) and `fair`.
+    /// SLAQ's ΔL/max ΔL normalisation, under the same floor), `fair`, and `oracle` (the greedy
+    /// on each job's true future curve and true speed-up, non-myopic; see [`oracle_index`]).
     pub fn named(name: &str) -> Option<PolicySpec> {
         let (name, kind, objective) = match name {
             "slaq" => ("slaq", PolicyKind::Slaq, Objective::Quality),
             "slaq-paper" => ("slaq-paper", PolicyKind::Slaq, Objective::DeltaLoss),
             "fair" => ("fair", PolicyKind::Fair, Objective::Quality),
-            "slaq-oracle" => ("slaq-oracle", PolicyKind::Slaq, Objective::Quality),
+            "oracle" => ("oracle", PolicyKind::Slaq, Objective::Quality),
             _ => return None,
         };
         Some(PolicySpec { name, kind, objective })
     }
 
-    pub const NAMES: [&'static str; 4] = ["slaq", "slaq-paper", "fair", "slaq-oracle"];
+    pub const NAMES: [&'static str; 4] = ["slaq", "slaq-paper", "fair", "oracle"];
 
-    /// The oracle bids with each job's true future curve and speed-up (for analysis only: it
-    /// shows how much of the gap to a perfect predictor is prediction error).
+    /// The oracle bids with each job's true future curve and true speed-up.
     pub fn is_oracle(&self) -> bool {
-        self.name == "slaq-oracle"
+        self.name == "oracle"
     }
 }
 
@@ -85,10 +57,12 @@ pub struct SimConfig {
     pub speedup: SpeedupModel,
     /// Workers any one job may hold.
     pub max_workers_per_job: u32,
-    /// Workers every job keeps while the cluster has that many for each (SLAQ's prototype
-    /// kept 3 cores per job): a job with no workers reports nothing, so its prediction could
-    /// never recover from a pessimistic fit.
+    /// Workers every job keeps while the cluster has that many for each (an instantaneous
+    /// minimum; SLAQ's prototype kept 3 cores per job). The default, 0, leaves the guarantee
+    /// to the fairness floor of `plan`, which is in attained service.
     pub min_workers_per_job: u32,
+    /// The planner's fairness floor.
+    pub plan: PlanSettings,
     pub predictor: PredictorConfig,
     /// A run stops here even if jobs remain (they are reported as unfinished).
     pub max_time_s: f64,
@@ -102,14 +76,15 @@ impl Default for SimConfig {
             gain_horizon_s: 60.0,
             speedup: SpeedupModel::default(),
             max_workers_per_job: u32::MAX,
-            min_workers_per_job: 1,
+            min_workers_per_job: 0,
+            plan: PlanSettings::default(),
             predictor: PredictorConfig::default(),
             max_time_s: 1e7,
         }
     }
 }
 
-/// The default cluster: 64 workers. With the default workload about 20 jobs are active at a
+/// The default cluster: 64 workers. With the default workload about 50 jobs are active at a
 /// time and each could use up to 33 workers before the speed-up model turns down, so the jobs
 /// could use far more workers than exist for most of the run, as in SLAQ's evaluation. The
 /// `contended_fraction` of a run's metrics measures this.
@@ -119,6 +94,8 @@ struct JobState<'a> {
     replay: ReplayJob<'a>,
     predictor: JobPredictor,
     attained_service: f64,
+    ledger: FloorLedger,
+    bid: Option<GainCurve>,
 }
 
 /// Runs one workload under one policy. Deterministic: same inputs, same result.
@@ -127,9 +104,11 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let mut states: Vec<JobState<'_>> = jobs
         .iter()
         .map(|job| JobState {
-            replay: ReplayJob::new(job),
+            replay: ReplayJob::new(job, config.speedup.curve(job.application)),
             predictor: JobPredictor::new(predictor_config),
             attained_service: 0.0,
+            ledger: FloorLedger::default(),
+            bid: None,
         })
         .collect();
     let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
@@ -138,8 +117,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     let mut active: Vec<usize> = Vec::new();
     let mut now = 0.0f64;
     let mut next_epoch = 0.0f64;
-    let speedup = &config.speedup;
-    let mut metrics = Tracker::new(config.num_workers, speedup.most_useful_workers().min(config.max_workers_per_job));
+    let mut metrics = Tracker::new(config.num_workers);
     let mut num_finished = 0;
 
     while num_finished < jobs.len() && now < config.max_time_s {
@@ -149,7 +127,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
             next_time = next_time.min(jobs[j].arrival_s);
         }
         for &j in &active {
-            if let Some(t) = states[j].replay.completes_at(now, speedup) {
+            if let Some(t) = states[j].replay.completes_at(now) {
                 next_time = next_time.min(t);
             }
         }
@@ -158,7 +136,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
         for &j in &active {
             let s = &mut states[j];
             s.attained_service += dt * f64::from(s.replay.workers);
-            s.replay.advance(dt, speedup);
+            s.replay.advance(dt);
         }
         now = next_time;
 
@@ -166,7 +144,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
         let mut k = 0;
         while k < active.len() {
             let s = &mut states[active[k]];
-            if let Some(done) = s.replay.complete(now, speedup) {
+            if let Some(done) = s.replay.complete(now) {
                 // The simulator only feeds valid points, so a refusal here is a bug.
                 let observed = s.predictor.observe(done.iter, done.loss);
                 debug_assert!(observed.is_ok());
@@ -219,79 +197,85 @@ fn warm_up(predictor: &mut JobPredictor, history: &[f64]) {
 }
 
 /// A bid's gain curve: the predictor's, or the truth for the oracle.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum SimGain<'a> {
     Predicted(GainCurve),
-    Oracle { job: &'a SimJob, next: usize, progress: f64, epoch_s: f64, speedup: SpeedupModel },
+    Oracle { replay: &'a ReplayJob<'a>, horizon_s: f64 },
 }
 
 impl GainFn for SimGain<'_> {
     fn gain(&self, workers: u32) -> f64 {
-        match *self {
+        match self {
             SimGain::Predicted(g) => g.gain(workers),
-            SimGain::Oracle { job, next, progress, epoch_s, speedup } => {
-                if workers == 0 {
-                    return 0.0;
-                }
-                // Walk the true curve over the horizon at this worker count and average the
-                // normalised-loss reduction over time, as the slaq objective does.
-                let factor = speedup.factor(workers);
-                let (mut clock, mut area) = (0.0, 0.0);
-                let mut remaining_fraction = 1.0 - progress;
-                for i in next..job.loss.len() {
-                    clock += job.one_worker_seconds[i] * factor * remaining_fraction;
-                    remaining_fraction = 1.0;
-                    if clock >= epoch_s {
-                        break;
-                    }
-                    let drop_here = job.norm_loss(if i == 0 { job.loss_first } else { job.loss[i - 1] })
-                        - job.norm_loss(job.loss[i]);
-                    area += drop_here * (epoch_s - clock);
-                }
-                (area / epoch_s).max(0.0)
-            }
+            SimGain::Oracle { replay, horizon_s } => oracle_gain(replay, *horizon_s, workers),
         }
     }
 }
 
+/// The oracle's gain: slaq's objective computed on the truth. The reduction of the job's true
+/// normalised loss (best so far, clamped, as the metric counts it) averaged over the horizon,
+/// walking its true future curve at the speed its true speed-up gives `workers`. It looks to the
+/// job's end if the horizon does (a plateau followed by a drop is valued for the drop).
+pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 {
+    if workers == 0 {
+        return 0.0;
+    }
+    let job = replay.job;
+    let factor = replay.speedup.factor(workers);
+    let (mut clock, mut area, mut quality) = (0.0, 0.0, replay.norm_loss);
+    for i in replay.next..job.loss.len() {
+        let fraction = if i == replay.next { 1.0 - replay.progress } else { 1.0 };
+        clock += job.one_worker_seconds[i] * factor * fraction;
+        if clock >= horizon_s {
+            break;
+        }
+        // Each drop counts from the moment it happens to the horizon.
+        let now = quality.min(job.quality(job.loss[i]));
+        area += (quality - now) * (horizon_s - clock);
+        quality = now;
+    }
+    area / horizon_s
+}
+
 fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
-    let bids: Vec<JobBid<SimGain<'_>>> = active
-        .iter()
-        .map(|&j| {
+    let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
+    if needs_gains && !policy.is_oracle() {
+        for &j in active {
             let s = &mut states[j];
-            let gain = if !needs_gains {
-                None
-            } else if policy.is_oracle() {
-                Some(SimGain::Oracle {
-                    job: s.replay.job,
-                    next: s.replay.next,
-                    progress: s.replay.progress,
-                    epoch_s: config.gain_horizon_s.max(config.epoch_s),
-                    speedup: config.speedup,
-                })
-            } else {
-                s.predictor.refit();
-                // SLAQ's gain looks one epoch ahead; ours over the planning horizon.
-                let horizon = match policy.objective {
-                    Objective::DeltaLoss => config.epoch_s,
-                    Objective::Quality => config.gain_horizon_s.max(config.epoch_s),
-                };
-                s.predictor.gain_curve(horizon, s.replay.workers).map(SimGain::Predicted)
-            };
-            JobBid {
-                min_workers: config.min_workers_per_job,
-                max_workers: config.max_workers_per_job,
-                current_workers: s.replay.workers,
-                attained_service: s.attained_service,
-                gain,
-            }
-        })
-        .collect();
-    let problem = Problem { num_workers: config.num_workers, jobs: &bids };
-    let allocation = policy.kind.allocate(&problem);
-    debug_assert!(crate::policy::check_contract(&problem, &allocation).is_ok());
-    for (&j, &w) in active.iter().zip(&allocation.workers) {
+            s.bid = schedule::make_bid(&mut s.predictor, config.gain_horizon_s, config.epoch_s, s.replay.workers);
+        }
+    }
+    let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
+    let mut bids: Vec<JobBid<SimGain<'_>>> = Vec::with_capacity(active.len());
+    for &j in active {
+        let s = &states[j];
+        let gain = if !needs_gains {
+            None
+        } else if policy.is_oracle() {
+            Some(SimGain::Oracle { replay: &s.replay, horizon_s })
+        } else {
+            s.bid.map(SimGain::Predicted)
+        };
+        bids.push(JobBid {
+            min_workers: config.min_workers_per_job,
+            max_workers: config.max_workers_per_job,
+            current_workers: s.replay.workers,
+            attained_service: s.attained_service,
+            gain,
+        });
+    }
+    let allocation = schedule::plan(policy.kind, &config.plan, config.num_workers, &bids, &mut ledgers);
+    debug_assert!(
+        crate::policy::check_contract(
+            &crate::policy::Problem { num_workers: config.num_workers, jobs: &bids },
+            &allocation
+        )
+        .is_ok()
+    );
+    drop(bids);
+    for ((&j, &w), ledger) in active.iter().zip(&allocation.workers).zip(ledgers) {
         states[j].replay.workers = w;
+        states[j].ledger = ledger;
     }
 }

@@ -1,10 +1,20 @@
 //! The metrics of a run, defined once here (the README repeats these definitions).
 //!
-//! - A job's **normalised loss** is `(L − L_last)/(L_first − L_last)` over its whole recorded
-//!   curve, history included: 1 at the curve's first iteration, 0 at its last, so an almost
-//!   converged job starts near 0. It is not clamped (a non-monotone curve can leave [0, 1]).
-//! - **Average normalised loss** (`avg_norm_loss`): the time average, over the periods when at
-//!   least one job is active, of the mean normalised loss of the active jobs.
+//! - A job's **normalised loss** at a moment is `(B − L_last)/(L_first − L_last)`, clamped to
+//!   [0, 1], where `B` is its best (lowest) loss so far, history included, and `L_first`, `L_last`
+//!   the first and last losses of its whole recorded curve: 1 at the curve's start, 0 at its
+//!   end, so an almost converged job starts near 0. The best loss so far is what a user keeps as
+//!   the checkpoint; with the raw loss a non-monotone curve (SGD, MLP) dips below its final
+//!   value, and a policy could bank negative area by parking a job in the dip.
+//! - **Loss area** of a job (`loss_area`): the integral over time of its normalised loss, from
+//!   its arrival to its completion, in normalised-loss·seconds. **`mean_loss_area`**, the mean
+//!   over all jobs (a job unfinished at the end of a run counts its area so far), is the
+//!   headline: a job costs for as long as it is not done, in proportion to how far from done it
+//!   is, so nothing is gained by keeping a job alive or by starving one.
+//! - **Average active normalised loss** (`avg_active_norm_loss`): the time average, over the
+//!   periods when at least one job is active, of the mean normalised loss of the active jobs.
+//!   This is what SLAQ's plots show, and it misleads: a policy that starves an almost converged
+//!   job keeps a low loss in the mean and lowers it while helping nobody. Reported, not a target.
 //! - **Time to 90% (95%)**: from a job's arrival until its normalised loss first is at or below
 //!   0.10 (0.05), i.e. it has made 90% (95%) of its whole-curve loss reduction; averaged over the
 //!   jobs that had not made it on arrival.
@@ -15,7 +25,7 @@
 //! - **Cluster share by group**: the fraction of all worker-seconds, while jobs were active,
 //!   given to the jobs that arrived at high, medium and low loss (SLAQ's Fig. 16).
 //! - **Contended fraction**: the fraction of active time in which the active jobs could use more
-//!   workers than exist (their count times the most useful workers per job exceeds the cluster).
+//!   workers than exist (the sum of their most useful worker counts exceeds the cluster).
 
 use std::collections::BTreeMap;
 
@@ -29,6 +39,8 @@ pub struct JobOutcome {
     pub group: Group,
     pub arrival_s: f64,
     pub initial_norm_loss: f64,
+    /// ∫ normalised loss dt from arrival to completion (or to the end of the run).
+    pub loss_area: f64,
     /// `None` if the run ended first.
     pub time_to_90_s: Option<f64>,
     pub time_to_95_s: Option<f64>,
@@ -49,7 +61,10 @@ pub struct Sample {
 /// The summary figures of one run (JSON keys as in the `simulate --json` output).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Summary {
-    pub avg_norm_loss: f64,
+    /// The headline: mean over jobs of the loss area.
+    pub mean_loss_area: f64,
+    /// SLAQ's plot metric (misleading; see the module documentation).
+    pub avg_active_norm_loss: f64,
     pub mean_time_to_90_s: f64,
     pub mean_time_to_95_s: f64,
     pub median_time_to_90_s: f64,
@@ -87,7 +102,7 @@ impl RunMetrics {
     fn new(
         policy: &str,
         num_workers: u32,
-        avg_norm_loss: f64,
+        avg_active_norm_loss: f64,
         contended_fraction: f64,
         utilisation: f64,
         group_share: [f64; 3],
@@ -101,8 +116,10 @@ impl RunMetrics {
         let t90 = times(0.10, |j| j.time_to_90_s);
         let t95 = times(0.05, |j| j.time_to_95_s);
         let jct: Vec<f64> = jobs.iter().filter_map(|j| j.completion_s).collect();
+        let areas: Vec<f64> = jobs.iter().map(|j| j.loss_area).collect();
         let summary = Summary {
-            avg_norm_loss,
+            mean_loss_area: mean(&areas),
+            avg_active_norm_loss,
             mean_time_to_90_s: mean(&t90),
             mean_time_to_95_s: mean(&t95),
             median_time_to_90_s: median(&t90),
@@ -143,6 +160,8 @@ pub struct ActiveJob {
     pub norm_loss: f64,
     pub workers: u32,
     pub group: Group,
+    /// Workers beyond which this job gains nothing (for the contended fraction).
+    pub most_useful: u32,
 }
 
 /// Running sums of a run's metrics: the simulator and `slaq emulate` both feed one, so both
@@ -150,7 +169,6 @@ pub struct ActiveJob {
 #[derive(Clone, Debug)]
 pub struct Tracker {
     num_workers: u32,
-    most_useful: u32,
     loss_area: f64,
     active_time: f64,
     contended_time: f64,
@@ -168,11 +186,9 @@ fn group_index(group: Group) -> usize {
 }
 
 impl Tracker {
-    /// `most_useful`: workers beyond which one job gains nothing (for the contended fraction).
-    pub fn new(num_workers: u32, most_useful: u32) -> Self {
+    pub fn new(num_workers: u32) -> Self {
         Tracker {
             num_workers,
-            most_useful,
             loss_area: 0.0,
             active_time: 0.0,
             contended_time: 0.0,
@@ -191,7 +207,7 @@ impl Tracker {
         let mean = active.clone().map(|j| j.norm_loss).sum::<f64>() / count as f64;
         self.loss_area += mean * dt;
         self.active_time += dt;
-        if count as u64 * u64::from(self.most_useful) > u64::from(self.num_workers) {
+        if active.clone().map(|j| u64::from(j.most_useful)).sum::<u64>() > u64::from(self.num_workers) {
             self.contended_time += dt;
         }
         for j in active {

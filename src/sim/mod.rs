@@ -7,13 +7,15 @@ pub mod fixtures;
 pub mod metrics;
 pub mod replay;
 pub mod report;
+pub mod speedup;
 pub mod workload;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-pub use engine::{DEFAULT_WORKERS, PolicySpec, SimConfig, SpeedupModel};
+pub use engine::{DEFAULT_WORKERS, PolicySpec, SimConfig};
 pub use metrics::{RunMetrics, Summary, reduction_pct};
+pub use speedup::{SpeedupKind, SpeedupModel};
 pub use workload::{Group, SimJob, WorkloadConfig};
 
 /// A simulation configuration file: `[workload]` and `[sim]` tables, every key optional
@@ -59,6 +61,7 @@ impl SimConfig {
         if !((0.0..=1.0).contains(&s.serial_fraction) && s.comm_fraction >= 0.0) {
             return Err(ConfigError::Invalid("speedup.serial_fraction must be in [0, 1], comm_fraction >= 0"));
         }
+        self.plan.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }
@@ -70,10 +73,12 @@ pub struct ClusterRuns {
     pub runs: Vec<RunMetrics>,
 }
 
-/// How much better a policy is than fair, in percent (positive: better).
+/// How much better one policy is than another, in percent (positive: better).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct VersusFair {
-    pub avg_norm_loss_reduction_pct: f64,
+pub struct Versus {
+    /// The headline: reduction of the mean loss area.
+    pub loss_area_reduction_pct: f64,
+    pub avg_active_norm_loss_reduction_pct: f64,
     pub time_to_90_reduction_pct: f64,
     pub time_to_95_reduction_pct: f64,
     pub mean_jct_reduction_pct: f64,
@@ -84,23 +89,32 @@ impl ClusterRuns {
         self.runs.iter().find(|r| r.policy == policy)
     }
 
-    /// Each non-fair policy against fair, keyed `"{policy}_vs_fair"`.
-    pub fn versus_fair(&self) -> BTreeMap<String, VersusFair> {
-        let Some(fair) = self.run("fair") else { return BTreeMap::new() };
-        self.runs
-            .iter()
-            .filter(|r| r.policy != "fair")
-            .map(|r| {
-                let (a, b) = (&r.summary, &fair.summary);
-                let v = VersusFair {
-                    avg_norm_loss_reduction_pct: reduction_pct(a.avg_norm_loss, b.avg_norm_loss),
-                    time_to_90_reduction_pct: reduction_pct(a.mean_time_to_90_s, b.mean_time_to_90_s),
-                    time_to_95_reduction_pct: reduction_pct(a.mean_time_to_95_s, b.mean_time_to_95_s),
-                    mean_jct_reduction_pct: reduction_pct(a.mean_jct_s, b.mean_jct_s),
-                };
-                (format!("{}_vs_fair", r.policy), v)
-            })
-            .collect()
+    /// Each non-fair policy against fair, keyed `"{policy}_vs_fair"`, and slaq against
+    /// slaq-paper (`"slaq_vs_slaq-paper"`) when both ran.
+    pub fn comparisons(&self) -> BTreeMap<String, Versus> {
+        let mut out = BTreeMap::new();
+        if let Some(fair) = self.run("fair") {
+            for r in self.runs.iter().filter(|r| r.policy != "fair") {
+                out.insert(format!("{}_vs_fair", r.policy), Versus::of(&r.summary, &fair.summary));
+            }
+        }
+        if let (Some(slaq), Some(paper)) = (self.run("slaq"), self.run("slaq-paper")) {
+            out.insert("slaq_vs_slaq-paper".to_string(), Versus::of(&slaq.summary, &paper.summary));
+        }
+        out
+    }
+}
+
+impl Versus {
+    /// How much better `a` is than `b`.
+    pub fn of(a: &Summary, b: &Summary) -> Versus {
+        Versus {
+            loss_area_reduction_pct: reduction_pct(a.mean_loss_area, b.mean_loss_area),
+            avg_active_norm_loss_reduction_pct: reduction_pct(a.avg_active_norm_loss, b.avg_active_norm_loss),
+            time_to_90_reduction_pct: reduction_pct(a.mean_time_to_90_s, b.mean_time_to_90_s),
+            time_to_95_reduction_pct: reduction_pct(a.mean_time_to_95_s, b.mean_time_to_95_s),
+            mean_jct_reduction_pct: reduction_pct(a.mean_jct_s, b.mean_jct_s),
+        }
     }
 }
 

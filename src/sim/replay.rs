@@ -1,22 +1,30 @@
 //! One job replaying its recorded curve: the state both the simulator and `slaq emulate`
 //! advance, so the two measure the very same thing.
 
-use super::engine::SpeedupModel;
 use super::metrics::{ActiveJob, JobOutcome};
+use super::speedup::SpeedupCurve;
 use super::workload::SimJob;
 
 /// A job's progress through its curve.
 #[derive(Clone, Debug)]
 pub struct ReplayJob<'a> {
     pub job: &'a SimJob,
+    /// Its true speed-up curve (what its iterations really take).
+    pub speedup: SpeedupCurve,
     /// Index of the next loss point this job produces.
     pub next: usize,
     /// Fraction of the current iteration done.
     pub progress: f64,
     pub workers: u32,
     pub active: bool,
+    /// Best (lowest) loss so far, history included.
+    pub best_loss: f64,
+    /// The metrics' normalised loss: of the best loss so far, clamped to [0, 1].
     pub norm_loss: f64,
     pub initial_norm_loss: f64,
+    /// ∫ norm_loss dt since arrival.
+    pub loss_area: f64,
+    most_useful: u32,
     reached_90: Option<f64>,
     reached_95: Option<f64>,
     finished: Option<f64>,
@@ -36,16 +44,21 @@ pub struct Completed {
 }
 
 impl<'a> ReplayJob<'a> {
-    pub fn new(job: &'a SimJob) -> Self {
-        let norm = if job.offset == 0 { 1.0 } else { job.norm_loss(job.loss[job.offset - 1]) };
+    pub fn new(job: &'a SimJob, speedup: SpeedupCurve) -> Self {
+        let best_loss = job.loss[..job.offset].iter().copied().fold(job.loss_first, f64::min);
+        let norm = job.quality(best_loss);
         ReplayJob {
             job,
+            speedup: speedup.clone(),
             next: job.offset,
             progress: 0.0,
             workers: 0,
             active: false,
+            best_loss,
             norm_loss: norm,
             initial_norm_loss: norm,
+            loss_area: 0.0,
+            most_useful: speedup.most_useful_workers(),
             reached_90: None,
             reached_95: None,
             finished: None,
@@ -53,8 +66,8 @@ impl<'a> ReplayJob<'a> {
     }
 
     /// Seconds the current iteration takes with the current workers.
-    pub fn iteration_seconds(&self, speedup: &SpeedupModel) -> f64 {
-        self.job.one_worker_seconds[self.next] * speedup.factor(self.workers)
+    pub fn iteration_seconds(&self) -> f64 {
+        self.job.one_worker_seconds[self.next] * self.speedup.factor(self.workers)
     }
 
     /// Whether it is running (active with workers).
@@ -63,14 +76,17 @@ impl<'a> ReplayJob<'a> {
     }
 
     /// When its current iteration would finish, at the current speed.
-    pub fn completes_at(&self, now: f64, speedup: &SpeedupModel) -> Option<f64> {
-        self.running().then(|| now + (1.0 - self.progress) * self.iteration_seconds(speedup))
+    pub fn completes_at(&self, now: f64) -> Option<f64> {
+        self.running().then(|| now + (1.0 - self.progress) * self.iteration_seconds())
     }
 
-    /// `dt` seconds pass at the current speed.
-    pub fn advance(&mut self, dt: f64, speedup: &SpeedupModel) {
+    /// `dt` seconds pass at the current speed; an active job accrues loss area, running or not.
+    pub fn advance(&mut self, dt: f64) {
+        if self.active {
+            self.loss_area += self.norm_loss * dt;
+        }
         if self.running() {
-            self.progress += dt / self.iteration_seconds(speedup);
+            self.progress += dt / self.iteration_seconds();
         }
     }
 
@@ -90,17 +106,21 @@ impl<'a> ReplayJob<'a> {
     }
 
     /// Finishes the current iteration if it is done by `now`.
-    pub fn complete(&mut self, now: f64, speedup: &SpeedupModel) -> Option<Completed> {
+    pub fn complete(&mut self, now: f64) -> Option<Completed> {
         if !(self.running() && self.progress >= 1.0 - 1e-9) {
             return None;
         }
-        let seconds = self.iteration_seconds(speedup);
+        let seconds = self.iteration_seconds();
         let (iter, loss, workers) = (self.next as u64 + 1, self.job.loss[self.next], self.workers);
         self.next += 1;
         self.progress = 0.0;
-        self.norm_loss = self.job.norm_loss(loss);
+        self.best_loss = self.best_loss.min(loss);
+        self.norm_loss = self.job.quality(self.best_loss);
         self.note_thresholds(now);
-        let finished = self.next == self.job.loss.len() || self.norm_loss <= self.job.converged_norm_loss;
+        // With no convergence threshold (0) the curve is replayed to its end: a non-monotone
+        // curve reaches its final level (normalised 0) before its last iteration.
+        let converged = self.job.converged_norm_loss > 0.0 && self.norm_loss <= self.job.converged_norm_loss;
+        let finished = self.next == self.job.loss.len() || converged;
         if finished {
             self.finished = Some(now);
             self.active = false;
@@ -111,7 +131,12 @@ impl<'a> ReplayJob<'a> {
 
     /// What the metrics need of it now.
     pub fn view(&self) -> ActiveJob {
-        ActiveJob { norm_loss: self.norm_loss, workers: self.workers, group: self.job.group }
+        ActiveJob {
+            norm_loss: self.norm_loss,
+            workers: self.workers,
+            group: self.job.group,
+            most_useful: self.most_useful,
+        }
     }
 
     /// Its outcome, times relative to its arrival.
@@ -123,6 +148,7 @@ impl<'a> ReplayJob<'a> {
             group: self.job.group,
             arrival_s: self.job.arrival_s,
             initial_norm_loss: self.initial_norm_loss,
+            loss_area: self.loss_area,
             time_to_90_s: since_arrival(self.reached_90),
             time_to_95_s: since_arrival(self.reached_95),
             completion_s: since_arrival(self.finished),

@@ -17,16 +17,17 @@ pub fn table(all: &[ClusterRuns]) -> String {
         let _ = writeln!(out, "\n{} workers", cluster.workers);
         let _ = writeln!(
             out,
-            "{:<11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}",
-            "policy", "avg loss", "t90 s", "t95 s", "JCT s", "worst/fair", "util", "contd"
+            "{:<11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6}",
+            "policy", "loss area", "active", "t90 s", "t95 s", "JCT s", "worst/fair", "util", "contd"
         );
         for r in &cluster.runs {
             let s = &r.summary;
             let _ = writeln!(
                 out,
-                "{:<11} {:>9.4} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>6.2} {:>6.2}",
+                "{:<11} {:>10.2} {:>9.4} {:>9.1} {:>9.1} {:>9.1} {:>10.2} {:>6.2} {:>6.2}",
                 r.policy,
-                s.avg_norm_loss,
+                s.mean_loss_area,
+                s.avg_active_norm_loss,
                 s.mean_time_to_90_s,
                 s.mean_time_to_95_s,
                 s.mean_jct_s,
@@ -35,11 +36,12 @@ pub fn table(all: &[ClusterRuns]) -> String {
                 s.contended_fraction
             );
         }
-        for (name, v) in cluster.versus_fair() {
+        for (name, v) in cluster.comparisons() {
             let _ = writeln!(
                 out,
-                "{name}: avg loss {:+.1}%, time to 90% {:+.1}%, time to 95% {:+.1}%, JCT {:+.1}% (positive: better than fair)",
-                v.avg_norm_loss_reduction_pct,
+                "{name}: loss area {:+.1}%, active loss {:+.1}%, time to 90% {:+.1}%, time to 95% {:+.1}%, JCT {:+.1}% (positive: better)",
+                v.loss_area_reduction_pct,
+                v.avg_active_norm_loss_reduction_pct,
                 v.time_to_90_reduction_pct,
                 v.time_to_95_reduction_pct,
                 v.mean_jct_reduction_pct
@@ -54,7 +56,7 @@ fn cluster_json(cluster: &ClusterRuns) -> Value {
         "workers": cluster.workers,
         "policies": cluster.runs.iter().map(|r| (r.policy.clone(), json!(r.summary))).collect::<serde_json::Map<_, _>>(),
     });
-    for (name, v) in cluster.versus_fair() {
+    for (name, v) in cluster.comparisons() {
         object[name] = json!(v);
     }
     object
@@ -69,26 +71,40 @@ pub fn json(all: &[ClusterRuns]) -> Value {
     }
 }
 
-/// Improvements over fair across seeds: per cluster size and policy, the mean, min and max of
-/// each `*_reduction_pct`.
 /// Mean, min and max of one figure over seeds.
 type Spread = (f64, f64, f64);
 
-fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread; 4])> {
+/// The figures a seed summary reports: each comparison's reductions, then (for comparisons
+/// against fair) the compared policy's worst slowdown against fair.
+const SEED_FIGURES: [&str; 5] = [
+    "loss_area_reduction_pct",
+    "time_to_90_reduction_pct",
+    "time_to_95_reduction_pct",
+    "mean_jct_reduction_pct",
+    "worst_slowdown_vs_fair",
+];
+
+/// Comparisons across seeds: per cluster size and comparison, the mean, min and max of each
+/// of [`SEED_FIGURES`].
+fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread; 5])> {
     let mut out = Vec::new();
     let Some((_, first)) = per_seed.first() else { return out };
     for (index, cluster) in first.iter().enumerate() {
-        for name in cluster.versus_fair().keys() {
-            let values: Vec<[f64; 4]> = per_seed
+        for name in cluster.comparisons().keys() {
+            let policy = name.split("_vs_").next().unwrap_or_default();
+            let values: Vec<[f64; 5]> = per_seed
                 .iter()
-                .filter_map(|(_, runs)| runs.get(index)?.versus_fair().get(name).copied())
-                .map(|v| {
-                    [
-                        v.avg_norm_loss_reduction_pct,
+                .filter_map(|(_, runs)| {
+                    let cluster = runs.get(index)?;
+                    let v = cluster.comparisons().get(name).copied()?;
+                    let slowdown = cluster.run(policy).and_then(|r| r.summary.worst_slowdown_vs_fair);
+                    Some([
+                        v.loss_area_reduction_pct,
                         v.time_to_90_reduction_pct,
                         v.time_to_95_reduction_pct,
                         v.mean_jct_reduction_pct,
-                    ]
+                        if name.ends_with("_vs_fair") { slowdown.unwrap_or(f64::NAN) } else { f64::NAN },
+                    ])
                 })
                 .collect();
             let stat = |k: usize| {
@@ -100,54 +116,88 @@ fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread
                     xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 )
             };
-            out.push((cluster.workers, name.clone(), [stat(0), stat(1), stat(2), stat(3)]));
+            out.push((cluster.workers, name.clone(), [stat(0), stat(1), stat(2), stat(3), stat(4)]));
         }
     }
     out
 }
 
-/// A table of [`seed_stats`].
+/// Per cluster size and policy, the mean over seeds of its mean loss area and worst slowdown.
+fn seed_means(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, f64, f64)> {
+    let Some((_, first)) = per_seed.first() else { return Vec::new() };
+    let mut out = Vec::new();
+    for (index, cluster) in first.iter().enumerate() {
+        for run in &cluster.runs {
+            let pick = |f: fn(&super::Summary) -> f64| {
+                let xs: Vec<f64> = per_seed
+                    .iter()
+                    .filter_map(|(_, runs)| runs.get(index)?.run(&run.policy).map(|r| f(&r.summary)))
+                    .collect();
+                xs.iter().sum::<f64>() / xs.len().max(1) as f64
+            };
+            let area = pick(|s| s.mean_loss_area);
+            let slowdown = pick(|s| s.worst_slowdown_vs_fair.unwrap_or(f64::NAN));
+            out.push((cluster.workers, run.policy.clone(), area, slowdown));
+        }
+    }
+    out
+}
+
+/// A table of [`seed_means`] and [`seed_stats`].
 pub fn seeds_table(per_seed: &[(u64, Vec<ClusterRuns>)]) -> String {
-    let mut out = String::from("improvement over fair in % (positive: better), mean [min, max] over seeds\n");
+    let mut out = String::from("mean loss area (normalised loss x s, mean over seeds; lower is better)\n");
+    let _ = writeln!(out, "{:>7} {:<12} {:>12} {:>14}", "workers", "policy", "loss area", "worst/fair");
+    for (workers, policy, area, slowdown) in seed_means(per_seed) {
+        let _ = writeln!(out, "{workers:>7} {policy:<12} {area:>12.2} {slowdown:>14.2}");
+    }
+    out.push_str("\nreduction in % (positive: the first policy is better), mean [min, max] over seeds\n");
     let _ = writeln!(
         out,
-        "{:>7} {:<22} {:>24} {:>24} {:>24} {:>24}",
-        "workers", "policy", "avg norm loss", "time to 90%", "time to 95%", "JCT"
+        "{:>7} {:<22} {:>24} {:>24} {:>24} {:>24} {:>20}",
+        "workers", "comparison", "loss area", "time to 90%", "time to 95%", "JCT", "worst slowdown"
     );
     for (workers, name, stats) in seed_stats(per_seed) {
         let cell = |(mean, min, max): Spread| format!("{mean:+.1} [{min:+.1}, {max:+.1}]");
+        let slowdown = |(mean, min, max): Spread| {
+            if mean.is_nan() { "-".to_string() } else { format!("{mean:.2} [{min:.2}, {max:.2}]") }
+        };
         let _ = writeln!(
             out,
-            "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24}",
+            "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24} {:>20}",
             cell(stats[0]),
             cell(stats[1]),
             cell(stats[2]),
-            cell(stats[3])
+            cell(stats[3]),
+            slowdown(stats[4])
         );
     }
     out
 }
 
-/// `{"seeds": [...], "summary": [{"workers", "comparison", "<metric>": {"mean","min","max"}}], "runs": {seed: ...}}`.
+/// `{"seeds": [...], "means": [{"workers", "policy", "mean_loss_area", "worst_slowdown_vs_fair"}],
+/// "summary": [{"workers", "comparison", "<figure>": {"mean","min","max"}}], "runs": {seed: ...}}`.
 pub fn seeds_json(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Value {
-    let names = [
-        "avg_norm_loss_reduction_pct",
-        "time_to_90_reduction_pct",
-        "time_to_95_reduction_pct",
-        "mean_jct_reduction_pct",
-    ];
     let summary: Vec<Value> = seed_stats(per_seed)
         .into_iter()
         .map(|(workers, name, stats)| {
             let mut o = json!({ "workers": workers, "comparison": name });
-            for (key, (mean, min, max)) in names.iter().zip(stats) {
-                o[*key] = json!({ "mean": mean, "min": min, "max": max });
+            for (key, (mean, min, max)) in SEED_FIGURES.iter().zip(stats) {
+                if !mean.is_nan() {
+                    o[*key] = json!({ "mean": mean, "min": min, "max": max });
+                }
             }
             o
         })
         .collect();
+    let means: Vec<Value> = seed_means(per_seed)
+        .into_iter()
+        .map(|(workers, policy, area, slowdown)| {
+            json!({ "workers": workers, "policy": policy, "mean_loss_area": area, "worst_slowdown_vs_fair": slowdown })
+        })
+        .collect();
     json!({
         "seeds": per_seed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        "means": means,
         "summary": summary,
         "runs": per_seed.iter().map(|(s, runs)| (s.to_string(), json(runs))).collect::<serde_json::Map<_, _>>(),
     })
@@ -158,17 +208,18 @@ pub fn seeds_json(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Value {
 pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut summary = String::from(
-        "workers,policy,avg_norm_loss,mean_time_to_90_s,mean_time_to_95_s,mean_jct_s,worst_slowdown_vs_fair,utilisation,contended_fraction\n",
+        "workers,policy,mean_loss_area,avg_active_norm_loss,mean_time_to_90_s,mean_time_to_95_s,mean_jct_s,worst_slowdown_vs_fair,utilisation,contended_fraction\n",
     );
     for cluster in all {
         for r in &cluster.runs {
             let s = &r.summary;
             let _ = writeln!(
                 summary,
-                "{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{}",
                 cluster.workers,
                 r.policy,
-                s.avg_norm_loss,
+                s.mean_loss_area,
+                s.avg_active_norm_loss,
                 s.mean_time_to_90_s,
                 s.mean_time_to_95_s,
                 s.mean_jct_s,
@@ -185,18 +236,20 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
                 );
             }
             std::fs::write(dir.join(format!("timeseries-{}-{}.csv", cluster.workers, r.policy)), series)?;
-            let mut jobs =
-                String::from("id,family,group,arrival_s,initial_norm_loss,time_to_90_s,time_to_95_s,completion_s\n");
+            let mut jobs = String::from(
+                "id,family,group,arrival_s,initial_norm_loss,loss_area,time_to_90_s,time_to_95_s,completion_s\n",
+            );
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
             for j in &r.jobs {
                 let _ = writeln!(
                     jobs,
-                    "{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{}",
                     j.id,
                     j.family,
                     j.group.name(),
                     j.arrival_s,
                     j.initial_norm_loss,
+                    j.loss_area,
                     opt(j.time_to_90_s),
                     opt(j.time_to_95_s),
                     opt(j.completion_s)

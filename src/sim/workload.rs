@@ -94,13 +94,23 @@ pub struct SimJob {
     pub loss_last: f64,
     /// The job stops once its normalised loss is at or below this.
     pub converged_norm_loss: f64,
+    /// Index of the measured application whose speed-up this job has under `--speedup pollux`
+    /// (see [`super::speedup`]): chosen by the job's family, the mapping drawn per seed.
+    pub application: usize,
 }
 
 impl SimJob {
-    /// The whole-curve normalised loss of a loss value (0 at the curve's end, 1 at its start).
+    /// The whole-curve normalised loss of a loss value (0 at the curve's end, 1 at its start),
+    /// not clamped.
     pub fn norm_loss(&self, loss: f64) -> f64 {
         let range = self.loss_first - self.loss_last;
         if range.abs() < 1e-300 { 0.0 } else { (loss - self.loss_last) / range }
+    }
+
+    /// The metrics' normalised loss of a job whose best loss so far is `best`: clamped to
+    /// [0, 1] (see [`super::metrics`]).
+    pub fn quality(&self, best: f64) -> f64 {
+        self.norm_loss(best).clamp(0.0, 1.0)
     }
 }
 
@@ -190,6 +200,7 @@ pub fn generate(curves: &[TraceCurve], config: &WorkloadConfig) -> Result<Vec<Si
             loss_first: first,
             loss_last: last,
             converged_norm_loss: config.converged_norm_loss,
+            application: i % families.len(),
         };
         job.offset = match group {
             Group::High => 0,

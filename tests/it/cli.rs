@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::shared_data;
+use crate::curve_file;
 
 fn slaq(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_slaq")).args(args).output().expect("slaq runs")
@@ -10,11 +10,8 @@ fn slaq(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn predict_json_has_every_family_and_beats_the_strawman_overall() {
-    let curves = format!(
-        "{},{}",
-        shared_data("curves-public.jsonl").display(),
-        shared_data("slaq-paper-curves.jsonl").display()
-    );
+    let curves =
+        format!("{},{}", curve_file("curves-public.jsonl").display(), curve_file("slaq-paper-curves.jsonl").display());
     let out = slaq(&["predict", "--curves", &curves, "--horizon", "10", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -32,30 +29,44 @@ fn predict_json_has_every_family_and_beats_the_strawman_overall() {
 
 #[test]
 fn simulate_json_has_the_documented_shape() {
-    let curves = shared_data("curves-public.jsonl");
     let dir = std::env::temp_dir().join(format!("slaq-sim-{}", std::process::id()));
-    let out = slaq(&[
-        "simulate",
-        "--curves",
-        curves.to_str().unwrap(),
-        "--jobs",
-        "16",
-        "--workers",
-        "16",
-        "--json",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    // The default curves are the vendored ones, found from the repository root.
+    let out = Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "simulate",
+            "--policy",
+            "slaq,slaq-paper,fair",
+            "--speedup",
+            "pollux",
+            "--jobs",
+            "16",
+            "--workers",
+            "16",
+            "--json",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .expect("slaq runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["workers"], 16);
-    for key in ["avg_norm_loss", "mean_time_to_90_s", "mean_time_to_95_s", "mean_jct_s", "worst_slowdown_vs_fair"] {
+    for key in [
+        "mean_loss_area",
+        "avg_active_norm_loss",
+        "mean_time_to_90_s",
+        "mean_time_to_95_s",
+        "mean_jct_s",
+        "worst_slowdown_vs_fair",
+    ] {
         assert!(v["policies"]["slaq"][key].is_number(), "missing {key}: {v}");
         assert!(v["policies"]["fair"][key].is_number(), "missing {key}: {v}");
     }
-    for key in ["avg_norm_loss_reduction_pct", "time_to_90_reduction_pct", "time_to_95_reduction_pct"] {
+    for key in ["loss_area_reduction_pct", "time_to_90_reduction_pct", "time_to_95_reduction_pct"] {
         assert!(v["slaq_vs_fair"][key].is_number(), "missing {key}");
     }
+    assert!(v["slaq_vs_slaq-paper"]["loss_area_reduction_pct"].is_number(), "{v}");
     for file in [
         "summary.csv",
         "timeseries-16-slaq.csv",
@@ -77,7 +88,7 @@ fn bad_input_gets_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/curves.jsonl"), "{err}");
-    let curves = shared_data("curves-public.jsonl");
+    let curves = curve_file("curves-public.jsonl");
     let out = slaq(&["simulate", "--curves", curves.to_str().unwrap(), "--policy", "lottery"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));

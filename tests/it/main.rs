@@ -10,7 +10,7 @@ mod sim;
 
 use std::path::PathBuf;
 
-/// The shared data directory beside the repository (`../shared/data`).
-pub fn shared_data(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("shared").join("data").join(file)
+/// A curve file vendored in the repository (`data/curves/`), so a plain clone runs the tests.
+pub fn curve_file(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join("curves").join(file)
 }
