@@ -244,9 +244,11 @@ struct SimulateArgs {
     #[arg(long, value_parser = parse_speedup)]
     speedup: Option<slaq::sim::SpeedupKind>,
     /// Fairness floor f in [0, 1]: every job gets at least f times its fair share of
-    /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.5].
-    #[arg(long)]
-    floor: Option<f64>,
+    /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.5]. Several,
+    /// comma-separated, print the frontier (loss-area reduction and worst slowdown against fair
+    /// per floor) and, with --out, plot it.
+    #[arg(long, value_delimiter = ',')]
+    floor: Vec<f64>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     serial_fraction: Option<f64>,
@@ -352,7 +354,7 @@ fn predict(args: PredictArgs) -> anyhow::Result<()> {
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    use slaq::sim::{self, PolicySpec};
+    use slaq::sim::{self, PolicySpec, SimConfig};
     let curves = load_all(&args.curves)?;
     let policies = args
         .policy
@@ -382,29 +384,58 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     set(&mut config.speedup.comm_fraction, args.comm_fraction);
     config.min_workers_per_job = args.min_workers.unwrap_or(config.min_workers_per_job);
     config.speedup.kind = args.speedup.unwrap_or(config.speedup.kind);
-    set(&mut config.plan.floor, args.floor);
-    config.validate()?;
+    let floors = if args.floor.is_empty() { vec![config.plan.floor] } else { args.floor.clone() };
+    config.plan.floor = floors[0];
+    for &floor in &floors {
+        SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config }.validate()?;
+    }
     let workers = if args.workers.is_empty() { vec![config.num_workers] } else { args.workers.clone() };
     anyhow::ensure!(workers.iter().all(|&w| w > 0), "--workers must be positive");
     let seeds = if args.seed.is_empty() { vec![workload.seed] } else { args.seed.clone() };
-    let total = (workload.num_jobs * policies.len() * workers.len() * seeds.len()) as u64;
+    let total = (workload.num_jobs * policies.len() * workers.len() * seeds.len() * floors.len()) as u64;
     let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs finished")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut per_seed = Vec::new();
-    for &seed in &seeds {
-        let jobs = sim::workload::generate(&curves, &WorkloadConfig { seed, ..workload.clone() })?;
-        let results = sim::compare(&jobs, &config, &policies, &workers, parallelism, &|| bar.inc(1));
-        if let Some(dir) = &args.out {
-            let dir = if seeds.len() > 1 { dir.join(format!("seed-{seed}")) } else { dir.clone() };
-            sim::report::write_files(&dir, &results)
-                .with_context(|| format!("writing results to {}", dir.display()))?;
+    let run_seeds = |config: &SimConfig, out: Option<PathBuf>| -> anyhow::Result<Vec<_>> {
+        let mut per_seed = Vec::new();
+        for &seed in &seeds {
+            let jobs = sim::workload::generate(&curves, &WorkloadConfig { seed, ..workload.clone() })?;
+            let results = sim::compare(&jobs, config, &policies, &workers, parallelism, &|| bar.inc(1));
+            if let Some(dir) = &out {
+                let dir = if seeds.len() > 1 { dir.join(format!("seed-{seed}")) } else { dir.clone() };
+                sim::report::write_files(&dir, &results)
+                    .with_context(|| format!("writing results to {}", dir.display()))?;
+            }
+            per_seed.push((seed, results));
         }
-        per_seed.push((seed, results));
+        Ok(per_seed)
+    };
+    if floors.len() > 1 {
+        let mut frontier = Vec::new();
+        for &floor in &floors {
+            let config = SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config };
+            let out = args.out.as_ref().map(|d| d.join(format!("floor-{floor}")));
+            frontier.push((floor, sim::report::frontier_points(&run_seeds(&config, out)?)));
+        }
+        bar.finish_and_clear();
+        if let Some(dir) = &args.out {
+            sim::report::plot_frontier(dir, &frontier).with_context(|| format!("writing to {}", dir.display()))?;
+        }
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&sim::report::frontier_json(&frontier))?);
+        } else {
+            println!(
+                "{} jobs, seeds {seeds:?}, epoch {} s, speed-up {:?}: the floor's frontier",
+                workload.num_jobs, config.epoch_s, config.speedup.kind
+            );
+            print!("{}", sim::report::frontier_table(&frontier));
+        }
+        return Ok(());
     }
+    let per_seed = run_seeds(&config, args.out.clone())?;
     bar.finish_and_clear();
     if let [(seed, results)] = per_seed.as_slice() {
         if args.json {

@@ -122,6 +122,98 @@ fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread
     out
 }
 
+/// One point of the floor's frontier: per cluster size and policy compared with fair, the
+/// loss-area reduction against fair and the worst slowdown against fair, means over seeds.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FrontierPoint {
+    pub workers: u32,
+    pub policy: String,
+    pub loss_area_reduction_pct: f64,
+    pub worst_slowdown_vs_fair: f64,
+}
+
+/// The frontier points of one floor's runs.
+pub fn frontier_points(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<FrontierPoint> {
+    seed_stats(per_seed)
+        .into_iter()
+        .filter_map(|(workers, name, stats)| {
+            let policy = name.strip_suffix("_vs_fair")?;
+            Some(FrontierPoint {
+                workers,
+                policy: policy.to_string(),
+                loss_area_reduction_pct: stats[0].0,
+                worst_slowdown_vs_fair: stats[4].0,
+            })
+        })
+        .collect()
+}
+
+/// The frontier as a table: a row per floor, cluster size and policy.
+pub fn frontier_table(frontier: &[(f64, Vec<FrontierPoint>)]) -> String {
+    let mut out = String::from("floor  workers policy       loss area vs fair %   worst slowdown vs fair\n");
+    for (floor, points) in frontier {
+        for p in points {
+            let _ = writeln!(
+                out,
+                "{floor:>5} {:>8} {:<12} {:>19.1} {:>24.2}",
+                p.workers, p.policy, p.loss_area_reduction_pct, p.worst_slowdown_vs_fair
+            );
+        }
+    }
+    out
+}
+
+/// `{"frontier": [{"floor", "workers", "policy", "loss_area_reduction_pct", "worst_slowdown_vs_fair"}]}`.
+pub fn frontier_json(frontier: &[(f64, Vec<FrontierPoint>)]) -> Value {
+    let rows: Vec<Value> = frontier
+        .iter()
+        .flat_map(|(floor, points)| {
+            points.iter().map(move |p| {
+                let mut v = json!(p);
+                v["floor"] = json!(floor);
+                v
+            })
+        })
+        .collect();
+    json!({ "frontier": rows })
+}
+
+/// `frontier-W.svg` per cluster size: loss-area reduction against worst slowdown, one point per
+/// floor, a line per policy.
+pub fn plot_frontier(dir: &Path, frontier: &[(f64, Vec<FrontierPoint>)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut keys: Vec<(u32, String)> =
+        frontier.iter().flat_map(|(_, ps)| ps.iter().map(|p| (p.workers, p.policy.clone()))).collect();
+    keys.sort();
+    keys.dedup();
+    let mut sizes: Vec<u32> = keys.iter().map(|k| k.0).collect();
+    sizes.dedup();
+    for workers in sizes {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = keys
+            .iter()
+            .filter(|k| k.0 == workers)
+            .map(|(_, policy)| {
+                let points = frontier
+                    .iter()
+                    .filter_map(|(_, ps)| ps.iter().find(|p| p.workers == workers && &p.policy == policy))
+                    .map(|p| (p.worst_slowdown_vs_fair, p.loss_area_reduction_pct))
+                    .collect();
+                (policy.clone(), points)
+            })
+            .collect();
+        let floors: Vec<String> = frontier.iter().map(|(f, _)| f.to_string()).collect();
+        plot_lines(
+            &dir.join(format!("frontier-{workers}.svg")),
+            &format!("Floor frontier at {workers} workers (floors {})", floors.join(", ")),
+            "worst slowdown vs fair (x)",
+            "loss-area reduction vs fair (%)",
+            &lines,
+        )
+        .map_err(std::io::Error::other)?;
+    }
+    Ok(())
+}
+
 /// Per cluster size and policy, the mean over seeds of its mean loss area and worst slowdown.
 fn seed_means(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, f64, f64)> {
     let Some((_, first)) = per_seed.first() else { return Vec::new() };
