@@ -25,7 +25,8 @@ pub struct PolicySpec {
 impl PolicySpec {
     /// The named policies: `slaq` (greedy on the quality objective), `slaq-paper` (greedy on
     /// SLAQ's ΔL/max ΔL normalisation, under the same floor), `fair`, and `oracle` (the greedy
-    /// on each job's true future curve and true speed-up, non-myopic; see [`oracle_index`]).
+    /// on each job's true future curve and true speed-up, looking over the planning horizon; see
+    /// [`oracle_gain`]).
     pub fn named(name: &str) -> Option<PolicySpec> {
         let (name, kind, objective) = match name {
             "slaq" => ("slaq", PolicyKind::Slaq, Objective::Quality),
