@@ -26,7 +26,7 @@ fn allocation(c: &mut Criterion) {
                 .enumerate()
                 .map(|(j, p)| {
                     let current = (j % 8) as u32;
-                    JobBid { current_workers: current, ..JobBid::new(p.gain_curve(60.0, current)) }
+                    JobBid::new(p.gain_curve(60.0, current))
                 })
                 .collect();
             black_box(PolicyKind::Slaq.allocate(&Problem { num_workers: 16_000, jobs: &bids }))

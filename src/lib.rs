@@ -5,6 +5,7 @@
 //! curves. See `ARCHITECTURE.md` for the map and its invariants.
 
 pub mod actors;
+pub mod agent;
 pub mod bus;
 pub mod emulate;
 pub mod policy;

@@ -82,9 +82,9 @@ impl AllocatorActor {
     }
 
     fn finish_epoch(&mut self, bids: Vec<(String, Option<Bid>)>, started: Instant) {
-        let gathered = Instant::now();
+        let collected = Instant::now();
         // A job that has not bid yet keeps exactly the workers it has.
-        let late_bids = bids.iter().filter(|(_, b)| b.is_none()).count();
+        let jobs_without_bid = bids.iter().filter(|(_, b)| b.is_none()).count();
         let job_bids: Vec<JobBid<_>> = bids
             .iter()
             .map(|(id, bid)| {
@@ -94,14 +94,12 @@ impl AllocatorActor {
                     Some(b) => JobBid {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
-                        current_workers: have,
                         attained_service: entry.attained_service,
                         gain: b.gain,
                     },
                     None => JobBid {
                         min_workers: have,
                         max_workers: have,
-                        current_workers: have,
                         attained_service: entry.attained_service,
                         gain: None,
                     },
@@ -174,9 +172,9 @@ impl AllocatorActor {
             num_workers: worker_ids.len(),
             workers_assigned: allocation.total(),
             workers_moved,
-            late_bids,
-            gather_ms: ms(gathered - started),
-            policy_ms: ms(policy_done - gathered),
+            jobs_without_bid,
+            collect_ms: ms(collected - started),
+            policy_ms: ms(policy_done - collected),
             publish_ms: 0.0,
             total_ms: 0.0,
         };

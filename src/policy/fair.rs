@@ -44,7 +44,7 @@ mod tests {
     use crate::policy::check_contract;
 
     fn bid(min: u32, max: u32, service: f64) -> JobBid<fn(u32) -> f64> {
-        JobBid { min_workers: min, max_workers: max, current_workers: 0, attained_service: service, gain: None }
+        JobBid { min_workers: min, max_workers: max, attained_service: service, gain: None }
     }
 
     #[test]

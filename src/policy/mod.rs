@@ -46,8 +46,6 @@ impl<G: GainFn> GainFn for ByRef<'_, G> {
 pub struct JobBid<G> {
     pub min_workers: u32,
     pub max_workers: u32,
-    /// Workers it holds now (for stability and for choosing among equals).
-    pub current_workers: u32,
     /// Worker-seconds it has received so far: ties in fair shares go to the least served.
     pub attained_service: f64,
     /// Predicted gains; `None` while the job has no prediction yet.
@@ -57,7 +55,7 @@ pub struct JobBid<G> {
 impl<G> JobBid<G> {
     /// A bid with no bounds beyond the cluster and no history.
     pub fn new(gain: Option<G>) -> Self {
-        JobBid { min_workers: 0, max_workers: u32::MAX, current_workers: 0, attained_service: 0.0, gain }
+        JobBid { min_workers: 0, max_workers: u32::MAX, attained_service: 0.0, gain }
     }
 }
 

@@ -145,7 +145,6 @@ pub fn plan<G: GainFn>(
             .map(|(b, &floor)| JobBid {
                 min_workers: b.min_workers.max(floor).min(b.max_workers),
                 max_workers: b.max_workers,
-                current_workers: b.current_workers,
                 attained_service: b.attained_service,
                 gain: b.gain.as_ref().map(ByRef),
             })

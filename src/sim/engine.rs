@@ -261,7 +261,6 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         bids.push(JobBid {
             min_workers: config.min_workers_per_job,
             max_workers: config.max_workers_per_job,
-            current_workers: s.replay.workers,
             attained_service: s.attained_service,
             gain,
         });

@@ -365,7 +365,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
                 p.observe(i as u64 + 1, loss).unwrap();
                 p.observe_time(1, 0.5);
             }
-            JobBid { current_workers: 0, ..JobBid::new(schedule::make_bid(&mut p, 60.0, EPOCH_S, 0)) }
+            JobBid::new(schedule::make_bid(&mut p, 60.0, EPOCH_S, 0))
         })
         .collect();
     let mut ledgers = vec![FloorLedger::default(); bids.len()];

@@ -33,7 +33,6 @@ fn build(jobs: &[JobSpec]) -> Vec<JobBid<impl Fn(u32) -> f64 + Clone>> {
         .map(|(min, extra, service, table)| JobBid {
             min_workers: *min,
             max_workers: min + extra,
-            current_workers: 0,
             attained_service: *service,
             gain: Some(table_gain(table.clone())),
         })

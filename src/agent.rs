@@ -1,0 +1,166 @@
+//! The reference worker agent (`slaq worker`): it says hello, sends heartbeats and follows its
+//! assignments, optionally running a command for each one. A shell over NATS like `service`;
+//! the binary only parses flags and passes the client and the shutdown signal in.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tracing::{info, warn};
+
+use crate::bus::{self, BusError};
+use crate::protocol::{self, Ack, Encoding, Heartbeat, Subjects, WorkerAssignment, WorkerSpec};
+
+/// What the agent is and does.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub subjects: Subjects,
+    pub spec: WorkerSpec,
+    pub beat_every: Duration,
+    /// Run through `sh -c` whenever the worker is assigned a job, with `SLAQ_JOB`,
+    /// `SLAQ_WORKER` and `SLAQ_EPOCH` in its environment. The previous one is killed first.
+    pub exec: Option<String>,
+    /// How long one hello waits for the scheduler's answer before it is sent again.
+    pub hello_timeout: Duration,
+}
+
+impl AgentConfig {
+    pub fn new(subjects: Subjects, spec: WorkerSpec) -> Self {
+        AgentConfig {
+            subjects,
+            spec,
+            beat_every: Duration::from_secs(2),
+            exec: None,
+            hello_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid worker spec")]
+    Spec(#[from] protocol::ProtocolError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// Why an assignment is not followed.
+fn check_assignment(assignment: &WorkerAssignment, me: &str, last_epoch: u64) -> Result<(), &'static str> {
+    if assignment.worker != me {
+        return Err("addressed to another worker");
+    }
+    if assignment.job.as_deref().is_some_and(|j| !protocol::valid_id(j)) {
+        return Err("job id is not 1-64 characters from [A-Za-z0-9_-]");
+    }
+    if assignment.epoch < last_epoch {
+        return Err("older than an assignment already followed");
+    }
+    Ok(())
+}
+
+/// Runs the agent until `shutdown` resolves or the connection closes for good. The scheduler
+/// may not be up yet: hello is repeated until it is answered.
+pub async fn run(
+    client: async_nats::Client,
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let me = config.spec.worker.clone();
+    config.spec.validate(&me)?;
+    let subjects = &config.subjects;
+    let assign_subject = subjects.worker_assign(&me);
+    let mut assignments = client
+        .subscribe(assign_subject.clone())
+        .await
+        .map_err(|source| BusError::Subscribe { subject: assign_subject, source })?;
+    tokio::pin!(shutdown);
+    loop {
+        let hello = bus::request::<_, Ack>(
+            &client,
+            subjects.worker_hello(&me),
+            Encoding::MsgPack,
+            &config.spec,
+            config.hello_timeout,
+        );
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            answer = hello => match answer {
+                Ok(ack) if ack.ok => break,
+                Ok(ack) => warn!(error = ack.error.unwrap_or_default(), "the scheduler refused the worker; retrying"),
+                Err(e) => warn!(error = %e, "hello not answered yet; retrying"),
+            },
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    info!(worker = %me, "registered");
+    let mut beat = tokio::time::interval(config.beat_every);
+    let mut child: Option<tokio::process::Child> = None;
+    let mut last_epoch = 0;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = beat.tick() => {
+                let beat = Heartbeat { worker: me.clone(), at: None };
+                if let Err(e) = bus::publish(&client, subjects.worker_beat(&me), Encoding::MsgPack, &beat).await {
+                    warn!(error = %e, "heartbeat failed");
+                }
+            }
+            message = assignments.next() => {
+                let Some(message) = message else { break };
+                let assignment: WorkerAssignment = match protocol::decode(Encoding::MsgPack, &message.payload, "assignment") {
+                    Ok(a) => a,
+                    Err(e) => { warn!(error = %e, "ignoring an undecodable assignment"); continue; }
+                };
+                if let Err(why) = check_assignment(&assignment, &me, last_epoch) {
+                    warn!(epoch = assignment.epoch, job = ?assignment.job, why, "ignoring an assignment");
+                    continue;
+                }
+                last_epoch = assignment.epoch;
+                info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment");
+                if let Some(mut old) = child.take() {
+                    let _ = old.kill().await;
+                }
+                if let (Some(cmd), Some(job)) = (&config.exec, &assignment.job) {
+                    let spawned = tokio::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(cmd)
+                        .env("SLAQ_JOB", job)
+                        .env("SLAQ_WORKER", &me)
+                        .env("SLAQ_EPOCH", assignment.epoch.to_string())
+                        .kill_on_drop(true)
+                        .spawn();
+                    match spawned {
+                        Ok(c) => child = Some(c),
+                        Err(e) => warn!(error = %e, "cannot start the exec command"),
+                    }
+                }
+            }
+        }
+    }
+    if let Some(mut old) = child.take() {
+        let _ = old.kill().await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(worker: &str, epoch: u64, job: Option<&str>) -> WorkerAssignment {
+        WorkerAssignment { worker: worker.into(), epoch, job: job.map(str::to_string), role: Default::default() }
+    }
+
+    #[test]
+    fn assignments_are_checked_before_they_are_followed() {
+        assert!(check_assignment(&assignment("w1", 3, Some("j")), "w1", 2).is_ok());
+        assert!(check_assignment(&assignment("w1", 3, None), "w1", 3).is_ok());
+        assert!(check_assignment(&assignment("w2", 3, Some("j")), "w1", 0).is_err());
+        assert!(check_assignment(&assignment("w1", 3, Some("j; rm -rf /")), "w1", 0).is_err());
+        assert!(check_assignment(&assignment("w1", 1, Some("j")), "w1", 2).is_err());
+    }
+}

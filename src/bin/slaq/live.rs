@@ -1,0 +1,184 @@
+//! The CLI commands that talk to NATS: `serve`, `worker`, `status`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use slaq::agent::{self, AgentConfig};
+use slaq::bus;
+use slaq::protocol::{self, Encoding, StatusSnapshot, Subjects, WorkerSpec};
+use slaq::service::{self, Overrides, RawConfig};
+
+use crate::args::{EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
+
+/// Resolves once SIGINT or SIGTERM arrives.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let raw = match &args.config {
+        Some(path) => RawConfig::load(path)?,
+        None => RawConfig::default(),
+    };
+    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SLAQ_")).collect();
+    let overrides = Overrides {
+        nats: args.nats,
+        prefix: args.prefix,
+        epoch_ms: args.epoch_ms,
+        policy: args.policy,
+        refit_ms: args.refit_ms,
+        floor: args.floor,
+    };
+    let config = raw.resolve(&env, &overrides)?;
+    actix::System::new().block_on(async move {
+        let (client, counters) =
+            bus::connect(&config.nats_urls, &config.client_name, config.subscription_capacity).await?;
+        service::run(client, counters, config, shutdown_signal(), |_| {}).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(())
+}
+
+pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(protocol::valid_id(&args.id), "--id must be 1-64 characters from [A-Za-z0-9_-]");
+    anyhow::ensure!(args.beat_ms > 0, "--beat-ms must be positive");
+    let spec = WorkerSpec { worker: args.id.clone(), machine: args.machine, slots: 1, kind: None };
+    let config = AgentConfig {
+        beat_every: Duration::from_millis(args.beat_ms),
+        exec: args.exec,
+        ..AgentConfig::new(Subjects::new(&args.bus.prefix)?, spec)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let (client, _) = bus::connect(&args.bus.nats, &format!("slaq-worker-{}", args.id), 1024).await?;
+        agent::run(client, config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.timeout > 0.0, "--timeout must be positive");
+    let subjects = Subjects::new(&args.bus.prefix)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let snapshot: StatusSnapshot = runtime.block_on(async {
+        let (client, _) = bus::connect(&args.bus.nats, "slaq-status", 16).await?;
+        bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs_f64(args.timeout))
+            .await
+            .context("asking the scheduler for its status (is `slaq serve` running?)")
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snapshot)?);
+        return Ok(());
+    }
+    println!(
+        "epoch {}  policy {}  jobs {}  workers {}",
+        snapshot.epoch,
+        snapshot.policy,
+        snapshot.jobs.len(),
+        snapshot.workers.len()
+    );
+    println!("\n{:<24} {:>8} {:>14} {:>14} {:>8}", "job", "iter", "loss", "gain", "workers");
+    for j in &snapshot.jobs {
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
+        println!(
+            "{:<24} {:>8} {:>14} {:>14} {:>8}",
+            j.job,
+            j.last_iter.map_or("-".into(), |i| i.to_string()),
+            opt(j.last_loss),
+            opt(j.predicted_gain),
+            j.workers
+        );
+    }
+    println!("\n{:<24} {:<24} {:>10}", "worker", "job", "silent s");
+    for w in &snapshot.workers {
+        println!("{:<24} {:<24} {:>10.1}", w.worker, w.job.as_deref().unwrap_or("-"), w.silent_s);
+    }
+    println!("\naccepted: {:?}", snapshot.accepted);
+    println!("rejected: {:?}", snapshot.rejected);
+    Ok(())
+}
+
+pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
+    use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+    anyhow::ensure!(
+        args.speed > 0.0 && args.epoch_ms > 0 && args.workers > 0,
+        "--speed, --epoch-ms and --workers must be positive"
+    );
+    let curves = crate::load_all(&args.curves)?;
+    let workload = WorkloadConfig { num_jobs: args.jobs, seed: args.seed, ..WorkloadConfig::default() };
+    let jobs = sim::workload::generate(&curves, &workload)?;
+    let epoch_s = args.epoch_ms as f64 / 1000.0 * args.speed;
+    let sim_config = SimConfig { num_workers: args.workers, epoch_s, ..SimConfig::default() };
+    let policy = PolicySpec::named(&args.policy).filter(|p| !p.is_oracle()).with_context(|| {
+        format!("unknown policy {:?}; expected the policy slaq serve runs (slaq or fair)", args.policy)
+    })?;
+    let simulated = sim::engine::run(&jobs, &sim_config, policy, |_| {});
+    let config = slaq::emulate::EmulateConfig {
+        subjects: Subjects::new(&args.bus.prefix)?,
+        num_workers: args.workers,
+        speed: args.speed,
+        speedup: sim_config.speedup,
+        min_workers_per_job: sim_config.min_workers_per_job,
+        sample_s: epoch_s,
+        max_duration: Duration::from_secs_f64(args.duration),
+        beat_every: Duration::from_millis(1000),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let live = runtime.block_on(async {
+        let (client, _) = bus::connect(&args.bus.nats, "slaq-emulate", 65_536).await?;
+        let live = slaq::emulate::run(&client, &jobs, &config).await?;
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+        Ok::<_, anyhow::Error>(live)
+    })?;
+    let diff_pct =
+        100.0 * (live.summary.mean_loss_area - simulated.summary.mean_loss_area) / simulated.summary.mean_loss_area;
+    let report = serde_json::json!({
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "seed": args.seed,
+        "speed": args.speed,
+        "epoch_s": epoch_s,
+        "policy": policy.name,
+        "live": live.summary,
+        "simulated": simulated.summary,
+        "loss_area_diff_pct": diff_pct,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "policy {}: {} jobs on {} workers, seed {}, {}x real time, epoch {epoch_s} s",
+            policy.name, args.jobs, args.workers, args.seed, args.speed
+        );
+        println!(
+            "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "run", "loss area", "t90 s", "t95 s", "JCT s", "unfinished"
+        );
+        for (name, s) in [("live", &live.summary), ("simulated", &simulated.summary)] {
+            println!(
+                "{:<10} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+                name, s.mean_loss_area, s.mean_time_to_90_s, s.mean_time_to_95_s, s.mean_jct_s, s.jobs_unfinished
+            );
+        }
+        println!("live vs simulated mean loss area: {diff_pct:+.1}%");
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The `slaq` command line: thin wrappers over the library. It parses the flags, sets up
+//! logging, calls the library and reports errors with their chain (`anyhow` lives only here).
+
+mod args;
+mod bench;
+mod live;
+mod offline;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+
+use args::{BenchCommand, Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    // Like other command-line tools: a closed pipe (`slaq status | head`) ends the process
+    // quietly instead of panicking in `println!`.
+    #[cfg(unix)]
+    // SAFETY: setting a signal disposition to its default at start-up, before any threads.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The whole chain on one line, without a backtrace: this is for people.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match Cli::parse().command {
+        Command::Predict(args) => offline::predict(args),
+        Command::Simulate(args) => offline::simulate(*args),
+        Command::Bench(BenchCommand::Alloc(args)) => bench::alloc(args),
+        Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(args),
+        Command::Bench(BenchCommand::Epoch(args)) => bench::epoch(args),
+        Command::Serve(args) => live::serve(args),
+        Command::Worker(args) => live::worker(args),
+        Command::Status(args) => live::status(args),
+        Command::Emulate(args) => live::emulate(*args),
+    }
+}
+
+pub(crate) fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<slaq::trace::TraceCurve>> {
+    let mut curves = Vec::new();
+    for path in paths {
+        curves
+            .extend(slaq::trace::load_curves(path).with_context(|| format!("loading curves from {}", path.display()))?);
+    }
+    Ok(curves)
+}

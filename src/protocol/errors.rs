@@ -1,0 +1,68 @@
+//! Why a message is refused, and the protocol layer's errors.
+
+/// Why an incoming message was refused. Counted per cause; never fatal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectCause {
+    Undecodable,
+    UnknownSubject,
+    InvalidId,
+    IdMismatch,
+    NonFiniteLoss,
+    BadIteration,
+    NegativeTime,
+    InvalidSpec,
+    Oversized,
+    UnknownJob,
+    UnknownWorker,
+    Duplicate,
+    Overloaded,
+}
+
+impl RejectCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectCause::Undecodable => "undecodable",
+            RejectCause::UnknownSubject => "unknown_subject",
+            RejectCause::InvalidId => "invalid_id",
+            RejectCause::IdMismatch => "id_mismatch",
+            RejectCause::NonFiniteLoss => "non_finite_loss",
+            RejectCause::BadIteration => "bad_iteration",
+            RejectCause::NegativeTime => "negative_time",
+            RejectCause::InvalidSpec => "invalid_spec",
+            RejectCause::Oversized => "oversized",
+            RejectCause::UnknownJob => "unknown_job",
+            RejectCause::UnknownWorker => "unknown_worker",
+            RejectCause::Duplicate => "duplicate",
+            RejectCause::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// Errors of the protocol layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("invalid subject prefix {0:?}")]
+    InvalidPrefix(String),
+    #[error("subject is not part of the slaq v1 contract")]
+    UnknownSubject,
+    #[error("id is not 1-64 characters from [A-Za-z0-9_-]")]
+    InvalidId,
+    #[error("cannot decode {what}")]
+    Decode { what: &'static str, detail: String },
+    #[error("cannot encode message")]
+    Encode { detail: String },
+    #[error("{0}")]
+    Invalid(&'static str, RejectCause),
+}
+
+impl ProtocolError {
+    /// The counter this error is counted under.
+    pub fn cause(&self) -> RejectCause {
+        match self {
+            ProtocolError::InvalidPrefix(_) | ProtocolError::UnknownSubject => RejectCause::UnknownSubject,
+            ProtocolError::InvalidId => RejectCause::InvalidId,
+            ProtocolError::Decode { .. } | ProtocolError::Encode { .. } => RejectCause::Undecodable,
+            ProtocolError::Invalid(_, cause) => *cause,
+        }
+    }
+}

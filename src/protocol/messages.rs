@@ -1,0 +1,361 @@
+//! The message types of the contract, each with its validation beside it. Unknown fields are
+//! ignored when decoding, so newer senders can add fields.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::subjects::valid_id;
+use super::{ProtocolError, RejectCause};
+
+/// Largest accepted batch size in a report or spec.
+pub const MAX_BATCH_SIZE: u32 = 1 << 24;
+
+fn one() -> f64 {
+    1.0
+}
+fn one_u32() -> u32 {
+    1
+}
+
+fn check_id(field: &str, subject_id: &str) -> Result<(), ProtocolError> {
+    if !valid_id(field) {
+        return Err(ProtocolError::InvalidId);
+    }
+    if field != subject_id {
+        return Err(ProtocolError::Invalid("id in the payload differs from the subject's", RejectCause::IdMismatch));
+    }
+    Ok(())
+}
+
+/// A job joins (or rejoins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub job: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub min_workers: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_workers: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_iter_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_sizes: Option<Vec<u32>>,
+}
+
+impl JobSpec {
+    /// A spec with every optional field at its default.
+    pub fn new(job: &str) -> Self {
+        JobSpec {
+            job: job.to_string(),
+            family: None,
+            tenant: None,
+            weight: 1.0,
+            min_workers: 0,
+            max_workers: None,
+            target_loss: None,
+            slo_iter_seconds: None,
+            batch_sizes: None,
+        }
+    }
+}
+
+impl JobSpec {
+    pub fn validate(&self, subject_job: &str) -> Result<(), ProtocolError> {
+        check_id(&self.job, subject_job)?;
+        let invalid = |m| Err(ProtocolError::Invalid(m, RejectCause::InvalidSpec));
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return invalid("weight must be positive and finite");
+        }
+        if self.max_workers.is_some_and(|max| max < self.min_workers) {
+            return invalid("max_workers is below min_workers");
+        }
+        if self.slo_iter_seconds.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+            return invalid("slo_iter_seconds must be positive and finite");
+        }
+        if self.target_loss.is_some_and(|t| !t.is_finite()) {
+            return invalid("target_loss must be finite");
+        }
+        let bad_size = |b: &u32| *b == 0 || *b > MAX_BATCH_SIZE;
+        if self.batch_sizes.as_ref().is_some_and(|sizes| sizes.len() > 64 || sizes.iter().any(bad_size)) {
+            return Err(ProtocolError::Invalid("batch_sizes out of range", RejectCause::Oversized));
+        }
+        Ok(())
+    }
+}
+
+/// One finished iteration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LossReport {
+    pub job: String,
+    pub iter: u64,
+    pub loss: f64,
+    pub iter_seconds: f64,
+    pub workers: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<f64>,
+}
+
+impl LossReport {
+    /// Checks a report received on the subject of job `subject_job`.
+    pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
+        LossReportRef {
+            job: std::borrow::Cow::Borrowed(&self.job),
+            iter: self.iter,
+            loss: self.loss,
+            iter_seconds: self.iter_seconds,
+            workers: self.workers,
+            batch_size: self.batch_size,
+        }
+        .validate(subject_job)
+    }
+}
+
+/// The same fields as [`LossReport`], decoded without copying the job id: the ingest hot path.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct LossReportRef<'a> {
+    #[serde(borrow)]
+    pub job: std::borrow::Cow<'a, str>,
+    pub iter: u64,
+    pub loss: f64,
+    pub iter_seconds: f64,
+    pub workers: u32,
+    #[serde(default)]
+    pub batch_size: Option<u32>,
+}
+
+/// The numbers of one loss report, as the job actor needs them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossPoint {
+    pub iter: u64,
+    pub loss: f64,
+    pub iter_seconds: f64,
+    pub workers: u32,
+}
+
+impl LossReportRef<'_> {
+    /// Checks a report received on the subject of job `subject_job`; returns its numbers.
+    pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
+        check_id(&self.job, subject_job)?;
+        if !self.loss.is_finite() {
+            return Err(ProtocolError::Invalid("loss is not finite", RejectCause::NonFiniteLoss));
+        }
+        if self.iter == 0 {
+            return Err(ProtocolError::Invalid("iter is 1-based", RejectCause::BadIteration));
+        }
+        if !(self.iter_seconds.is_finite() && self.iter_seconds >= 0.0) {
+            return Err(ProtocolError::Invalid(
+                "iter_seconds must be finite and non-negative",
+                RejectCause::NegativeTime,
+            ));
+        }
+        if self.batch_size.is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE) {
+            return Err(ProtocolError::Invalid("batch_size out of range", RejectCause::Oversized));
+        }
+        Ok(LossPoint { iter: self.iter, loss: self.loss, iter_seconds: self.iter_seconds, workers: self.workers })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndReason {
+    Finished,
+    Cancelled,
+    Failed,
+}
+
+/// A job leaves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobEnd {
+    pub job: String,
+    pub reason: EndReason,
+}
+
+impl JobEnd {
+    pub fn validate(&self, subject_job: &str) -> Result<(), ProtocolError> {
+        check_id(&self.job, subject_job)
+    }
+}
+
+/// A job's workers changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobAllocation {
+    pub job: String,
+    pub epoch: u64,
+    pub workers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+}
+
+/// A worker joins.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub worker: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    #[serde(default = "one_u32")]
+    pub slots: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+impl WorkerSpec {
+    pub fn validate(&self, subject_worker: &str) -> Result<(), ProtocolError> {
+        check_id(&self.worker, subject_worker)?;
+        if self.slots == 0 || self.slots > 1024 {
+            return Err(ProtocolError::Invalid("slots must be 1..=1024", RejectCause::InvalidSpec));
+        }
+        Ok(())
+    }
+}
+
+/// A worker is alive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub worker: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<f64>,
+}
+
+impl Heartbeat {
+    pub fn validate(&self, subject_worker: &str) -> Result<(), ProtocolError> {
+        check_id(&self.worker, subject_worker)
+    }
+}
+
+/// What a worker does for its job. v1 reserves `"ps"` (parameter server) for placement; this
+/// scheduler assigns only workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    #[default]
+    Worker,
+}
+
+/// Which job a worker serves now (`job: None` means idle).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerAssignment {
+    pub worker: String,
+    pub epoch: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub role: Role,
+}
+
+/// The reply to a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ack {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Ack {
+    pub fn ok() -> Self {
+        Ack { ok: true, error: None }
+    }
+    pub fn error(message: impl Into<String>) -> Self {
+        Ack { ok: false, error: Some(message.into()) }
+    }
+}
+
+/// One job in a status snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub job: String,
+    #[serde(default)]
+    pub last_iter: Option<u64>,
+    #[serde(default)]
+    pub last_loss: Option<f64>,
+    /// Predicted normalised gain over the planning horizon with the job's current workers.
+    #[serde(default)]
+    pub predicted_gain: Option<f64>,
+    pub workers: u32,
+    pub points: u64,
+}
+
+/// One worker in a status snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub worker: String,
+    #[serde(default)]
+    pub job: Option<String>,
+    /// Seconds since its last heartbeat.
+    pub silent_s: f64,
+}
+
+/// What the scheduler believes (`slaq.v1.ctl.status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusSnapshot {
+    pub epoch: u64,
+    pub policy: String,
+    pub jobs: Vec<JobStatus>,
+    pub workers: Vec<WorkerStatus>,
+    /// Messages accepted, by kind.
+    pub accepted: BTreeMap<String, u64>,
+    /// Messages rejected, by cause.
+    pub rejected: BTreeMap<String, u64>,
+}
+
+/// One line per epoch (`slaq.v1.ctl.epoch`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochSummary {
+    pub epoch: u64,
+    pub num_jobs: usize,
+    pub num_workers: usize,
+    pub workers_assigned: u64,
+    /// Workers whose assignment changed this epoch.
+    pub workers_moved: usize,
+    /// Jobs that have not bid yet (they keep their workers this epoch).
+    pub jobs_without_bid: usize,
+    /// Expiring silent workers and reading the jobs' latest bids (pushed by the job actors;
+    /// nothing is awaited).
+    pub collect_ms: f64,
+    /// The fairness floor, the policy and the placement.
+    pub policy_ms: f64,
+    pub publish_ms: f64,
+    pub total_ms: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Encoding, decode};
+
+    #[test]
+    fn validation_names_the_cause() {
+        let ok = LossReport {
+            job: "j".into(),
+            iter: 1,
+            loss: 1.0,
+            iter_seconds: 0.0,
+            workers: 1,
+            batch_size: None,
+            sent_at: None,
+        };
+        assert!(ok.validate("j").is_ok());
+        let cause = |r: LossReport, subject: &str| r.validate(subject).unwrap_err().cause();
+        assert_eq!(cause(ok.clone(), "k"), RejectCause::IdMismatch);
+        assert_eq!(cause(LossReport { loss: f64::NAN, ..ok.clone() }, "j"), RejectCause::NonFiniteLoss);
+        assert_eq!(cause(LossReport { loss: f64::INFINITY, ..ok.clone() }, "j"), RejectCause::NonFiniteLoss);
+        assert_eq!(cause(LossReport { iter: 0, ..ok.clone() }, "j"), RejectCause::BadIteration);
+        assert_eq!(cause(LossReport { iter_seconds: -1.0, ..ok.clone() }, "j"), RejectCause::NegativeTime);
+        assert_eq!(cause(LossReport { batch_size: Some(u32::MAX), ..ok.clone() }, "j"), RejectCause::Oversized);
+        let bad = JobSpec { max_workers: Some(1), min_workers: 2, ..JobSpec::new("j") };
+        assert_eq!(bad.validate("j").unwrap_err().cause(), RejectCause::InvalidSpec);
+        assert_eq!(
+            decode::<LossReport>(Encoding::MsgPack, b"\xc1garbage", "loss report").unwrap_err().cause(),
+            RejectCause::Undecodable
+        );
+    }
+}

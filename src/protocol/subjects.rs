@@ -1,0 +1,154 @@
+//! Subject names and ids: building them, and parsing them without allocating.
+
+use super::ProtocolError;
+
+/// Longest job or worker id.
+pub const MAX_ID_LEN: usize = 64;
+
+/// Whether `id` is a valid job or worker id: 1–64 characters from `[A-Za-z0-9_-]`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// What a subject is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    JobHello,
+    JobLoss,
+    JobBye,
+    JobAlloc,
+    WorkerHello,
+    WorkerBeat,
+    WorkerAssign,
+    CtlStatus,
+    CtlEpoch,
+}
+
+/// Subject names under a prefix (`slaq` by default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Subjects {
+    /// `prefix` must be one or more valid NATS tokens separated by dots.
+    pub fn new(prefix: &str) -> Result<Self, ProtocolError> {
+        let ok = !prefix.is_empty() && prefix.split('.').all(valid_id);
+        if !ok {
+            return Err(ProtocolError::InvalidPrefix(prefix.to_string()));
+        }
+        Ok(Subjects { prefix: prefix.to_string() })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn job(&self, job: &str, what: &str) -> String {
+        format!("{}.v1.job.{job}.{what}", self.prefix)
+    }
+
+    fn worker(&self, worker: &str, what: &str) -> String {
+        format!("{}.v1.worker.{worker}.{what}", self.prefix)
+    }
+
+    pub fn job_hello(&self, job: &str) -> String {
+        self.job(job, "hello")
+    }
+    pub fn job_loss(&self, job: &str) -> String {
+        self.job(job, "loss")
+    }
+    pub fn job_bye(&self, job: &str) -> String {
+        self.job(job, "bye")
+    }
+    pub fn job_alloc(&self, job: &str) -> String {
+        self.job(job, "alloc")
+    }
+    pub fn worker_hello(&self, worker: &str) -> String {
+        self.worker(worker, "hello")
+    }
+    pub fn worker_beat(&self, worker: &str) -> String {
+        self.worker(worker, "beat")
+    }
+    pub fn worker_assign(&self, worker: &str) -> String {
+        self.worker(worker, "assign")
+    }
+    pub fn ctl_status(&self) -> String {
+        format!("{}.v1.ctl.status", self.prefix)
+    }
+    pub fn ctl_epoch(&self) -> String {
+        format!("{}.v1.ctl.epoch", self.prefix)
+    }
+
+    /// The wildcard subscriptions of the scheduler: one per message kind, not one per job.
+    pub fn scheduler_subscriptions(&self) -> [String; 5] {
+        [
+            format!("{}.v1.job.*.hello", self.prefix),
+            format!("{}.v1.job.*.loss", self.prefix),
+            format!("{}.v1.job.*.bye", self.prefix),
+            format!("{}.v1.worker.*.hello", self.prefix),
+            format!("{}.v1.worker.*.beat", self.prefix),
+        ]
+    }
+
+    /// Splits a subject into its kind and id (empty for `ctl` subjects). Allocation-free: it
+    /// runs once per message.
+    pub fn parse<'a>(&self, subject: &'a str) -> Result<(Kind, &'a str), ProtocolError> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|r| r.strip_prefix(".v1."))
+            .ok_or(ProtocolError::UnknownSubject)?;
+        match rest {
+            "ctl.status" => return Ok((Kind::CtlStatus, "")),
+            "ctl.epoch" => return Ok((Kind::CtlEpoch, "")),
+            _ => {}
+        }
+        let (scope, rest) = rest.split_once('.').ok_or(ProtocolError::UnknownSubject)?;
+        let (id, what) = rest.rsplit_once('.').ok_or(ProtocolError::UnknownSubject)?;
+        let kind = match (scope, what) {
+            ("job", "hello") => Kind::JobHello,
+            ("job", "loss") => Kind::JobLoss,
+            ("job", "bye") => Kind::JobBye,
+            ("job", "alloc") => Kind::JobAlloc,
+            ("worker", "hello") => Kind::WorkerHello,
+            ("worker", "beat") => Kind::WorkerBeat,
+            ("worker", "assign") => Kind::WorkerAssign,
+            _ => return Err(ProtocolError::UnknownSubject),
+        };
+        // An id with a dot in it would be several tokens: `valid_id` refuses it.
+        if !valid_id(id) {
+            return Err(ProtocolError::InvalidId);
+        }
+        Ok((kind, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        assert!(valid_id("job-1_A"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("a.b"));
+        assert!(!valid_id("a*"));
+        assert!(!valid_id(&"x".repeat(65)));
+        assert!(valid_id(&"x".repeat(64)));
+    }
+
+    #[test]
+    fn subjects_round_trip() {
+        let s = Subjects::new("slaq").unwrap();
+        assert_eq!(s.parse(&s.job_loss("j1")).unwrap(), (Kind::JobLoss, "j1"));
+        assert_eq!(s.parse(&s.worker_beat("w-2")).unwrap(), (Kind::WorkerBeat, "w-2"));
+        assert_eq!(s.parse(&s.ctl_status()).unwrap(), (Kind::CtlStatus, ""));
+        assert!(s.parse("other.v1.job.j1.loss").is_err());
+        assert!(s.parse("slaq.v1.job.j1.nope").is_err());
+        assert!(s.parse("slaq.v1.job.a.b.loss").is_err(), "an id is one token");
+        assert!(s.parse("slaq.v1.job.loss").is_err());
+        assert!(s.parse("slaq.v1.ctl.status.x").is_err());
+        assert!(Subjects::new("a..b").is_err());
+        assert!(Subjects::new("team-a.slaq").is_ok());
+    }
+}
