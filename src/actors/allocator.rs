@@ -5,6 +5,7 @@
 //! the worker registry; the maths is `policy::*`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -15,9 +16,11 @@ use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
 use crate::policy::{JobBid, PolicyKind, placement};
 use crate::protocol::{
-    EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec,
+    WorkerStatus,
 };
 use crate::schedule::{self, FloorLedger, PlanSettings};
+use crate::service::metrics::Metrics;
 
 /// What the allocator needs of the configuration.
 #[derive(Clone, Debug)]
@@ -34,6 +37,17 @@ struct JobEntry {
     attained_service: f64,
     ledger: FloorLedger,
     bid: Option<Bid>,
+    /// What the last epoch predicted for this job, checked against its reports at the next.
+    pending: Option<PendingGain>,
+}
+
+/// A job's loss when an epoch started, its bid's normaliser, and the drop the bid predicted
+/// over the epoch for the workers it was given.
+#[derive(Clone, Copy, Debug)]
+struct PendingGain {
+    loss_at_start: f64,
+    scale: f64,
+    predicted: f64,
 }
 
 /// Epoch summaries kept for `status` and benchmarks.
@@ -47,11 +61,11 @@ pub struct AllocatorActor {
     epoch: u64,
     started: Instant,
     history: VecDeque<EpochSummary>,
-    rejected: BTreeMap<&'static str, u64>,
+    metrics: Arc<Metrics>,
 }
 
 impl AllocatorActor {
-    pub fn new(settings: AllocatorSettings, publisher: Publisher) -> Self {
+    pub fn new(settings: AllocatorSettings, publisher: Publisher, metrics: Arc<Metrics>) -> Self {
         AllocatorActor {
             settings,
             publisher,
@@ -60,7 +74,7 @@ impl AllocatorActor {
             epoch: 0,
             started: Instant::now(),
             history: VecDeque::new(),
-            rejected: BTreeMap::new(),
+            metrics,
         }
     }
 
@@ -164,6 +178,7 @@ impl AllocatorActor {
                 entry.workers = workers;
             }
         }
+        let gains = self.check_predictions(epoch_s);
         // Workers of jobs that left are idle now (placement already freed them).
         let publish_started = Instant::now();
         let summary_base = EpochSummary {
@@ -177,6 +192,7 @@ impl AllocatorActor {
             policy_ms: ms(policy_done - collected),
             publish_ms: 0.0,
             total_ms: 0.0,
+            gains,
         };
         self.publisher.send_all(outgoing.into_iter().flatten().collect());
         let done = Instant::now();
@@ -186,11 +202,37 @@ impl AllocatorActor {
             self.publisher.send_all(vec![m]);
         }
         debug!(epoch, jobs = summary.num_jobs, moved = workers_moved, total_ms = summary.total_ms, "epoch done");
+        self.metrics.observe_epoch(&summary);
         if self.history.len() == EPOCH_HISTORY {
             self.history.pop_front();
         }
         self.history.push_back(summary);
         self.epoch = epoch;
+    }
+
+    /// Compares each job's prediction for the epoch that just ended with its reports, and
+    /// records the prediction for the epoch that starts (at the workers it now has).
+    fn check_predictions(&mut self, epoch_s: f64) -> Option<EpochGains> {
+        let mut gains = EpochGains::default();
+        for entry in self.jobs.values_mut() {
+            let now = entry.bid.as_ref().and_then(|b| b.last_loss);
+            if let (Some(p), Some(loss)) = (entry.pending, now) {
+                gains.jobs += 1;
+                gains.predicted += p.predicted;
+                gains.realised += (p.loss_at_start - loss) / p.scale;
+            }
+            let workers = entry.workers.len() as u32;
+            entry.pending = entry.bid.as_ref().and_then(|b| {
+                let (gain, loss) = (b.gain?, b.last_loss?);
+                // A prior (no points yet) predicts nothing checkable.
+                (b.points >= 2).then(|| PendingGain {
+                    loss_at_start: loss,
+                    scale: gain.scale,
+                    predicted: gain.predicted_drop(workers, epoch_s),
+                })
+            });
+        }
+        (gains.jobs > 0).then_some(gains)
     }
 
     fn snapshot(&self) -> StatusSnapshot {
@@ -215,18 +257,9 @@ impl AllocatorActor {
                 .iter()
                 .map(|(id, w)| WorkerStatus { worker: id.clone(), job: w.job.clone(), silent_s: now_s - w.last_seen_s })
                 .collect(),
-            accepted: BTreeMap::new(),
-            rejected: {
-                let mut rejected: BTreeMap<String, u64> =
-                    self.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-                // Repeated `iter`s are refused by the job actors, which report their count in
-                // their bids (of jobs still present).
-                let duplicates: u64 = self.jobs.values().filter_map(|e| e.bid.as_ref()).map(|b| b.duplicates).sum();
-                if duplicates > 0 {
-                    rejected.insert(RejectCause::Duplicate.as_str().to_string(), duplicates);
-                }
-                rejected
-            },
+            // The message counters live in the metrics registry (one source for both).
+            accepted: self.metrics.accepted_counts(),
+            rejected: self.metrics.rejected_counts(),
         }
     }
 }
@@ -265,6 +298,7 @@ impl Handler<JobStarted> for AllocatorActor {
                         attained_service: 0.0,
                         ledger: FloorLedger::default(),
                         bid: None,
+                        pending: None,
                     },
                 );
             }
@@ -277,6 +311,11 @@ impl Handler<BidUpdate> for AllocatorActor {
     fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
         // A bid from a job that has left (still in flight) is dropped.
         if let Some(entry) = self.jobs.get_mut(&msg.job) {
+            // Repeated `iter`s are refused by the job actor, which counts them in its bids.
+            let before = entry.bid.as_ref().map_or(0, |b| b.duplicates);
+            if msg.bid.duplicates > before {
+                self.metrics.rejected(RejectCause::Duplicate).inc_by(msg.bid.duplicates - before);
+            }
             entry.bid = Some(msg.bid);
         }
     }
@@ -317,7 +356,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
     fn handle(&mut self, WorkerBeat(worker): WorkerBeat, _: &mut Self::Context) {
         let now = self.now_s();
         if !self.registry.beat(&worker, now) {
-            *self.rejected.entry("unknown_worker").or_default() += 1;
+            self.metrics.rejected(RejectCause::UnknownWorker).inc();
         }
     }
 }

@@ -325,6 +325,20 @@ pub struct EpochSummary {
     pub policy_ms: f64,
     pub publish_ms: f64,
     pub total_ms: f64,
+    /// Predicted against realised loss reduction over the previous epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gains: Option<EpochGains>,
+}
+
+/// How good the last epoch's predictions were: over the jobs that bid both before and after
+/// it, the normalised loss reduction their bids predicted for the workers they were given,
+/// against the reduction their reports show (each job's reduction is divided by its bid's
+/// normaliser, so jobs of any loss scale add up).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochGains {
+    pub jobs: usize,
+    pub predicted: f64,
+    pub realised: f64,
 }
 
 #[cfg(test)]

@@ -489,6 +489,17 @@ impl GainCurve {
         if workers == 0 { 0.0 } else { self.epoch_seconds / self.time.seconds(workers) }
     }
 
+    /// The predicted drop of the loss over the next `seconds` with `workers` workers, divided by
+    /// the bid's normaliser (`scale`): what the job's reports should show if the prediction is
+    /// right. Not averaged over the time, unlike [`Self::gain`] under the quality objective.
+    pub fn predicted_drop(&self, workers: u32, seconds: f64) -> f64 {
+        if workers == 0 || seconds <= 0.0 {
+            return 0.0;
+        }
+        let n = seconds / self.time.seconds(workers);
+        ((self.model_now - self.model.eval(self.k_now + n)) / self.scale).max(0.0)
+    }
+
     /// Predicted normalised loss reduction over the next epoch with `workers` workers, ≥ 0.
     pub fn gain(&self, workers: u32) -> f64 {
         if workers == 0 {

@@ -15,7 +15,16 @@ use crate::quality::PredictorConfig;
 pub struct RawConfig {
     pub nats: RawNats,
     pub scheduler: RawScheduler,
+    pub http: RawHttp,
     pub predictor: PredictorConfig,
+}
+
+/// The HTTP listener for `/metrics`, `/healthz` and `/readyz`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawHttp {
+    /// `host:port` to listen on; empty: no HTTP listener.
+    pub listen: String,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -101,6 +110,8 @@ pub struct ServeConfig {
     pub refit_interval: Duration,
     pub plan: crate::schedule::PlanSettings,
     pub predictor: PredictorConfig,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +124,10 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The environment variables `slaq serve` reads.
+pub const ENV_VARS: [&str; 6] =
+    ["SLAQ_NATS_URL", "SLAQ_PREFIX", "SLAQ_EPOCH_MS", "SLAQ_REFIT_MS", "SLAQ_POLICY", "SLAQ_HTTP_LISTEN"];
+
 /// Overrides given on the command line.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -122,6 +137,7 @@ pub struct Overrides {
     pub policy: Option<PolicyKind>,
     pub refit_ms: Option<u64>,
     pub floor: Option<f64>,
+    pub http_listen: Option<String>,
 }
 
 impl RawConfig {
@@ -130,7 +146,8 @@ impl RawConfig {
     }
 
     /// Applies `SLAQ_NATS_URL` (comma-separated), `SLAQ_PREFIX`, `SLAQ_EPOCH_MS`,
-    /// `SLAQ_REFIT_MS` and `SLAQ_POLICY` from `env`, then the flags, and validates.
+    /// `SLAQ_REFIT_MS`, `SLAQ_POLICY` and `SLAQ_HTTP_LISTEN` from `env` (see [`ENV_VARS`]),
+    /// then the flags, and validates.
     pub fn resolve(mut self, env: &BTreeMap<String, String>, flags: &Overrides) -> Result<ServeConfig, ConfigError> {
         if let Some(v) = env.get("SLAQ_NATS_URL") {
             self.nats.urls = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
@@ -159,6 +176,9 @@ impl RawConfig {
                 problem: "expected slaq or fair",
             })?;
         }
+        if let Some(v) = env.get("SLAQ_HTTP_LISTEN") {
+            self.http.listen = v.clone();
+        }
         if !flags.nats.is_empty() {
             self.nats.urls = flags.nats.clone();
         }
@@ -176,6 +196,9 @@ impl RawConfig {
         }
         if let Some(f) = flags.floor {
             self.scheduler.floor = f;
+        }
+        if let Some(h) = &flags.http_listen {
+            self.http.listen = h.clone();
         }
         self.validate()
     }
@@ -199,6 +222,12 @@ impl RawConfig {
         plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let subjects = Subjects::new(&self.nats.prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let job_threads = s.job_threads;
+        let http_listen = match self.http.listen.trim() {
+            "" => None,
+            addr => Some(addr.parse().map_err(|_| {
+                ConfigError::Invalid(format!("http.listen {addr:?} is not host:port (e.g. 0.0.0.0:9464)"))
+            })?),
+        };
         Ok(ServeConfig {
             nats_urls: self.nats.urls,
             subjects,
@@ -216,6 +245,7 @@ impl RawConfig {
             refit_interval: Duration::from_millis(s.refit_interval_ms),
             plan,
             predictor: self.predictor,
+            http_listen,
         })
     }
 }
@@ -255,6 +285,17 @@ mod tests {
         let err = RawConfig::default().resolve(&env, &Overrides::default()).unwrap_err().to_string();
         assert!(err.contains("SLAQ_EPOCH_MS"), "{err}");
         let flags = Overrides { prefix: Some("a b".into()), ..Overrides::default() };
+        assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
+    }
+
+    #[test]
+    fn the_http_listener_is_off_unless_set() {
+        let none = RawConfig::default().resolve(&BTreeMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(none.http_listen, None);
+        let env: BTreeMap<String, String> = [("SLAQ_HTTP_LISTEN".to_string(), "127.0.0.1:9464".to_string())].into();
+        let on = RawConfig::default().resolve(&env, &Overrides::default()).unwrap();
+        assert_eq!(on.http_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let flags = Overrides { http_listen: Some("localhost".into()), ..Overrides::default() };
         assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
     }
 

@@ -9,9 +9,12 @@
 //! subject, and dropped. The loop is the only owner of the job routing table.
 
 pub mod config;
+mod http;
+pub mod metrics;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,11 +33,23 @@ use crate::protocol::{
     WorkerSpec,
 };
 pub use config::{Overrides, RawConfig, ServeConfig};
+use metrics::Metrics;
 
 /// Handles for code that runs the service in process (benchmarks, tests).
 #[derive(Clone)]
 pub struct ServiceHandle {
     pub allocator: Addr<AllocatorActor>,
+    pub metrics: Arc<Metrics>,
+    /// Where the HTTP listener is bound (with port 0 in the settings, the port it got).
+    pub http_addr: Option<SocketAddr>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot listen for HTTP on {addr}")]
+    Http { addr: SocketAddr, source: std::io::Error },
 }
 
 impl ServiceHandle {
@@ -56,7 +71,34 @@ pub async fn run(
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(ServiceHandle),
-) -> Result<(), BusError> {
+) -> Result<(), ServiceError> {
+    let metrics = Arc::new(Metrics::new());
+    // Bound first, so a taken port fails the start rather than a scrape later.
+    let (http_addr, stop_http) = match config.http_listen {
+        None => (None, None),
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| ServiceError::Http { addr, source })?;
+            let bound = listener.local_addr().map_err(|source| ServiceError::Http { addr, source })?;
+            let state = http::HttpState {
+                metrics: metrics.clone(),
+                bus: counters.clone(),
+                client: client.clone(),
+                epoch: config.epoch,
+            };
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(async move {
+                let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+                    let _ = stop_rx.await;
+                });
+                if let Err(e) = server.await {
+                    warn!(error = %e, "HTTP listener failed");
+                }
+            });
+            info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+            (Some(bound), Some(stop_tx))
+        }
+    };
     let publisher = Publisher::new(client.clone(), config.subjects.clone());
     let settings = AllocatorSettings {
         epoch: config.epoch,
@@ -64,7 +106,7 @@ pub async fn run(
         plan: config.plan,
         worker_timeout: config.worker_timeout,
     };
-    let allocator = AllocatorActor::new(settings, publisher).start();
+    let allocator = AllocatorActor::new(settings, publisher, metrics.clone()).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
     let mut job_arbiters: Vec<ArbiterHandle> = arbiters.iter().map(|a| a.handle()).collect();
     if job_arbiters.is_empty() {
@@ -87,10 +129,13 @@ pub async fn run(
     // messages published from now on reach us.
     if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
         warn!("NATS did not confirm the subscriptions within 5 s; continuing");
+    } else {
+        metrics.ready.set(1);
     }
     let mut messages = futures_util::stream::select_all(subscriptions);
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
-    on_ready(ServiceHandle { allocator: allocator.clone() });
+    on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr });
+    let accepted_loss = metrics.accepted("loss");
 
     let mut ingest = Ingest {
         client: client.clone(),
@@ -99,8 +144,8 @@ pub async fn run(
         arbiters: job_arbiters,
         next_arbiter: 0,
         jobs: HashMap::new(),
-        accepted: BTreeMap::new(),
-        rejected: BTreeMap::new(),
+        metrics,
+        accepted_loss,
         last_logged: HashMap::new(),
         bus: counters,
     };
@@ -126,6 +171,9 @@ pub async fn run(
     for arbiter in arbiters {
         arbiter.stop();
     }
+    if let Some(stop) = stop_http {
+        let _ = stop.send(());
+    }
     // Deliver what is queued before the connection goes.
     let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     Ok(())
@@ -138,8 +186,10 @@ struct Ingest {
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: usize,
     jobs: HashMap<String, Addr<JobActor>>,
-    accepted: BTreeMap<&'static str, u64>,
-    rejected: BTreeMap<RejectCause, u64>,
+    /// Message counters by kind and cause (also what `status` shows).
+    metrics: Arc<Metrics>,
+    /// The counter of nearly all messages, kept to skip a label lookup per report.
+    accepted_loss: prometheus::IntCounter,
     last_logged: HashMap<RejectCause, Instant>,
     bus: Arc<BusCounters>,
 }
@@ -152,12 +202,11 @@ impl Ingest {
         let reply = message.reply.as_ref().map(|r| r.as_str());
         let subject = message.subject.as_str();
         match self.dispatch(subject, &message.payload, encoding, reply).await {
-            Ok(kind) => {
-                *self.accepted.entry(kind).or_default() += 1;
-            }
+            Ok("loss") => self.accepted_loss.inc(),
+            Ok(kind) => self.metrics.accepted(kind).inc(),
             Err(error) => {
                 let cause = error.cause();
-                *self.rejected.entry(cause).or_default() += 1;
+                self.metrics.rejected(cause).inc();
                 let now = Instant::now();
                 let quiet = self.last_logged.get(&cause).is_some_and(|t| now - *t < Duration::from_secs(10));
                 if !quiet {
@@ -248,23 +297,13 @@ impl Ingest {
             Kind::CtlStatus => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
-                let accepted: BTreeMap<String, u64> = self.accepted.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-                let mut rejected: BTreeMap<String, u64> =
-                    self.rejected.iter().map(|(k, v)| (k.as_str().to_string(), *v)).collect();
-                let dropped = self.bus.slow_consumer.load(std::sync::atomic::Ordering::Relaxed);
-                if dropped > 0 {
-                    rejected.insert("slow_consumer_events".into(), dropped);
-                }
+                self.metrics.sync_bus(&self.bus);
                 let allocator = self.allocator.clone();
                 let client = self.client.clone();
                 let reply = reply.to_string();
                 // Answered off the ingest loop: the allocator may be mid-epoch.
                 actix::spawn(async move {
-                    let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
-                    snapshot.accepted = accepted;
-                    for (k, v) in rejected {
-                        *snapshot.rejected.entry(k).or_default() += v;
-                    }
+                    let Ok(snapshot) = allocator.send(GetStatus).await else { return };
                     if let Err(e) = crate::bus::publish(&client, reply, encoding, &snapshot).await {
                         warn!(error = %e, "cannot answer a status request");
                     }

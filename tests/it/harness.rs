@@ -44,6 +44,12 @@ impl NatsServer {
         NatsServer { child, url, port, dir }
     }
 
+    /// Kills the server (an outage).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Kills the server (a fault) and starts a new one on the same port.
     pub fn restart(&mut self) {
         let _ = self.child.kill();
@@ -166,4 +172,55 @@ pub async fn eventually(
 /// Settings for a fast test scheduler.
 pub fn fast_settings(extra: &str) -> String {
     format!("[scheduler]\nepoch_ms = 100\nworker_timeout_ms = 1500\nrefit_interval_ms = 20\n{extra}")
+}
+
+/// `slaq serve`'s `service::run` on a thread of this test process (its own actix System), for
+/// tests that do not need a separate process. Stopped (gracefully) on drop.
+pub struct InProcessScheduler {
+    pub handle: slaq::service::ServiceHandle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcessScheduler {
+    pub fn start(url: &str, settings: &str) -> InProcessScheduler {
+        use slaq::service::{Overrides, RawConfig};
+        let raw: RawConfig = toml::from_str(settings).expect("settings");
+        let overrides = Overrides { nats: vec![url.to_string()], ..Overrides::default() };
+        let config = raw.resolve(&Default::default(), &overrides).expect("valid settings");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let (client, counters) =
+                    bus::connect(&config.nats_urls, "slaq-in-process", 65_536).await.expect("connect");
+                let shutdown = async move {
+                    let _ = stop_rx.await;
+                };
+                slaq::service::run(client, counters, config, shutdown, move |h| {
+                    let _ = ready_tx.send(h);
+                })
+                .await
+                .expect("the scheduler runs");
+            });
+        });
+        let handle = ready_rx.recv_timeout(Duration::from_secs(20)).expect("the in-process scheduler starts");
+        InProcessScheduler { handle, stop: Some(stop_tx), thread: Some(thread) }
+    }
+}
+
+impl Drop for InProcessScheduler {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago (for a child process's listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }

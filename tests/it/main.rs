@@ -1,8 +1,10 @@
 //! One integration-test binary (it links once): modules per area.
 
+mod agent;
 mod cli;
 mod harness;
 mod live;
+mod observe;
 mod policy_props;
 mod protocol_fuzz;
 mod python;

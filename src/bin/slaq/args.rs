@@ -56,6 +56,9 @@ pub(crate) struct ServeArgs {
     /// accelerated, as for `slaq emulate`).
     #[arg(long)]
     pub(crate) refit_ms: Option<u64>,
+    /// host:port for the HTTP listener serving /metrics (Prometheus), /healthz and /readyz.
+    #[arg(long)]
+    pub(crate) http_listen: Option<String>,
 }
 
 pub(crate) fn parse_speedup(s: &str) -> Result<slaq::sim::SpeedupKind, String> {

@@ -46,6 +46,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         policy: args.policy,
         refit_ms: args.refit_ms,
         floor: args.floor,
+        http_listen: args.http_listen,
     };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {

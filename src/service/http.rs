@@ -1,0 +1,60 @@
+//! The HTTP listener (`[http] listen`): `/metrics` in the Prometheus text format, `/healthz`
+//! (the process answers) and `/readyz` (connected to NATS, subscriptions confirmed, and an
+//! epoch within the last two periods).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use super::metrics::Metrics;
+use crate::bus::BusCounters;
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub metrics: Arc<Metrics>,
+    pub bus: Arc<BusCounters>,
+    pub client: async_nats::Client,
+    pub epoch: Duration,
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    state.metrics.sync_bus(&state.bus);
+    let connected = state.client.connection_state() == async_nats::connection::State::Connected;
+    state.metrics.nats_connected.set(i64::from(connected));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
+}
+
+/// Why the scheduler is not ready, if it is not.
+fn not_ready(state: &HttpState) -> Option<String> {
+    if state.client.connection_state() != async_nats::connection::State::Connected {
+        return Some("not connected to NATS".into());
+    }
+    if state.metrics.ready.get() != 1 {
+        return Some("subscriptions not confirmed yet".into());
+    }
+    let since = state.metrics.since_last_epoch();
+    if since > 2 * state.epoch {
+        return Some(format!("no epoch for {:.1} s (period {:.1} s)", since.as_secs_f64(), state.epoch.as_secs_f64()));
+    }
+    None
+}
+
+async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    match not_ready(&state) {
+        None => (StatusCode::OK, "ready\n".to_string()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+    }
+}

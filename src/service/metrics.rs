@@ -1,0 +1,272 @@
+//! The scheduler's Prometheus metrics: one registry per running service (no global state, so
+//! several services in one process, as in the tests, do not mix their figures). The names
+//! follow Prometheus conventions: `slaq_…_total` for counters, `_seconds` for durations.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::bus::BusCounters;
+use crate::protocol::{EpochSummary, RejectCause};
+
+/// Every metric the scheduler exports.
+pub struct Metrics {
+    registry: Registry,
+    pub messages_accepted: IntCounterVec,
+    pub messages_rejected: IntCounterVec,
+    pub epoch_seconds: HistogramVec,
+    pub epochs: IntCounter,
+    pub jobs: IntGauge,
+    pub workers: IntGauge,
+    pub workers_assigned: IntGauge,
+    pub workers_moved: IntCounter,
+    pub last_epoch_moved: IntGauge,
+    pub predicted_gain: prometheus::Gauge,
+    pub realised_gain: prometheus::Gauge,
+    pub predicted_gain_total: prometheus::Counter,
+    pub realised_gain_total: prometheus::Counter,
+    pub gain_epoch_jobs: IntGauge,
+    nats_disconnects: IntCounter,
+    nats_slow_consumer_events: IntCounter,
+    nats_server_errors: IntCounter,
+    pub nats_connected: IntGauge,
+    pub ready: IntGauge,
+    created: Instant,
+    /// Milliseconds after `created` of the last epoch; `u64::MAX` before the first.
+    last_epoch_ms: AtomicU64,
+}
+
+/// The phases of an epoch, as `phase` labels of `slaq_epoch_duration_seconds`.
+pub const EPOCH_PHASES: [&str; 4] = ["collect", "policy", "publish", "total"];
+
+/// The kinds of accepted messages, as `kind` labels of `slaq_messages_accepted_total`.
+pub const MESSAGE_KINDS: [&str; 6] = ["loss", "job_hello", "job_bye", "worker_hello", "worker_beat", "status"];
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        // Epochs take from tens of microseconds to seconds (100,000 jobs).
+        let buckets = prometheus::exponential_buckets(50e-6, 4.0, 10).unwrap_or_default();
+        let metrics = Metrics {
+            messages_accepted: IntCounterVec::new(
+                Opts::new("slaq_messages_accepted_total", "Messages accepted, by kind"),
+                &["kind"],
+            )
+            .expect("valid metric"),
+            messages_rejected: IntCounterVec::new(
+                Opts::new("slaq_messages_rejected_total", "Messages rejected, by cause"),
+                &["cause"],
+            )
+            .expect("valid metric"),
+            epoch_seconds: HistogramVec::new(
+                HistogramOpts::new("slaq_epoch_duration_seconds", "Time an epoch spends in each phase")
+                    .buckets(buckets),
+                &["phase"],
+            )
+            .expect("valid metric"),
+            epochs: IntCounter::new("slaq_epochs_total", "Epochs run").expect("valid metric"),
+            jobs: IntGauge::new("slaq_jobs", "Jobs known to the scheduler").expect("valid metric"),
+            workers: IntGauge::new("slaq_workers", "Workers registered and alive").expect("valid metric"),
+            workers_assigned: IntGauge::new("slaq_workers_assigned", "Workers assigned to a job in the last epoch")
+                .expect("valid metric"),
+            workers_moved: IntCounter::new("slaq_workers_moved_total", "Worker assignments changed")
+                .expect("valid metric"),
+            last_epoch_moved: IntGauge::new("slaq_last_epoch_workers_moved", "Workers moved in the last epoch")
+                .expect("valid metric"),
+            predicted_gain: prometheus::Gauge::new(
+                "slaq_epoch_predicted_gain",
+                "Normalised loss reduction the bids predicted for the last completed epoch, summed over jobs",
+            )
+            .expect("valid metric"),
+            realised_gain: prometheus::Gauge::new(
+                "slaq_epoch_realised_gain",
+                "Normalised loss reduction the jobs reported over the last completed epoch, summed over jobs",
+            )
+            .expect("valid metric"),
+            predicted_gain_total: prometheus::Counter::new(
+                "slaq_predicted_gain_total",
+                "Predicted normalised loss reduction, summed over epochs and jobs",
+            )
+            .expect("valid metric"),
+            realised_gain_total: prometheus::Counter::new(
+                "slaq_realised_gain_total",
+                "Realised normalised loss reduction (negative drops count as zero), summed over epochs and jobs",
+            )
+            .expect("valid metric"),
+            gain_epoch_jobs: IntGauge::new(
+                "slaq_epoch_gain_jobs",
+                "Jobs whose predicted and realised gains the last epoch compared",
+            )
+            .expect("valid metric"),
+            nats_disconnects: IntCounter::new("slaq_nats_disconnects_total", "Connections to NATS lost")
+                .expect("valid metric"),
+            nats_slow_consumer_events: IntCounter::new(
+                "slaq_nats_slow_consumer_events_total",
+                "Times NATS reported this client a slow consumer (messages were dropped)",
+            )
+            .expect("valid metric"),
+            nats_server_errors: IntCounter::new("slaq_nats_server_errors_total", "Errors the NATS server sent")
+                .expect("valid metric"),
+            nats_connected: IntGauge::new("slaq_nats_connected", "1 while connected to NATS").expect("valid metric"),
+            ready: IntGauge::new("slaq_ready", "1 once subscriptions are confirmed").expect("valid metric"),
+            registry,
+            created: Instant::now(),
+            last_epoch_ms: AtomicU64::new(u64::MAX),
+        };
+        for kind in MESSAGE_KINDS {
+            metrics.messages_accepted.with_label_values(&[kind]);
+        }
+        for phase in EPOCH_PHASES {
+            metrics.epoch_seconds.with_label_values(&[phase]);
+        }
+        metrics.register_all();
+        metrics
+    }
+
+    fn register_all(&self) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.messages_accepted.clone()),
+            Box::new(self.messages_rejected.clone()),
+            Box::new(self.epoch_seconds.clone()),
+            Box::new(self.epochs.clone()),
+            Box::new(self.jobs.clone()),
+            Box::new(self.workers.clone()),
+            Box::new(self.workers_assigned.clone()),
+            Box::new(self.workers_moved.clone()),
+            Box::new(self.last_epoch_moved.clone()),
+            Box::new(self.predicted_gain.clone()),
+            Box::new(self.realised_gain.clone()),
+            Box::new(self.predicted_gain_total.clone()),
+            Box::new(self.realised_gain_total.clone()),
+            Box::new(self.gain_epoch_jobs.clone()),
+            Box::new(self.nats_disconnects.clone()),
+            Box::new(self.nats_slow_consumer_events.clone()),
+            Box::new(self.nats_server_errors.clone()),
+            Box::new(self.nats_connected.clone()),
+            Box::new(self.ready.clone()),
+        ];
+        for c in collectors {
+            // Names are distinct constants: a clash is a bug here.
+            self.registry.register(c).expect("metric names are unique");
+        }
+    }
+
+    /// The counter of one accepted message kind (keep the handle: increments are then one
+    /// atomic add, with no label lookup).
+    pub fn accepted(&self, kind: &str) -> IntCounter {
+        self.messages_accepted.with_label_values(&[kind])
+    }
+
+    pub fn rejected(&self, cause: RejectCause) -> IntCounter {
+        self.messages_rejected.with_label_values(&[cause.as_str()])
+    }
+
+    /// Records one epoch's summary.
+    pub fn observe_epoch(&self, summary: &EpochSummary) {
+        self.last_epoch_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.epochs.inc();
+        let phases = [summary.collect_ms, summary.policy_ms, summary.publish_ms, summary.total_ms];
+        for (phase, ms) in EPOCH_PHASES.iter().zip(phases) {
+            self.epoch_seconds.with_label_values(&[phase]).observe(ms / 1e3);
+        }
+        self.jobs.set(summary.num_jobs as i64);
+        self.workers.set(summary.num_workers as i64);
+        self.workers_assigned.set(summary.workers_assigned as i64);
+        self.workers_moved.inc_by(summary.workers_moved as u64);
+        self.last_epoch_moved.set(summary.workers_moved as i64);
+        if let Some(gains) = &summary.gains {
+            self.predicted_gain.set(gains.predicted);
+            self.realised_gain.set(gains.realised);
+            self.predicted_gain_total.inc_by(gains.predicted.max(0.0));
+            self.realised_gain_total.inc_by(gains.realised.max(0.0));
+            self.gain_epoch_jobs.set(gains.jobs as i64);
+        }
+    }
+
+    /// Time since the last epoch, or since this registry was made if there was none yet.
+    pub fn since_last_epoch(&self) -> Duration {
+        match self.last_epoch_ms.load(Ordering::Relaxed) {
+            u64::MAX => self.created.elapsed(),
+            ms => self.created.elapsed().saturating_sub(Duration::from_millis(ms)),
+        }
+    }
+
+    /// Brings the NATS event counters (kept by `bus::connect`'s callback) into the registry.
+    pub fn sync_bus(&self, bus: &BusCounters) {
+        let sync = |counter: &IntCounter, value: u64| counter.inc_by(value.saturating_sub(counter.get()));
+        sync(&self.nats_disconnects, bus.disconnects.load(Ordering::Relaxed));
+        sync(&self.nats_slow_consumer_events, bus.slow_consumer.load(Ordering::Relaxed));
+        sync(&self.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
+    }
+
+    pub fn accepted_counts(&self) -> BTreeMap<String, u64> {
+        counts(&self.messages_accepted)
+    }
+
+    /// Rejections by cause, with the NATS slow-consumer events beside them.
+    pub fn rejected_counts(&self) -> BTreeMap<String, u64> {
+        let mut rejected = counts(&self.messages_rejected);
+        let slow = self.nats_slow_consumer_events.get();
+        if slow > 0 {
+            rejected.insert("slow_consumer_events".into(), slow);
+        }
+        rejected
+    }
+
+    /// The text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        // Encoding our own well-formed families into a Vec cannot fail.
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+}
+
+/// The non-zero values of a counter family with one label, by label value.
+fn counts(family: &IntCounterVec) -> BTreeMap<String, u64> {
+    use prometheus::core::Collector;
+    let mut out = BTreeMap::new();
+    for mf in family.collect() {
+        for m in mf.get_metric() {
+            let value = m.get_counter().get_value() as u64;
+            if let (Some(label), true) = (m.get_label().first(), value > 0) {
+                out.insert(label.value().to_string(), value);
+            }
+        }
+    }
+    out
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_epoch_shows_in_the_exposition() {
+        let m = Metrics::new();
+        m.accepted("loss").inc_by(3);
+        m.rejected(RejectCause::Undecodable).inc();
+        m.observe_epoch(&EpochSummary {
+            epoch: 1,
+            num_jobs: 2,
+            num_workers: 4,
+            workers_assigned: 4,
+            workers_moved: 4,
+            total_ms: 2.0,
+            ..EpochSummary::default()
+        });
+        let text = m.render();
+        assert!(text.contains("slaq_messages_accepted_total{kind=\"loss\"} 3"), "{text}");
+        assert!(text.contains("slaq_messages_rejected_total{cause=\"undecodable\"} 1"), "{text}");
+        assert!(text.contains("slaq_workers_moved_total 4"), "{text}");
+        assert!(text.contains("slaq_epoch_duration_seconds_count{phase=\"total\"} 1"), "{text}");
+    }
+}

@@ -1,0 +1,93 @@
+//! The reference worker agent (`slaq::agent`, what `slaq worker` runs), in process against the
+//! scheduler's `service::run`, both over a real nats-server.
+
+use std::time::{Duration, Instant};
+
+use slaq::agent::{self, AgentConfig};
+use slaq::bus;
+use slaq::protocol::{Ack, Encoding, JobSpec, LossReport, Subjects, WorkerAssignment, WorkerSpec};
+
+use crate::harness::{InProcessScheduler, NatsServer, client, fast_settings, temp_dir};
+
+async fn wait_for_file(path: &std::path::Path, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if check(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{what}: never happened; the file has {text:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
+    let nats = NatsServer::start();
+    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    let s = Subjects::new("slaq").unwrap();
+    let out = temp_dir("agent").join("runs.txt");
+    let config = AgentConfig {
+        beat_every: Duration::from_millis(200),
+        exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_WORKER $SLAQ_EPOCH\" >> {}", out.display())),
+        ..AgentConfig::new(s.clone(), WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let agent_client = client(&nats.url).await;
+    let agent = tokio::spawn(agent::run(agent_client, config, async move {
+        let _ = stop_rx.await;
+    }));
+
+    // A job arrives: the only worker goes to it, and the agent runs the command for it.
+    let c = client(&nats.url).await;
+    let ack: Ack = bus::request(&c, s.job_hello("j1"), Encoding::MsgPack, &JobSpec::new("j1"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(ack.ok);
+    for iter in 1..=5u64 {
+        let r = LossReport {
+            job: "j1".into(),
+            iter,
+            loss: 1.0 / iter as f64,
+            iter_seconds: 0.1,
+            workers: 1,
+            batch_size: None,
+            sent_at: None,
+        };
+        bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &r).await.unwrap();
+    }
+    let text = wait_for_file(&out, "the agent runs the command for j1", |t| t.contains("j1 w1 ")).await;
+    // The in-process scheduler's own counters: one hello, from the agent.
+    assert_eq!(scheduler.handle.metrics.accepted_counts().get("worker_hello"), Some(&1));
+    let epoch: u64 = text.lines().next().and_then(|l| l.split(' ').nth(2)).and_then(|e| e.parse().ok()).unwrap();
+
+    // Forged assignments on its subject: for another worker, with an id that is not a token, and
+    // older than the one followed. None of them runs anything.
+    for forged in [
+        WorkerAssignment { worker: "w2".into(), epoch: epoch + 100, job: Some("x1".into()), role: Default::default() },
+        WorkerAssignment {
+            worker: "w1".into(),
+            epoch: epoch + 100,
+            job: Some("x;id".into()),
+            role: Default::default(),
+        },
+        WorkerAssignment {
+            worker: "w1".into(),
+            epoch: epoch.saturating_sub(1),
+            job: Some("x2".into()),
+            role: Default::default(),
+        },
+    ] {
+        bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
+    }
+    // A real assignment after them still goes through (the agent kept running).
+    let real =
+        WorkerAssignment { worker: "w1".into(), epoch: epoch + 1000, job: Some("j9".into()), role: Default::default() };
+    bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
+    let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;
+    assert!(!text.contains('x'), "a forged assignment ran: {text:?}");
+
+    let _ = stop_tx.send(());
+    let result = tokio::time::timeout(Duration::from_secs(5), agent).await.expect("the agent stops").unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
