@@ -1,20 +1,18 @@
 #!/usr/bin/env python3
-"""A training job in Python talking to slaq over NATS: a template for your own jobs.
+"""A training job in Python connected to slaq with the client package: a template for your own.
 
-It says hello (request/reply), reports its loss after every iteration, follows the workers
-slaq allocates to it, and says bye at the end. Needs `pip install nats-py msgpack`.
-Here the "training" is gradient descent on a least-squares problem, so the loss is real.
+It says hello, reports its loss after every iteration, follows the workers slaq allocates to it
+(printed as they change), and says bye at the end (the `with` block). Here the "training" is
+gradient descent on a least-squares problem, so the loss is real.
 
+    pip install ./clients/python
     python3 examples/python_job.py --nats nats://127.0.0.1:4222 --job py-demo --iters 50
 """
 import argparse
-import asyncio
-import json
 import random
-import time
 
-import msgpack
-import nats
+import slaq
+from slaq.integrations.loop import Reporter
 
 
 def least_squares(seed, n=200, d=5):
@@ -37,7 +35,7 @@ def loss_and_step(xs, ys, w, lr):
     return loss, [wi - lr * gi for wi, gi in zip(w, grad)]
 
 
-async def main():
+def main():
     p = argparse.ArgumentParser()
     p.add_argument("--nats", default="nats://127.0.0.1:4222")
     p.add_argument("--prefix", default="slaq")
@@ -46,42 +44,18 @@ async def main():
     p.add_argument("--json", action="store_true", help="speak JSON instead of MessagePack")
     args = p.parse_args()
 
-    if args.json:
-        encode, decode = (lambda m: json.dumps(m).encode()), json.loads
-        headers = {"Content-Type": "application/json"}
-    else:
-        encode, decode = (lambda m: msgpack.packb(m)), (lambda b: msgpack.unpackb(b, raw=False))
-        headers = None
-
-    nc = await nats.connect(args.nats)
-    base = f"{args.prefix}.v1.job.{args.job}"
-    workers = []
-
-    async def on_alloc(msg):
-        nonlocal workers
-        workers = msgpack.unpackb(msg.data, raw=False)["workers"]  # slaq publishes MessagePack
-        print(f"{args.job}: now on {len(workers)} workers", flush=True)
-
-    await nc.subscribe(f"{base}.alloc", cb=on_alloc)
-    reply = await nc.request(f"{base}.hello", encode({"job": args.job, "family": "linreg"}), timeout=5, headers=headers)
-    ack = decode(reply.data)
-    if not ack.get("ok"):
-        raise SystemExit(f"slaq refused the job: {ack}")
-
-    xs, ys = least_squares(seed=7)
-    w = [0.0] * len(xs[0])
-    for it in range(1, args.iters + 1):
-        started = time.perf_counter()
-        loss, w = loss_and_step(xs, ys, w, lr=0.05)
-        seconds = time.perf_counter() - started
-        report = {"job": args.job, "iter": it, "loss": loss, "iter_seconds": seconds,
-                  "workers": max(1, len(workers)), "sent_at": time.time()}
-        await nc.publish(f"{base}.loss", encode(report), headers=headers)
-    await nc.publish(f"{base}.bye", encode({"job": args.job, "reason": "finished"}), headers=headers)
-    await nc.flush()
-    await nc.close()
+    encoding = "json" if args.json else "msgpack"
+    with slaq.Job(args.job, nats=args.nats, prefix=args.prefix, encoding=encoding, family="linreg") as job:
+        job.on_allocation(lambda a: print(f"{args.job}: now on {len(a.workers)} workers", flush=True))
+        reporter = Reporter(job)
+        xs, ys = least_squares(seed=7)
+        w = [0.0] * len(xs[0])
+        for _ in range(args.iters):
+            reporter.begin()
+            loss, w = loss_and_step(xs, ys, w, lr=0.05)
+            reporter.step(loss)  # workers: the job's current allocation (1 before any)
     print(f"{args.job}: done, final loss {loss:.6f}", flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

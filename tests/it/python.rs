@@ -1,43 +1,165 @@
-//! A client no one here wrote: a Python job using the `nats-py` package drives the scheduler.
+//! Clients no one here wrote: Python jobs using the `slaq` client package
+//! (`clients/python`, over `nats-py`) drive the scheduler. The test prepares its own virtual
+//! environment under `target/` with the package installed, so `cargo test` needs nothing but
+//! Python (with `venv`) and access to PyPI the first time.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
-use slaq::protocol::Subjects;
+use slaq::bus;
+use slaq::protocol::{Ack, Encoding, Heartbeat, Subjects, WorkerSpec};
 
-fn python() -> Option<&'static str> {
+const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python");
+
+fn system_python() -> Option<&'static str> {
     ["python3", "python"]
         .into_iter()
         .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
 }
 
+/// A fingerprint of the package's sources: the environment is rebuilt when they change.
+fn package_fingerprint() -> String {
+    use std::hash::{Hash, Hasher};
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info") || name == "build" {
+                continue;
+            }
+            if path.is_dir() { walk(&path, out) } else { out.push(path) }
+        }
+    }
+    let mut files = Vec::new();
+    walk(Path::new(PACKAGE), &mut files);
+    files.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for f in files {
+        f.hash(&mut hasher);
+        std::fs::read(&f).unwrap_or_default().hash(&mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The virtual environment's interpreter, with the client package (and so `nats-py` and
+/// `msgpack`) installed; `None` where there is no Python at all. Made once per test run, and
+/// only again when the package changed; a file lock keeps parallel test processes apart.
+fn python_env() -> Option<PathBuf> {
+    static ENV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let python = system_python()?;
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-env");
+        std::fs::create_dir_all(&dir).expect("target dir");
+        let lock = std::fs::File::create(dir.with_extension("lock")).expect("lock file");
+        lock.lock().expect("lock the environment");
+        let interpreter = dir.join("bin").join("python");
+        let stamp = dir.join("slaq-client.fingerprint");
+        let fingerprint = package_fingerprint();
+        if std::fs::read_to_string(&stamp).ok().as_deref() != Some(fingerprint.as_str()) || !interpreter.exists() {
+            run(
+                Command::new(python).args(["-m", "venv", "--clear"]).arg(&dir),
+                "creating a virtual environment (Debian: apt-get install python3-venv)",
+            );
+            run(
+                Command::new(&interpreter).args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    PACKAGE,
+                ]),
+                "installing the client package into it (needs PyPI for nats-py and msgpack)",
+            );
+            std::fs::write(&stamp, fingerprint).expect("stamp");
+        }
+        Some(interpreter)
+    })
+    .clone()
+}
+
+fn output(mut cmd: Command) -> std::process::Output {
+    cmd.output().expect("python runs")
+}
+
+/// Registers worker `id` and keeps it alive until the returned task is aborted.
+async fn one_worker(url: &str, s: &Subjects, id: &str) -> tokio::task::JoinHandle<()> {
+    let c = client(url).await;
+    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None };
+    let ack: Ack =
+        bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok);
+    let (s, id) = (s.clone(), id.to_string());
+    tokio::spawn(async move {
+        loop {
+            let hb = Heartbeat { worker: id.clone(), at: None };
+            let _ = bus::publish(&c, s.worker_beat(&id), Encoding::MsgPack, &hb).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
 #[tokio::test]
-async fn a_python_job_using_nats_py_registers_and_reports() {
-    let Some(python) = python() else {
+async fn the_python_client_package_passes_its_tests_against_the_scheduler() {
+    let Some(python) = python_env() else {
         eprintln!("SKIPPED: no Python interpreter on this machine");
         return;
     };
     let nats = NatsServer::start();
-    // Keep the job after its bye long enough to look at it: the job ends by itself, so check
-    // the scheduler's counters rather than its job table.
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    wait_status(&c, &s).await;
+    let worker = one_worker(&nats.url, &s, "pw1").await;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "unittest", "discover", "-v", "-s", "tests"])
+        .current_dir(PACKAGE)
+        .env("SLAQ_TEST_NATS_URL", &nats.url);
+    let out = tokio::task::spawn_blocking(move || output(cmd)).await.unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the client package's tests failed:\n{log}");
+    assert!(!log.contains("skipped"), "no test may be skipped here:\n{log}");
+    let st = eventually(&c, &s, Duration::from_secs(20), "both jobs' reports and byes land", |st| {
+        st.accepted.get("loss") == Some(&40) && st.accepted.get("job_bye") == Some(&2)
+    })
+    .await;
+    assert_eq!(st.rejected.get("invalid_spec"), Some(&1), "the refused hello: {:?}", st.rejected);
+    worker.abort();
+}
+
+#[tokio::test]
+async fn the_example_job_runs_in_msgpack_and_json() {
+    let Some(python) = python_env() else {
+        eprintln!("SKIPPED: no Python interpreter on this machine");
+        return;
+    };
+    let nats = NatsServer::start();
     let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
     let c = client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
     wait_status(&c, &s).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python_job.py");
     for (job, extra) in [("py-msgpack", None), ("py-json", Some("--json"))] {
-        let mut cmd = Command::new(python);
+        let mut cmd = Command::new(&python);
         cmd.args([script, "--nats", &nats.url, "--job", job, "--iters", "25"]);
         cmd.args(extra);
-        let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().expect("python runs");
-        assert!(
-            out.status.success(),
-            "the Python job failed (CI installs nats-py and msgpack with pip): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = tokio::task::spawn_blocking(move || output(cmd)).await.unwrap();
+        assert!(out.status.success(), "the example job failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let st = eventually(&c, &s, Duration::from_secs(20), "both Python jobs' reports and byes land", |st| {
+    let st = eventually(&c, &s, Duration::from_secs(20), "both jobs' reports and byes land", |st| {
         st.accepted.get("loss") == Some(&50) && st.accepted.get("job_bye") == Some(&2)
     })
     .await;

@@ -1,0 +1,110 @@
+"""The wire contract v1: subjects, message shapes and the MessagePack/JSON codec."""
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import msgpack
+
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class SlaqError(Exception):
+    """The scheduler refused a request, or an argument breaks the contract."""
+
+
+def check_id(what: str, value: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise SlaqError(f"{what} {value!r} is not 1-64 characters from [A-Za-z0-9_-]")
+    return value
+
+
+def check_prefix(prefix: str) -> str:
+    for token in prefix.split("."):
+        check_id("prefix token", token)
+    return prefix
+
+
+class Subjects:
+    """Subject names of one job under a prefix (``slaq`` by default)."""
+
+    def __init__(self, prefix: str, job: str):
+        base = f"{check_prefix(prefix)}.v1.job.{check_id('job id', job)}"
+        self.hello = f"{base}.hello"
+        self.loss = f"{base}.loss"
+        self.bye = f"{base}.bye"
+        self.alloc = f"{base}.alloc"
+        self.status = f"{prefix}.v1.ctl.status"
+
+
+class Codec:
+    """MessagePack maps with named fields, or JSON (selected by a header)."""
+
+    def __init__(self, encoding: str = "msgpack"):
+        if encoding not in ("msgpack", "json"):
+            raise SlaqError(f"encoding must be 'msgpack' or 'json', not {encoding!r}")
+        self.encoding = encoding
+        self.headers = JSON_HEADERS if encoding == "json" else None
+
+    def encode(self, message: dict) -> bytes:
+        if self.encoding == "json":
+            return json.dumps(message).encode()
+        return msgpack.packb(message, use_bin_type=True)
+
+    def decode(self, payload: bytes) -> dict:
+        if self.encoding == "json":
+            return json.loads(payload)
+        return msgpack.unpackb(payload, raw=False)
+
+
+def decode_published(payload: bytes) -> dict:
+    """What the scheduler publishes (allocations) is always MessagePack."""
+    return msgpack.unpackb(payload, raw=False)
+
+
+@dataclass
+class Allocation:
+    """The job's workers, as the scheduler last published them."""
+
+    epoch: int
+    workers: List[str] = field(default_factory=list)
+    batch_size: Optional[int] = None
+
+    @classmethod
+    def from_message(cls, message: dict) -> "Allocation":
+        return cls(
+            epoch=int(message.get("epoch", 0)),
+            workers=[str(w) for w in message.get("workers", [])],
+            batch_size=message.get("batch_size"),
+        )
+
+
+def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
+             target_loss=None, slo_iter_seconds=None, batch_sizes=None) -> dict:
+    spec = {"job": job, "weight": float(weight), "min_workers": int(min_workers)}
+    optional = {"family": family, "tenant": tenant, "max_workers": max_workers, "target_loss": target_loss,
+                "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes}
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    return spec
+
+
+def loss_report(job: str, iteration: int, loss: float, iter_seconds: float, workers: int,
+                batch_size=None, sent_at=None) -> dict:
+    iteration, loss, iter_seconds, workers = int(iteration), float(loss), float(iter_seconds), int(workers)
+    if iteration < 1:
+        raise SlaqError("iteration is 1-based")
+    if loss != loss or loss in (float("inf"), float("-inf")):
+        raise SlaqError(f"loss must be finite, not {loss}")
+    if not iter_seconds >= 0:
+        raise SlaqError("iter_seconds must be non-negative")
+    report = {"job": job, "iter": iteration, "loss": loss, "iter_seconds": iter_seconds, "workers": max(0, workers)}
+    if batch_size is not None:
+        report["batch_size"] = int(batch_size)
+    if sent_at is not None:
+        report["sent_at"] = float(sent_at)
+    return report
+
+
+END_REASONS = ("finished", "cancelled", "failed")

@@ -1,0 +1,53 @@
+"""The client against a running ``slaq serve`` over a real nats-server.
+
+``cargo test`` (tests/it/python.rs) starts both, registers one worker, and runs this module with
+``SLAQ_TEST_NATS_URL`` set; without it the tests are skipped.
+"""
+
+import asyncio
+import os
+import unittest
+
+import slaq
+
+URL = os.environ.get("SLAQ_TEST_NATS_URL")
+
+
+def fake_training(iterations):
+    """A loss that falls like a real one: 1/k."""
+    return [(k, 1.0 / k) for k in range(1, iterations + 1)]
+
+
+@unittest.skipUnless(URL, "SLAQ_TEST_NATS_URL is not set (cargo test sets it)")
+class Live(unittest.TestCase):
+    def test_sync_job_reports_and_gets_the_worker(self):
+        seen = []
+        with slaq.Job("py-sync", nats=URL, family="linreg") as job:
+            job.on_allocation(seen.append)
+            for k, loss in fake_training(20):
+                job.report(k, loss, iter_seconds=0.05, workers=max(1, len(job.workers)))
+            allocation = job.next_allocation(timeout=15, after_epoch=-1)
+            self.assertEqual(allocation.workers, ["pw1"])
+            self.assertEqual(job.workers, ["pw1"])
+        self.assertTrue(seen and seen[-1].workers == ["pw1"], seen)
+
+    def test_async_job_in_json_gets_the_worker_by_callback(self):
+        async def run():
+            got = asyncio.get_running_loop().create_future()
+            async with await slaq.AsyncJob.connect("py-async", nats=URL, encoding="json", max_workers=4) as job:
+                job.on_allocation(lambda a: got.done() or (a.workers and got.set_result(a)))
+                for k, loss in fake_training(20):
+                    await job.report(k, loss, iter_seconds=0.05, workers=1, batch_size=32)
+                return await asyncio.wait_for(got, 15)
+
+        allocation = asyncio.run(run())
+        self.assertEqual(allocation.workers, ["pw1"])
+
+    def test_a_refused_hello_raises(self):
+        with self.assertRaises(slaq.SlaqError) as refused:
+            slaq.Job("py-bad", nats=URL, min_workers=3, max_workers=1)
+        self.assertIn("max_workers", str(refused.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

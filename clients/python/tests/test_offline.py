@@ -1,0 +1,121 @@
+"""The client without a server: the codec, the contract's checks and the loop adapters."""
+
+import json
+import unittest
+
+import msgpack
+
+from slaq import Allocation, SlaqError
+from slaq.integrations import keras as keras_adapter
+from slaq.integrations import lightning as lightning_adapter
+from slaq.integrations.loop import Reporter, as_float
+from slaq.wire import Codec, Subjects, job_spec, loss_report
+
+
+class FakeJob:
+    def __init__(self, workers=()):
+        self.workers = list(workers)
+        self.reports = []
+
+    def report(self, iteration, loss, iter_seconds, workers, batch_size=None):
+        self.reports.append((iteration, loss, iter_seconds, workers, batch_size))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class Wire(unittest.TestCase):
+    def test_subjects_and_ids(self):
+        s = Subjects("slaq", "job-1")
+        self.assertEqual(s.loss, "slaq.v1.job.job-1.loss")
+        self.assertEqual(s.alloc, "slaq.v1.job.job-1.alloc")
+        for bad in ["", "a.b", "a b", "x" * 65, "a*"]:
+            with self.assertRaises(SlaqError):
+                Subjects("slaq", bad)
+        with self.assertRaises(SlaqError):
+            Subjects("bad prefix", "j")
+
+    def test_codec_round_trips_named_fields(self):
+        report = loss_report("j", 3, 0.5, 0.25, 2, batch_size=64)
+        for encoding in ["msgpack", "json"]:
+            codec = Codec(encoding)
+            self.assertEqual(codec.decode(codec.encode(report)), report)
+        self.assertEqual(msgpack.unpackb(Codec().encode(report), raw=False)["iter"], 3)
+        self.assertEqual(json.loads(Codec("json").encode(report))["loss"], 0.5)
+        self.assertEqual(Codec("json").headers, {"Content-Type": "application/json"})
+        self.assertIsNone(Codec().headers)
+
+    def test_reports_are_checked_before_sending(self):
+        for bad in [dict(iteration=0), dict(loss=float("nan")), dict(loss=float("inf")), dict(iter_seconds=-1)]:
+            args = dict(job="j", iteration=1, loss=1.0, iter_seconds=0.1, workers=1)
+            args.update(bad)
+            with self.assertRaises(SlaqError):
+                loss_report(**args)
+
+    def test_spec_leaves_out_unset_fields(self):
+        self.assertEqual(job_spec("j"), {"job": "j", "weight": 1.0, "min_workers": 0})
+        self.assertEqual(job_spec("j", max_workers=4)["max_workers"], 4)
+
+    def test_allocation_from_message(self):
+        a = Allocation.from_message({"job": "j", "epoch": 7, "workers": ["w1", "w2"], "batch_size": 128})
+        self.assertEqual((a.epoch, a.workers, a.batch_size), (7, ["w1", "w2"], 128))
+        self.assertIsNone(Allocation.from_message({"epoch": 1, "workers": []}).batch_size)
+
+
+class Loops(unittest.TestCase):
+    def test_reporter_counts_and_times_iterations(self):
+        job, clock = FakeJob(workers=["w1", "w2", "w3"]), Clock()
+        r = Reporter(job, clock=clock)
+        clock.now += 0.5
+        r.step(2.0)
+        r.begin()
+        clock.now += 0.25
+        r.step(1.0, batch_size=32)
+        self.assertEqual(job.reports, [(1, 2.0, 0.5, 3, None), (2, 1.0, 0.25, 3, 32)])
+
+    def test_reporter_says_one_worker_before_any_allocation(self):
+        job = FakeJob()
+        Reporter(job).step(1.0)
+        self.assertEqual(job.reports[0][3], 1)
+
+    def test_as_float_takes_tensor_like_values(self):
+        class Tensor:
+            def detach(self):
+                return self
+
+            def item(self):
+                return 0.125
+
+        self.assertEqual(as_float(Tensor()), 0.125)
+        self.assertEqual(as_float(3), 3.0)
+
+    def test_lightning_callback_reports_from_rank_zero_only(self):
+        class Trainer:
+            is_global_zero, world_size, callback_metrics = True, 4, {}
+
+        job = FakeJob()
+        cb = lightning_adapter.SlaqCallback(job)
+        cb.on_train_batch_start(Trainer(), None, None, 0)
+        cb.on_train_batch_end(Trainer(), None, {"loss": 0.75}, None, 0)
+        other = Trainer()
+        other.is_global_zero = False
+        cb.on_train_batch_end(other, None, {"loss": 0.5}, None, 1)
+        self.assertEqual([(i, l, w) for i, l, _, w, _ in job.reports], [(1, 0.75, 4)])
+
+    def test_keras_callback_reports_each_batch(self):
+        job = FakeJob(workers=["w1"])
+        cb = keras_adapter.SlaqCallback(job)
+        for batch, loss in enumerate([0.9, 0.8]):
+            cb.on_train_batch_begin(batch)
+            cb.on_train_batch_end(batch, {"loss": loss})
+        cb.on_train_batch_end(2, {})  # no loss in the logs: nothing to report
+        self.assertEqual([(i, l) for i, l, *_ in job.reports], [(1, 0.9), (2, 0.8)])
+
+
+if __name__ == "__main__":
+    unittest.main()
