@@ -80,17 +80,17 @@ pub(crate) fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, Stri
 #[derive(clap::Args)]
 pub(crate) struct NatsArgs {
     /// NATS server URL(s), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    #[arg(long, env = "SLAQ_NATS_URL", value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
     pub(crate) nats: Vec<String>,
     /// Subject prefix.
-    #[arg(long, default_value = "slaq")]
+    #[arg(long, env = "SLAQ_PREFIX", default_value = "slaq")]
     pub(crate) prefix: String,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct WorkerArgs {
     /// This worker's id (1-64 characters from [A-Za-z0-9_-]).
-    #[arg(long)]
+    #[arg(long, env = "SLAQ_WORKER_ID")]
     pub(crate) id: String,
     #[command(flatten)]
     pub(crate) bus: NatsArgs,
@@ -98,11 +98,11 @@ pub(crate) struct WorkerArgs {
     #[arg(long, default_value_t = 2000)]
     pub(crate) beat_ms: u64,
     /// The machine this worker runs on.
-    #[arg(long)]
+    #[arg(long, env = "SLAQ_WORKER_MACHINE")]
     pub(crate) machine: Option<String>,
     /// A command to run whenever the worker is assigned a job, with SLAQ_JOB, SLAQ_WORKER and
     /// SLAQ_EPOCH in its environment (run through `sh -c`; the previous one is killed first).
-    #[arg(long)]
+    #[arg(long, env = "SLAQ_WORKER_EXEC")]
     pub(crate) exec: Option<String>,
 }
 
@@ -291,5 +291,194 @@ mod tests {
         let cli = Cli::parse_from(["slaq", "simulate", "--curves", "x.jsonl"]);
         let Command::Simulate(args) = cli.command else { panic!("simulate expected") };
         assert!(args.workers.is_empty() && args.jobs.is_none(), "unset flags must leave the config's values");
+    }
+}
+
+/// The deployment files (`deploy/`) cannot rot: every `slaq` command line they contain parses
+/// with this CLI, every `SLAQ_*` variable they set is read by some command, every setting they
+/// write is a known key, and every local file they mount or copy exists.
+#[cfg(test)]
+mod deploy_files {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use clap::{CommandFactory, Parser};
+    use yaml_rust2::{Yaml, YamlLoader};
+
+    use super::Cli;
+
+    fn deploy() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Every environment variable a command reads: `serve`'s settings and the flags' `env`s.
+    fn known_env() -> BTreeSet<String> {
+        fn walk(cmd: &clap::Command, known: &mut BTreeSet<String>) {
+            known.extend(cmd.get_arguments().filter_map(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned()));
+            cmd.get_subcommands().for_each(|sub| walk(sub, known));
+        }
+        let mut known: BTreeSet<String> = slaq::service::config::ENV_VARS.iter().map(|s| s.to_string()).collect();
+        walk(&Cli::command(), &mut known);
+        known
+    }
+
+    fn check_command(origin: &str, args: &[String]) {
+        // Values Kubernetes fills in when the pod starts.
+        let args: Vec<String> =
+            args.iter().map(|a| a.replace("$(POD_NAME)", "slaq-worker-0").replace("$(NODE_NAME)", "node-1")).collect();
+        if let Err(e) = Cli::try_parse_from(std::iter::once("slaq".to_string()).chain(args.iter().cloned())) {
+            panic!("{origin}: `slaq {}` is not a valid command line:\n{e}", args.join(" "));
+        }
+    }
+
+    fn check_env(origin: &str, names: impl IntoIterator<Item = String>, known: &BTreeSet<String>) -> usize {
+        let mut n = 0;
+        for name in names.into_iter().filter(|n| n.starts_with("SLAQ_")) {
+            assert!(known.contains(&name), "{origin}: sets {name}, which no slaq command reads (known: {known:?})");
+            n += 1;
+        }
+        n
+    }
+
+    fn check_settings(origin: &str, toml_text: &str) {
+        let raw: slaq::service::RawConfig =
+            toml::from_str(toml_text).unwrap_or_else(|e| panic!("{origin}: not valid slaq settings: {e}"));
+        if let Err(e) = raw.resolve(&Default::default(), &Default::default()) {
+            panic!("{origin}: settings do not validate: {e}");
+        }
+    }
+
+    fn strings(y: &Yaml) -> Vec<String> {
+        y.as_vec().map(|v| v.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    }
+
+    /// A mapping with its YAML merge keys (`<<: *anchor`) applied, as Compose reads it.
+    fn merged(y: &Yaml) -> yaml_rust2::yaml::Hash {
+        let mut out = yaml_rust2::yaml::Hash::new();
+        if let Some(map) = y.as_hash() {
+            if let Some(base) = map.get(&Yaml::String("<<".into())) {
+                out.extend(merged(base));
+            }
+            for (k, v) in map {
+                if k.as_str() != Some("<<") {
+                    let v = if v.as_hash().is_some() { Yaml::Hash(merged(v)) } else { v.clone() };
+                    out.insert(k.clone(), v);
+                }
+            }
+        }
+        out
+    }
+
+    fn key(map: &yaml_rust2::yaml::Hash, k: &str) -> Yaml {
+        map.get(&Yaml::String(k.into())).cloned().unwrap_or(Yaml::BadValue)
+    }
+
+    #[test]
+    fn compose_uses_only_what_slaq_has() {
+        let path = deploy().join("compose.yaml");
+        let docs = YamlLoader::load_from_str(&read(&path)).expect("compose.yaml is YAML");
+        let services = merged(&key(&merged(&docs[0]), "services"));
+        let known = known_env();
+        let (mut commands, mut envs) = (0, 0);
+        for (name, service) in &services {
+            let name = name.as_str().unwrap_or_default();
+            let service = merged(service);
+            for volume in strings(&key(&service, "volumes")) {
+                if let Some(local) = volume.strip_prefix("./") {
+                    let source = local.split(':').next().unwrap_or_default();
+                    assert!(deploy().join(source).exists(), "compose service {name} mounts missing ./{source}");
+                }
+            }
+            if !key(&service, "image").as_str().is_some_and(|i| i.starts_with("slaq")) {
+                continue;
+            }
+            let command = strings(&key(&service, "command"));
+            assert!(!command.is_empty(), "compose service {name} runs slaq without a command");
+            check_command(&format!("compose service {name}"), &command);
+            commands += 1;
+            let env = key(&service, "environment");
+            let names: Option<Vec<String>> =
+                env.as_hash().map(|h| h.keys().filter_map(|k| k.as_str().map(str::to_string)).collect());
+            envs += check_env(&format!("compose service {name}"), names.unwrap_or_default(), &known);
+        }
+        assert!(commands >= 6 && envs >= 6, "compose.yaml: {commands} slaq services, {envs} variables checked");
+    }
+
+    #[test]
+    fn kubernetes_manifests_use_only_what_slaq_has() {
+        let known = known_env();
+        let (mut commands, mut settings) = (0, 0);
+        for entry in std::fs::read_dir(deploy().join("k8s")).expect("deploy/k8s") {
+            let path = entry.expect("entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            let origin = path.display().to_string();
+            for doc in YamlLoader::load_from_str(&read(&path)).unwrap_or_else(|e| panic!("{origin}: {e}")) {
+                if doc["kind"].as_str() == Some("ConfigMap") {
+                    if let Some(toml_text) = doc["data"]["slaq.toml"].as_str() {
+                        check_settings(&origin, toml_text);
+                        settings += 1;
+                    }
+                }
+                for container in doc["spec"]["template"]["spec"]["containers"].as_vec().into_iter().flatten() {
+                    if !container["image"].as_str().is_some_and(|i| i.starts_with("slaq")) {
+                        continue;
+                    }
+                    let mut argv = strings(&container["command"]);
+                    argv.retain(|a| !a.ends_with("/slaq") && a != "slaq");
+                    argv.extend(strings(&container["args"]));
+                    check_command(&origin, &argv);
+                    commands += 1;
+                    let names = container["env"].as_vec().into_iter().flatten();
+                    check_env(&origin, names.filter_map(|e| e["name"].as_str().map(str::to_string)), &known);
+                }
+            }
+        }
+        assert!(commands >= 2 && settings >= 1, "deploy/k8s: {commands} commands and {settings} settings checked");
+    }
+
+    #[test]
+    fn dockerfile_and_systemd_units_use_only_what_slaq_has() {
+        let dockerfile = read(&deploy().join("Dockerfile"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for line in dockerfile.lines() {
+            if let Some(cmd) = line.strip_prefix("CMD ") {
+                let argv: Vec<String> = serde_json::from_str(cmd).expect("CMD in exec form");
+                check_command("deploy/Dockerfile CMD", &argv);
+            }
+            if let Some(copy) = line.strip_prefix("COPY ").filter(|c| !c.starts_with("--from")) {
+                let parts: Vec<&str> = copy.split_whitespace().collect();
+                for source in &parts[..parts.len() - 1] {
+                    assert!(root.join(source).exists(), "deploy/Dockerfile copies missing {source}");
+                }
+            }
+        }
+        check_settings("config/slaq.toml", &read(&root.join("config/slaq.toml")));
+        let mut units = 0;
+        for entry in std::fs::read_dir(deploy()).expect("deploy") {
+            let path = entry.expect("entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("service") {
+                continue;
+            }
+            for line in read(&path).lines() {
+                if let Some(exec) = line.strip_prefix("ExecStart=") {
+                    let argv: Vec<String> = exec.split_whitespace().skip(1).map(|a| a.replace("%i", "w0")).collect();
+                    check_command(&path.display().to_string(), &argv);
+                    units += 1;
+                }
+            }
+        }
+        assert!(units >= 2, "{units} systemd units checked");
+    }
+
+    #[test]
+    fn a_made_up_flag_is_caught() {
+        let bad = std::panic::catch_unwind(|| check_command("test", &["serve".into(), "--no-such-flag".into()]));
+        assert!(bad.is_err());
     }
 }
