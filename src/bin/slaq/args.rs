@@ -419,11 +419,10 @@ mod deploy_files {
             }
             let origin = path.display().to_string();
             for doc in YamlLoader::load_from_str(&read(&path)).unwrap_or_else(|e| panic!("{origin}: {e}")) {
-                if doc["kind"].as_str() == Some("ConfigMap") {
-                    if let Some(toml_text) = doc["data"]["slaq.toml"].as_str() {
-                        check_settings(&origin, toml_text);
-                        settings += 1;
-                    }
+                if let (Some("ConfigMap"), Some(toml_text)) = (doc["kind"].as_str(), doc["data"]["slaq.toml"].as_str())
+                {
+                    check_settings(&origin, toml_text);
+                    settings += 1;
                 }
                 for container in doc["spec"]["template"]["spec"]["containers"].as_vec().into_iter().flatten() {
                     if !container["image"].as_str().is_some_and(|i| i.starts_with("slaq")) {
