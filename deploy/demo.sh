@@ -15,9 +15,11 @@ url=$NATS_URL
 echo "nats-server at $url"
 
 declare -A result
+http_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for policy in slaq fair; do
     echo; echo "=== slaq serve --policy $policy ==="
-    RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --policy "$policy" --epoch-ms 100 --refit-ms 20 --prefix "demo-$policy" >"$work/serve-$policy.log" 2>&1 &
+    RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --policy "$policy" --epoch-ms 100 --refit-ms 20 --prefix "demo-$policy" \
+        --http-listen "127.0.0.1:$http_port" >"$work/serve-$policy.log" 2>&1 &
     serve=$!
     pids+=("$serve")
     "$slaq" emulate --nats "$url" --prefix "demo-$policy" --policy "$policy" --jobs 60 --workers 32 --speed 50 --epoch-ms 100 --json >"$work/$policy.json" &
@@ -27,9 +29,18 @@ for policy in slaq fair; do
         echo "--- slaq status, mid-run ---"
         # `head` closes the pipe early (exit 141 under pipefail): that is fine.
         "$slaq" status --nats "$url" --prefix "demo-$policy" | head -12 || true
+        echo "--- http://127.0.0.1:$http_port/metrics, mid-run (Prometheus; histogram buckets left out) ---"
+        python3 - "$http_port" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith("slaq_") and "_bucket" not in line:
+        print(line)
+PY
     fi
     wait "$emulate"
     kill "$serve" 2>/dev/null || true
+    wait "$serve" 2>/dev/null || true  # frees the HTTP port for the next run
     result[$policy]=$(python3 - "$work/$policy.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
