@@ -10,7 +10,7 @@ use slaq::protocol::{
     WorkerSpec,
 };
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
+use crate::harness::{InProcessScheduler, NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -114,7 +114,7 @@ async fn jobs_register_reports_flow_and_workers_follow_assignments() {
 #[tokio::test]
 async fn a_dead_workers_job_gets_another_worker() {
     let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
     let c = client(&nats.url).await;
     let s = subjects();
     wait_status(&c, &s).await;
@@ -205,7 +205,7 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
 #[tokio::test]
 async fn json_and_msgpack_both_work_and_replies_use_the_request_encoding() {
     let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
     let c = client(&nats.url).await;
     let s = subjects();
     wait_status(&c, &s).await;
@@ -311,7 +311,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
 
     const EPOCH_S: f64 = 4.0;
     let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, "[scheduler]\nepoch_ms = 4000\nrefit_interval_ms = 20\n");
+    let _scheduler = InProcessScheduler::start(&nats.url, "[scheduler]\nepoch_ms = 4000\nrefit_interval_ms = 20\n");
     let c = client(&nats.url).await;
     let s = subjects();
     wait_status(&c, &s).await;
