@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::protocol::{self, Encoding, Subjects};
 
@@ -18,6 +18,8 @@ pub struct BusCounters {
     /// Subscriptions whose buffer overflowed: NATS dropped messages silently.
     pub slow_consumer: AtomicU64,
     pub disconnects: AtomicU64,
+    /// Connections made again after one was lost.
+    pub reconnects: AtomicU64,
     pub server_errors: AtomicU64,
 }
 
@@ -62,6 +64,10 @@ pub async fn connect(
                     async_nats::Event::Disconnected => {
                         events.disconnects.fetch_add(1, Ordering::Relaxed);
                         warn!("disconnected from NATS");
+                    }
+                    async_nats::Event::Connected if events.disconnects.load(Ordering::Relaxed) > 0 => {
+                        events.reconnects.fetch_add(1, Ordering::Relaxed);
+                        info!("reconnected to NATS");
                     }
                     async_nats::Event::ServerError(e) => {
                         events.server_errors.fetch_add(1, Ordering::Relaxed);

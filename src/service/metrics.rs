@@ -29,6 +29,7 @@ pub struct Metrics {
     pub realised_gain_total: prometheus::Counter,
     pub gain_epoch_jobs: IntGauge,
     nats_disconnects: IntCounter,
+    nats_reconnects: IntCounter,
     nats_slow_consumer_events: IntCounter,
     nats_server_errors: IntCounter,
     pub nats_connected: IntGauge,
@@ -102,6 +103,11 @@ impl Metrics {
             .expect("valid metric"),
             nats_disconnects: IntCounter::new("slaq_nats_disconnects_total", "Connections to NATS lost")
                 .expect("valid metric"),
+            nats_reconnects: IntCounter::new(
+                "slaq_nats_reconnects_total",
+                "Connections to NATS made again after a loss",
+            )
+            .expect("valid metric"),
             nats_slow_consumer_events: IntCounter::new(
                 "slaq_nats_slow_consumer_events_total",
                 "Times NATS reported this client a slow consumer (messages were dropped)",
@@ -142,6 +148,7 @@ impl Metrics {
             Box::new(self.realised_gain_total.clone()),
             Box::new(self.gain_epoch_jobs.clone()),
             Box::new(self.nats_disconnects.clone()),
+            Box::new(self.nats_reconnects.clone()),
             Box::new(self.nats_slow_consumer_events.clone()),
             Box::new(self.nats_server_errors.clone()),
             Box::new(self.nats_connected.clone()),
@@ -197,6 +204,7 @@ impl Metrics {
     pub fn sync_bus(&self, bus: &BusCounters) {
         let sync = |counter: &IntCounter, value: u64| counter.inc_by(value.saturating_sub(counter.get()));
         sync(&self.nats_disconnects, bus.disconnects.load(Ordering::Relaxed));
+        sync(&self.nats_reconnects, bus.reconnects.load(Ordering::Relaxed));
         sync(&self.nats_slow_consumer_events, bus.slow_consumer.load(Ordering::Relaxed));
         sync(&self.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
     }

@@ -162,4 +162,12 @@ async fn metrics_health_and_readiness_over_http() {
     nats.stop();
     get_until(&format!("{base}/readyz"), "readyz says not ready", |s, b| s == 503 && b.contains("NATS")).await;
     get_until(&format!("{base}/healthz"), "healthz still answers", |s, _| s == 200).await;
+
+    // NATS back on the same port: ready again, and the reconnection is counted.
+    nats.restart();
+    get_until(&format!("{base}/readyz"), "readyz says ready again", |s, _| s == 200).await;
+    let m = scrape(&get_until(&format!("{base}/metrics"), "a scrape", |s, _| s == 200).await);
+    assert!(value(&m, "slaq_nats_disconnects_total", None).is_some_and(|v| v >= 1.0));
+    assert!(value(&m, "slaq_nats_reconnects_total", None).is_some_and(|v| v >= 1.0));
+    assert_eq!(value(&m, "slaq_nats_connected", None), Some(1.0));
 }
