@@ -121,6 +121,12 @@ async fn metrics_health_and_readiness_over_http() {
     // Names follow Prometheus conventions.
     for sample in &m.samples {
         assert!(sample.metric.starts_with("slaq_"), "{}", sample.metric);
+        if let prometheus_parse::Value::Counter(_) = sample.value {
+            assert!(sample.metric.ends_with("_total"), "counter {} must end in _total", sample.metric);
+        }
+        if let prometheus_parse::Value::Histogram(_) = sample.value {
+            assert!(sample.metric.ends_with("_seconds"), "histogram {} must be in seconds", sample.metric);
+        }
     }
     for (name, doc) in &m.docs {
         assert!(!doc.is_empty(), "{name} has no help text");
