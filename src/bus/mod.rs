@@ -2,6 +2,7 @@
 //! counted), and publishing encoded messages without ever blocking an actor. The only module
 //! that knows async-nats besides the service and CLI shells that hold a client.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,6 +38,51 @@ pub enum BusError {
     Publish { subject: String, source: async_nats::PublishError },
     #[error(transparent)]
     Protocol(#[from] protocol::ProtocolError),
+    #[error("{what}: {detail}")]
+    Auth { what: String, detail: String },
+}
+
+/// How to prove who we are to NATS, and how to secure the connection. Every field is optional;
+/// credentials in a URL (`nats://user:pass@host`, `nats://token@host`) count when no user or
+/// token is set here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsAuth {
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    /// A file holding an NKey seed (`SU...`).
+    pub nkey_seed_file: Option<PathBuf>,
+    /// A `.creds` file (JWT and NKey seed), as `nsc` writes them.
+    pub credentials_file: Option<PathBuf>,
+    /// The prefix of this client's reply subjects (default `_INBOX`): with per-user
+    /// permissions, each user may subscribe only to its own inbox prefix.
+    pub inbox_prefix: Option<String>,
+    pub tls_ca_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_required: bool,
+}
+
+/// The URLs without their user information, and the credentials found in them.
+fn split_url_credentials(urls: &[String]) -> Result<(Vec<String>, Option<(String, Option<String>)>), BusError> {
+    let mut found = None;
+    let mut clean = Vec::with_capacity(urls.len());
+    for raw in urls {
+        let with_scheme = if raw.contains("://") { raw.clone() } else { format!("nats://{raw}") };
+        let mut url = url::Url::parse(&with_scheme)
+            .map_err(|e| BusError::Auth { what: "server URL".into(), detail: format!("{raw}: {e}") })?;
+        if !url.username().is_empty() {
+            let decode =
+                |s: &str| url::form_urlencoded::parse(format!("x={s}").as_bytes()).next().map(|(_, v)| v.into_owned());
+            let user = decode(url.username()).unwrap_or_default();
+            let password = url.password().and_then(decode);
+            found.get_or_insert((user, password));
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+        }
+        clean.push(url.to_string().trim_end_matches('/').to_string());
+    }
+    Ok((clean, found))
 }
 
 /// Connects with a client name and a subscription buffer; counts connection events.
@@ -45,10 +91,63 @@ pub async fn connect(
     name: &str,
     subscription_capacity: usize,
 ) -> Result<(async_nats::Client, Arc<BusCounters>), BusError> {
+    connect_with(urls, name, subscription_capacity, &NatsAuth::default()).await
+}
+
+/// [`connect`] with credentials and TLS.
+pub async fn connect_with(
+    urls: &[String],
+    name: &str,
+    subscription_capacity: usize,
+    auth: &NatsAuth,
+) -> Result<(async_nats::Client, Arc<BusCounters>), BusError> {
     let counters = Arc::new(BusCounters::default());
     let events = counters.clone();
+    let (urls, from_url) = split_url_credentials(urls)?;
     let joined = urls.join(",");
-    let client = async_nats::ConnectOptions::new()
+    let mut options = match &auth.credentials_file {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path).await.map_err(|e| BusError::Auth {
+            what: "credentials file".into(),
+            detail: format!("{}: {e}", path.display()),
+        })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    match (&auth.user, &auth.token, from_url) {
+        (Some(user), _, _) => {
+            options = options.user_and_password(user.clone(), auth.password.clone().unwrap_or_default())
+        }
+        (None, Some(token), _) => options = options.token(token.clone()),
+        (None, None, Some((user, Some(password)))) => options = options.user_and_password(user, password),
+        (None, None, Some((token, None))) => options = options.token(token),
+        (None, None, None) => {}
+    }
+    if let Some(path) = &auth.nkey_seed_file {
+        let seed = std::fs::read_to_string(path).map_err(|e| BusError::Auth {
+            what: "NKey seed file".into(),
+            detail: format!("{}: {e}", path.display()),
+        })?;
+        options = options.nkey(seed.trim().to_string());
+    }
+    if let Some(ca) = &auth.tls_ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    match (&auth.tls_cert_file, &auth.tls_key_file) {
+        (Some(cert), Some(key)) => options = options.add_client_certificate(cert.clone(), key.clone()),
+        (None, None) => {}
+        _ => {
+            return Err(BusError::Auth {
+                what: "TLS client certificate".into(),
+                detail: "a certificate needs its key and a key its certificate".into(),
+            });
+        }
+    }
+    if auth.tls_required {
+        options = options.require_tls(true);
+    }
+    if let Some(prefix) = &auth.inbox_prefix {
+        options = options.custom_inbox_prefix(prefix);
+    }
+    let client = options
         .name(name)
         .subscription_capacity(subscription_capacity)
         .retry_on_initial_connect()
@@ -81,6 +180,22 @@ pub async fn connect(
         .await
         .map_err(|source| BusError::Connect { urls: joined.clone(), source })?;
     Ok((client, counters))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_taken_out_and_used() {
+        let urls = vec!["nats://alice:s%40cret@127.0.0.1:4222".to_string(), "nats://127.0.0.1:4223".to_string()];
+        let (clean, found) = split_url_credentials(&urls).unwrap();
+        assert_eq!(clean, vec!["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]);
+        assert_eq!(found, Some(("alice".to_string(), Some("s@cret".to_string()))));
+        let (clean, found) = split_url_credentials(&["tok123@localhost:4222".to_string()]).unwrap();
+        assert_eq!((clean[0].as_str(), found), ("nats://localhost:4222", Some(("tok123".to_string(), None))));
+        assert!(split_url_credentials(&["nats://[::1".to_string()]).is_err());
+    }
 }
 
 /// A subject and its encoded payload, ready to send.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::bus::NatsAuth;
 use crate::policy::PolicyKind;
 use crate::protocol::Subjects;
 use crate::quality::PredictorConfig;
@@ -35,6 +36,51 @@ pub struct RawNats {
     pub name: String,
     /// Messages a subscription may buffer before NATS drops (and we count) the rest.
     pub subscription_capacity: usize,
+    pub auth: RawNatsAuth,
+    pub tls: RawNatsTls,
+}
+
+/// `[nats.auth]`: how the scheduler proves who it is. Empty strings are unset.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNatsAuth {
+    pub user: String,
+    pub password: String,
+    pub token: String,
+    pub nkey_seed_file: String,
+    pub credentials_file: String,
+    pub inbox_prefix: String,
+}
+
+/// `[nats.tls]`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNatsTls {
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
+    pub required: bool,
+}
+
+impl RawNats {
+    /// The file's credentials and TLS settings, overridden field by field by `over`.
+    fn auth(&self, over: &NatsAuth) -> NatsAuth {
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let path = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+        let (a, t) = (&self.auth, &self.tls);
+        NatsAuth {
+            user: over.user.clone().or_else(|| text(&a.user)),
+            password: over.password.clone().or_else(|| text(&a.password)),
+            token: over.token.clone().or_else(|| text(&a.token)),
+            nkey_seed_file: over.nkey_seed_file.clone().or_else(|| path(&a.nkey_seed_file)),
+            credentials_file: over.credentials_file.clone().or_else(|| path(&a.credentials_file)),
+            inbox_prefix: over.inbox_prefix.clone().or_else(|| text(&a.inbox_prefix)),
+            tls_ca_file: over.tls_ca_file.clone().or_else(|| path(&t.ca_file)),
+            tls_cert_file: over.tls_cert_file.clone().or_else(|| path(&t.cert_file)),
+            tls_key_file: over.tls_key_file.clone().or_else(|| path(&t.key_file)),
+            tls_required: over.tls_required || t.required,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -68,6 +114,8 @@ impl Default for RawNats {
             prefix: "slaq".into(),
             name: "slaq-scheduler".into(),
             subscription_capacity: 65_536,
+            auth: RawNatsAuth::default(),
+            tls: RawNatsTls::default(),
         }
     }
 }
@@ -95,6 +143,7 @@ impl Default for RawScheduler {
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     pub nats_urls: Vec<String>,
+    pub nats_auth: NatsAuth,
     pub subjects: Subjects,
     pub client_name: String,
     pub subscription_capacity: usize,
@@ -138,6 +187,8 @@ pub struct Overrides {
     pub refit_ms: Option<u64>,
     pub floor: Option<f64>,
     pub http_listen: Option<String>,
+    /// Credentials and TLS from the flags (or their environment variables).
+    pub nats_auth: NatsAuth,
 }
 
 impl RawConfig {
@@ -200,10 +251,11 @@ impl RawConfig {
         if let Some(h) = &flags.http_listen {
             self.http.listen = h.clone();
         }
-        self.validate()
+        self.validate(&flags.nats_auth)
     }
 
-    fn validate(self) -> Result<ServeConfig, ConfigError> {
+    fn validate(self, over_auth: &NatsAuth) -> Result<ServeConfig, ConfigError> {
+        let over_auth = over_auth.clone();
         let invalid = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         let s = &self.scheduler;
         if self.nats.urls.is_empty() {
@@ -229,6 +281,7 @@ impl RawConfig {
             })?),
         };
         Ok(ServeConfig {
+            nats_auth: self.nats.auth(&over_auth),
             nats_urls: self.nats.urls,
             subjects,
             client_name: self.nats.name,
@@ -286,6 +339,23 @@ mod tests {
         assert!(err.contains("SLAQ_EPOCH_MS"), "{err}");
         let flags = Overrides { prefix: Some("a b".into()), ..Overrides::default() };
         assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
+    }
+
+    #[test]
+    fn flags_override_the_file_s_credentials_field_by_field() {
+        let mut raw = RawConfig::default();
+        raw.nats.auth.user = "scheduler".into();
+        raw.nats.auth.password = "from-file".into();
+        raw.nats.tls.ca_file = "/etc/ca.pem".into();
+        let flags = Overrides {
+            nats_auth: NatsAuth { password: Some("from-flag".into()), ..NatsAuth::default() },
+            ..Overrides::default()
+        };
+        let c = raw.resolve(&BTreeMap::new(), &flags).unwrap();
+        assert_eq!(c.nats_auth.user.as_deref(), Some("scheduler"));
+        assert_eq!(c.nats_auth.password.as_deref(), Some("from-flag"));
+        assert_eq!(c.nats_auth.tls_ca_file, Some("/etc/ca.pem".into()));
+        assert_eq!(c.nats_auth.token, None);
     }
 
     #[test]

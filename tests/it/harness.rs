@@ -27,12 +27,23 @@ pub struct NatsServer {
 impl NatsServer {
     pub fn start() -> NatsServer {
         let dir = temp_dir("nats");
-        Self::start_on(dir, None)
+        Self::start_on(dir, None, None)
     }
 
-    fn start_on(dir: PathBuf, port: Option<u16>) -> NatsServer {
+    /// A server with a configuration file (accounts, permissions); address and port are still
+    /// loopback and free.
+    pub fn start_with_config(config: &Path) -> NatsServer {
+        let dir = temp_dir("nats");
+        Self::start_on(dir, None, Some(config))
+    }
+
+    fn start_on(dir: PathBuf, port: Option<u16>, config: Option<&Path>) -> NatsServer {
         let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
-        let child = Command::new("nats-server")
+        let mut cmd = Command::new("nats-server");
+        if let Some(config) = config {
+            cmd.arg("-c").arg(config);
+        }
+        let child = cmd
             .args(["-a", "127.0.0.1", "-p", &port_arg, "--ports_file_dir"])
             .arg(&dir)
             .stdout(Stdio::null())
@@ -56,7 +67,7 @@ impl NatsServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
         std::fs::create_dir_all(&self.dir).expect("dir");
-        let fresh = Self::start_on(self.dir.clone(), Some(self.port));
+        let fresh = Self::start_on(self.dir.clone(), Some(self.port), None);
         let old = std::mem::replace(self, fresh);
         // The old server is dead and its directory is the new one's: skip its Drop.
         std::mem::forget(old);

@@ -8,6 +8,7 @@ mod observe;
 mod policy_props;
 mod protocol_fuzz;
 mod python;
+mod security;
 mod sim;
 
 use std::path::PathBuf;

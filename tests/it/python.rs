@@ -133,7 +133,7 @@ async fn the_python_client_package_passes_its_tests_against_the_scheduler() {
     assert!(out.status.success(), "the client package's tests failed:\n{log}");
     assert!(!log.contains("skipped"), "no test may be skipped here:\n{log}");
     let st = eventually(&c, &s, Duration::from_secs(20), "both jobs' reports and byes land", |st| {
-        st.accepted.get("loss") == Some(&40) && st.accepted.get("job_bye") == Some(&2)
+        st.accepted.get("loss") == Some(&41) && st.accepted.get("job_bye") == Some(&3)
     })
     .await;
     assert_eq!(st.rejected.get("invalid_spec"), Some(&1), "the refused hello: {:?}", st.rejected);

@@ -43,6 +43,11 @@ class Live(unittest.TestCase):
         allocation = asyncio.run(run())
         self.assertEqual(allocation.workers, ["pw1"])
 
+    def test_connect_options_reach_nats_py(self):
+        with slaq.Job("py-opts", nats=URL, connect_options={"inbox_prefix": "_INBOX_py_opts"}) as job:
+            self.assertEqual(bytes(getattr(job._job._nc, "_inbox_prefix", b"")), b"_INBOX_py_opts")
+            job.report(1, 1.0, iter_seconds=0.1, workers=1)
+
     def test_a_refused_hello_raises(self):
         with self.assertRaises(slaq.SlaqError) as refused:
             slaq.Job("py-bad", nats=URL, min_workers=3, max_workers=1)

@@ -59,6 +59,8 @@ pub(crate) struct ServeArgs {
     /// host:port for the HTTP listener serving /metrics (Prometheus), /healthz and /readyz.
     #[arg(long)]
     pub(crate) http_listen: Option<String>,
+    #[command(flatten)]
+    pub(crate) auth: NatsAuthArgs,
 }
 
 pub(crate) fn parse_speedup(s: &str) -> Result<slaq::sim::SpeedupKind, String> {
@@ -76,6 +78,58 @@ pub(crate) fn parse_policy_arg(s: &str) -> Result<slaq::policy::PolicyKind, Stri
     slaq::service::config::parse_policy(s).ok_or_else(|| format!("unknown policy {s:?}; expected slaq or fair"))
 }
 
+/// Credentials and TLS for NATS (every flag also reads its environment variable).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct NatsAuthArgs {
+    /// NATS user name (with --nats-password).
+    #[arg(long, env = "SLAQ_NATS_USER")]
+    pub(crate) nats_user: Option<String>,
+    /// NATS password (prefer the environment variable: flags show in `ps`).
+    #[arg(long, env = "SLAQ_NATS_PASSWORD", hide_env_values = true)]
+    pub(crate) nats_password: Option<String>,
+    /// NATS token.
+    #[arg(long, env = "SLAQ_NATS_TOKEN", hide_env_values = true)]
+    pub(crate) nats_token: Option<String>,
+    /// A file holding an NKey seed.
+    #[arg(long, env = "SLAQ_NATS_NKEY_SEED_FILE")]
+    pub(crate) nats_nkey_seed_file: Option<PathBuf>,
+    /// A NATS .creds file (JWT and NKey seed).
+    #[arg(long, env = "SLAQ_NATS_CREDENTIALS_FILE")]
+    pub(crate) nats_credentials_file: Option<PathBuf>,
+    /// Prefix of this client's reply subjects (default _INBOX), for per-user permissions.
+    #[arg(long, env = "SLAQ_NATS_INBOX_PREFIX")]
+    pub(crate) nats_inbox_prefix: Option<String>,
+    /// CA certificate(s) to verify the server with (PEM).
+    #[arg(long, env = "SLAQ_NATS_TLS_CA_FILE")]
+    pub(crate) nats_tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), with --nats-tls-key-file.
+    #[arg(long, env = "SLAQ_NATS_TLS_CERT_FILE")]
+    pub(crate) nats_tls_cert_file: Option<PathBuf>,
+    /// Client key (PEM).
+    #[arg(long, env = "SLAQ_NATS_TLS_KEY_FILE")]
+    pub(crate) nats_tls_key_file: Option<PathBuf>,
+    /// Refuse to talk to the server without TLS.
+    #[arg(long, env = "SLAQ_NATS_TLS_REQUIRED")]
+    pub(crate) nats_tls_required: bool,
+}
+
+impl NatsAuthArgs {
+    pub(crate) fn to_auth(&self) -> slaq::bus::NatsAuth {
+        slaq::bus::NatsAuth {
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            token: self.nats_token.clone(),
+            nkey_seed_file: self.nats_nkey_seed_file.clone(),
+            credentials_file: self.nats_credentials_file.clone(),
+            inbox_prefix: self.nats_inbox_prefix.clone(),
+            tls_ca_file: self.nats_tls_ca_file.clone(),
+            tls_cert_file: self.nats_tls_cert_file.clone(),
+            tls_key_file: self.nats_tls_key_file.clone(),
+            tls_required: self.nats_tls_required,
+        }
+    }
+}
+
 /// Where the scheduler is.
 #[derive(clap::Args)]
 pub(crate) struct NatsArgs {
@@ -85,6 +139,8 @@ pub(crate) struct NatsArgs {
     /// Subject prefix.
     #[arg(long, env = "SLAQ_PREFIX", default_value = "slaq")]
     pub(crate) prefix: String,
+    #[command(flatten)]
+    pub(crate) auth: NatsAuthArgs,
 }
 
 #[derive(clap::Args)]

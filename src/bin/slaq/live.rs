@@ -47,11 +47,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         refit_ms: args.refit_ms,
         floor: args.floor,
         http_listen: args.http_listen,
+        nats_auth: args.auth.to_auth(),
     };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {
         let (client, counters) =
-            bus::connect(&config.nats_urls, &config.client_name, config.subscription_capacity).await?;
+            bus::connect_with(&config.nats_urls, &config.client_name, config.subscription_capacity, &config.nats_auth)
+                .await?;
         service::run(client, counters, config, shutdown_signal(), |_| {}).await?;
         Ok::<_, anyhow::Error>(())
     })?;
@@ -67,9 +69,10 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         exec: args.exec,
         ..AgentConfig::new(Subjects::new(&args.bus.prefix)?, spec)
     };
+    let auth = args.bus.auth.to_auth();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let (client, _) = bus::connect(&args.bus.nats, &format!("slaq-worker-{}", args.id), 1024).await?;
+        let (client, _) = bus::connect_with(&args.bus.nats, &format!("slaq-worker-{}", args.id), 1024, &auth).await?;
         agent::run(client, config, shutdown_signal()).await?;
         Ok(())
     })
@@ -80,7 +83,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let subjects = Subjects::new(&args.bus.prefix)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let snapshot: StatusSnapshot = runtime.block_on(async {
-        let (client, _) = bus::connect(&args.bus.nats, "slaq-status", 16).await?;
+        let (client, _) = bus::connect_with(&args.bus.nats, "slaq-status", 16, &args.bus.auth.to_auth()).await?;
         bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs_f64(args.timeout))
             .await
             .context("asking the scheduler for its status (is `slaq serve` running?)")
@@ -144,7 +147,7 @@ pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let live = runtime.block_on(async {
-        let (client, _) = bus::connect(&args.bus.nats, "slaq-emulate", 65_536).await?;
+        let (client, _) = bus::connect_with(&args.bus.nats, "slaq-emulate", 65_536, &args.bus.auth.to_auth()).await?;
         let live = slaq::emulate::run(&client, &jobs, &config).await?;
         let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
         Ok::<_, anyhow::Error>(live)

@@ -31,16 +31,25 @@ class AsyncJob:
 
     @classmethod
     async def connect(cls, job: str, nats: str = "nats://127.0.0.1:4222", *, connection=None,
-                      hello_timeout: float = 5.0, **kwargs) -> "AsyncJob":
-        """Connects (or uses ``connection``, an open ``nats.aio.client.Client``) and says hello."""
+                      hello_timeout: float = 5.0, connect_options: Optional[dict] = None,
+                      **kwargs) -> "AsyncJob":
+        """Connects (or uses ``connection``, an open ``nats.aio.client.Client``) and says hello.
+
+        ``connect_options`` go to ``nats.connect``: credentials and TLS, e.g. ``{"user": "job-a",
+        "password": ..., "inbox_prefix": "_INBOX_job-a"}`` for ``deploy/nats/slaq-auth.conf``, or
+        ``{"user_credentials": "job.creds", "tls": ssl_context}``.
+        """
         self = cls(job, **kwargs)
-        await self.start(nats, connection=connection, hello_timeout=hello_timeout)
+        await self.start(nats, connection=connection, hello_timeout=hello_timeout, connect_options=connect_options)
         return self
 
-    async def start(self, url: str = "nats://127.0.0.1:4222", *, connection=None, hello_timeout: float = 5.0):
+    async def start(self, url: str = "nats://127.0.0.1:4222", *, connection=None, hello_timeout: float = 5.0,
+                    connect_options: Optional[dict] = None):
         self._changed = asyncio.Condition()
         if connection is None:
-            self._nc = await nats.connect(url, name=f"slaq-job-{self.job}")
+            options = {"name": f"slaq-job-{self.job}"}
+            options.update(connect_options or {})
+            self._nc = await nats.connect(url, **options)
             self._owns_connection = True
         else:
             self._nc = connection
