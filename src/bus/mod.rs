@@ -63,8 +63,11 @@ pub struct NatsAuth {
     pub tls_required: bool,
 }
 
+/// A user and password, or a token alone, found in a URL.
+type UrlCredentials = (String, Option<String>);
+
 /// The URLs without their user information, and the credentials found in them.
-fn split_url_credentials(urls: &[String]) -> Result<(Vec<String>, Option<(String, Option<String>)>), BusError> {
+fn split_url_credentials(urls: &[String]) -> Result<(Vec<String>, Option<UrlCredentials>), BusError> {
     let mut found = None;
     let mut clean = Vec::with_capacity(urls.len());
     for raw in urls {
