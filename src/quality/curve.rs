@@ -9,7 +9,7 @@
 //! keeps the exponential and polynomial bases well conditioned whatever the job's iteration count.
 
 /// A fitted loss curve: predicts the loss at (fractional) iteration `k`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Curve {
     /// `d + a·exp(−λ·(k − k0))`: linear convergence, SLAQ's `μ^k` family with `μ = e^{−λ}`.
     Exponential { d: f64, a: f64, lambda: f64, k0: f64 },

@@ -66,7 +66,7 @@ impl Default for PredictorConfig {
 }
 
 /// A prediction model of the loss at a future iteration.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Model {
     /// The loss stays where it is.
     Flat { loss: f64 },
@@ -142,14 +142,14 @@ pub enum ObserveError {
     NotNewer,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Pending {
     target_iter: u64,
     predictions: [f32; NUM_CANDIDATES],
 }
 
 /// One job's predictor. See the module documentation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobPredictor {
     config: PredictorConfig,
     window: VecDeque<(u64, f64)>,
@@ -601,5 +601,23 @@ mod tests {
         let q = fed(|k| 1.0 / k, 200);
         assert_eq!(p.state_bytes(), q.state_bytes());
         assert!(p.state_bytes() < 16 * 1024, "{}", p.state_bytes());
+    }
+
+    #[test]
+    fn a_predictor_survives_a_round_trip_through_msgpack() {
+        let mut p = fed(|k| 2.0 + 10.0 * (-0.05 * k).exp(), 60);
+        p.observe_time(2, 0.7);
+        p.observe_time(4, 0.4);
+        p.refit();
+        let bytes = rmp_serde::to_vec_named(&p).unwrap();
+        let mut back: JobPredictor = rmp_serde::from_slice(&bytes).unwrap();
+        // Debug, not ==: unfitted candidates hold NaN, which is never equal to itself.
+        assert_eq!(format!("{back:?}"), format!("{p:?}"));
+        assert!(bytes.len() < 16 * 1024, "{} bytes", bytes.len());
+        for q in [&mut p, &mut back] {
+            q.observe(61, 2.0 + 10.0 * (-0.05f64 * 61.0).exp()).unwrap();
+            q.refit();
+        }
+        assert_eq!(back.gain_curve(60.0, 2), p.gain_curve(60.0, 2));
     }
 }

@@ -38,7 +38,7 @@ fn basis(workers: f64) -> [f64; 3] {
 }
 
 /// Fitted `t(w)` coefficients; cheap to copy into a bid.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TimeCurve {
     pub alpha: f64,
     pub beta: f64,
@@ -54,7 +54,7 @@ impl TimeCurve {
 }
 
 /// The incremental iteration-time model of one job: O(1) state (decayed normal equations).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IterTimeModel {
     prior: TimePrior,
     /// Decayed Σ w·φφᵀ and Σ w·φ·t over observations.
