@@ -74,21 +74,31 @@ pub async fn run(
         .await
         .map_err(|source| BusError::Subscribe { subject: assign_subject, source })?;
     tokio::pin!(shutdown);
-    loop {
-        let hello = bus::request::<_, Ack>(
+    let hello = || async {
+        match bus::request::<_, Ack>(
             &client,
             subjects.worker_hello(&me),
             Encoding::MsgPack,
             &config.spec,
             config.hello_timeout,
-        );
+        )
+        .await
+        {
+            Ok(ack) if ack.ok => true,
+            Ok(ack) => {
+                warn!(error = ack.error.unwrap_or_default(), "the scheduler refused the worker; retrying");
+                false
+            }
+            Err(e) => {
+                warn!(error = %e, "hello not answered yet; retrying");
+                false
+            }
+        }
+    };
+    loop {
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
-            answer = hello => match answer {
-                Ok(ack) if ack.ok => break,
-                Ok(ack) => warn!(error = ack.error.unwrap_or_default(), "the scheduler refused the worker; retrying"),
-                Err(e) => warn!(error = %e, "hello not answered yet; retrying"),
-            },
+            registered = hello() => if registered { break },
         }
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -114,6 +124,13 @@ pub async fn run(
                     Ok(a) => a,
                     Err(e) => { warn!(error = %e, "ignoring an undecodable assignment"); continue; }
                 };
+                if assignment.hello_again && assignment.worker == me {
+                    // The scheduler lost track of us (a restart without state): register again.
+                    // The job we run goes on until an assignment says otherwise.
+                    info!(worker = %me, "the scheduler asked for a new hello");
+                    hello().await;
+                    continue;
+                }
                 if let Err(why) = check_assignment(&assignment, &me, last_epoch) {
                     warn!(epoch = assignment.epoch, job = ?assignment.job, why, "ignoring an assignment");
                     continue;
@@ -152,7 +169,13 @@ mod tests {
     use super::*;
 
     fn assignment(worker: &str, epoch: u64, job: Option<&str>) -> WorkerAssignment {
-        WorkerAssignment { worker: worker.into(), epoch, job: job.map(str::to_string), role: Default::default() }
+        WorkerAssignment {
+            worker: worker.into(),
+            epoch,
+            job: job.map(str::to_string),
+            role: Default::default(),
+            hello_again: false,
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tracing::{debug, info};
 use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
 use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
+use crate::bus::durable::Durable;
 use crate::policy::{JobBid, PolicyKind, placement};
 use crate::protocol::{
     EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec,
@@ -52,6 +53,10 @@ struct PendingGain {
 
 /// Epoch summaries kept for `status` and benchmarks.
 const EPOCH_HISTORY: usize = 1024;
+/// An unknown worker is asked to say hello again at most this often.
+const PROMPT_EVERY_S: f64 = 5.0;
+/// Unknown workers asked at once, at most.
+const MAX_PROMPTED: usize = 10_000;
 
 pub struct AllocatorActor {
     settings: AllocatorSettings,
@@ -62,10 +67,20 @@ pub struct AllocatorActor {
     started: Instant,
     history: VecDeque<EpochSummary>,
     metrics: Arc<Metrics>,
+    durable: Option<Durable>,
+    /// Whether NATS was unreachable at the last epoch: silence then is not a worker's fault.
+    was_disconnected: bool,
+    /// When each unknown worker was last asked to say hello again (bounded; see `WorkerBeat`).
+    prompted: HashMap<String, f64>,
 }
 
 impl AllocatorActor {
-    pub fn new(settings: AllocatorSettings, publisher: Publisher, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        settings: AllocatorSettings,
+        publisher: Publisher,
+        metrics: Arc<Metrics>,
+        durable: Option<Durable>,
+    ) -> Self {
         AllocatorActor {
             settings,
             publisher,
@@ -75,6 +90,9 @@ impl AllocatorActor {
             started: Instant::now(),
             history: VecDeque::new(),
             metrics,
+            durable,
+            was_disconnected: false,
+            prompted: HashMap::new(),
         }
     }
 
@@ -85,12 +103,26 @@ impl AllocatorActor {
     fn epoch(&mut self) {
         let started = Instant::now();
         let now_s = self.now_s();
-        for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
-            info!(worker = %worker, job = ?job, "worker silent too long, removed");
-            if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j)) {
-                entry.workers.retain(|w| *w != worker);
+        // A worker is silent for the timeout *while we can hear it*: during an outage nobody is
+        // expired, and after it every worker gets the full timeout again.
+        if !self.publisher.connected() {
+            self.was_disconnected = true;
+        } else {
+            if std::mem::take(&mut self.was_disconnected) {
+                self.registry.touch_all(now_s);
+                info!("NATS is back: worker timeouts count from now");
+            }
+            for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
+                info!(worker = %worker, job = ?job, "worker silent too long, removed");
+                if let Some(d) = &self.durable {
+                    d.forget_worker(&worker);
+                }
+                if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j)) {
+                    entry.workers.retain(|w| *w != worker);
+                }
             }
         }
+        self.prompted.retain(|_, at| now_s - *at < PROMPT_EVERY_S);
         let bids: Vec<(String, Option<Bid>)> = self.jobs.iter().map(|(id, e)| (id.clone(), e.bid.clone())).collect();
         self.finish_epoch(bids, started);
     }
@@ -154,8 +186,16 @@ impl AllocatorActor {
                 job_changed[j] = true;
             }
             entry.job = now_job.map(str::to_string);
-            let message =
-                WorkerAssignment { worker: worker.clone(), epoch, job: entry.job.clone(), role: Default::default() };
+            if let Some(d) = &self.durable {
+                d.save_assignment(worker, now_job);
+            }
+            let message = WorkerAssignment {
+                worker: worker.clone(),
+                epoch,
+                job: entry.job.clone(),
+                role: Default::default(),
+                hello_again: false,
+            };
             outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
         }
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); bids.len()];
@@ -169,6 +209,9 @@ impl AllocatorActor {
             let Some(entry) = self.jobs.get_mut(id) else { continue };
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
             entry.attained_service += epoch_s * count as f64;
+            if let Some(d) = &self.durable {
+                d.save_plan(id, entry.attained_service, &entry.ledger);
+            }
             if job_changed[j] && workers.len() != entry.workers.len() {
                 entry.addr.do_send(WorkersChanged(workers.len() as u32));
             }
@@ -343,7 +386,48 @@ impl Handler<WorkerHello> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, WorkerHello(spec): WorkerHello, _: &mut Self::Context) {
         let now = self.now_s();
+        if let Some(d) = &self.durable {
+            d.save_worker(&spec);
+        }
+        self.prompted.remove(&spec.worker);
         self.registry.hello(spec, now);
+    }
+}
+
+/// What durable state held at start-up: workers, each with the job it served. Sent after the
+/// jobs' `JobStarted`, so the jobs are known.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Restore {
+    pub workers: Vec<WorkerSpec>,
+    pub assignments: HashMap<String, String>,
+    /// Each job's attained service and floor ledger.
+    pub plans: HashMap<String, (f64, FloorLedger)>,
+}
+
+impl Handler<Restore> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: Restore, _: &mut Self::Context) {
+        let now = self.now_s();
+        for (job, (attained, ledger)) in msg.plans {
+            if let Some(entry) = self.jobs.get_mut(&job) {
+                entry.attained_service = attained;
+                entry.ledger = ledger;
+            }
+        }
+        for spec in msg.workers {
+            let job = msg.assignments.get(&spec.worker).filter(|j| self.jobs.contains_key(*j)).cloned();
+            if let Some(entry) = job.as_ref().and_then(|j| self.jobs.get_mut(j)) {
+                entry.workers.push(spec.worker.clone());
+            }
+            self.registry.restore(spec, job, now);
+        }
+        for entry in self.jobs.values_mut() {
+            entry.workers.sort();
+            if !entry.workers.is_empty() {
+                entry.addr.do_send(WorkersChanged(entry.workers.len() as u32));
+            }
+        }
     }
 }
 
@@ -357,6 +441,21 @@ impl Handler<WorkerBeat> for AllocatorActor {
         let now = self.now_s();
         if !self.registry.beat(&worker, now) {
             self.metrics.rejected(RejectCause::UnknownWorker).inc();
+            // Ask it to say hello again (as after a restart without state), at most once per
+            // PROMPT_EVERY_S per worker and for at most MAX_PROMPTED workers at a time, so forged
+            // heartbeats cannot turn the scheduler into an amplifier.
+            if self.prompted.len() < MAX_PROMPTED && !self.prompted.contains_key(&worker) {
+                self.prompted.insert(worker.clone(), now);
+                let message = WorkerAssignment {
+                    worker: worker.clone(),
+                    epoch: self.epoch,
+                    job: None,
+                    role: Default::default(),
+                    hello_again: true,
+                };
+                let subject = self.publisher.subjects().worker_assign(&worker);
+                self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
+            }
         }
     }
 }

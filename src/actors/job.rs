@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
+use crate::bus::durable::Durable;
 use crate::protocol::{JobSpec, LossPoint};
-use crate::quality::{GainCurve, JobPredictor, PredictorConfig};
+use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule;
 
 pub struct JobActor {
@@ -22,14 +23,22 @@ pub struct JobActor {
     refit_interval: Duration,
     refit_scheduled: bool,
     duplicates: u64,
+    /// Where the predictor is saved, and how often at most.
+    durable: Option<(Durable, Duration)>,
+    /// Points observed since the last save.
+    unsaved: bool,
+    /// The last iteration of the predictor this actor was restored with: replayed reports up to
+    /// it are already in the predictor (not duplicates).
+    restored_iter: u64,
 }
 
 impl JobActor {
     /// Start it with `start_in_arbiter` and set the mailbox capacity in the creating closure.
     /// Bids go to `allocator`, made by [`schedule::make_bid`] as the simulator makes them.
+    /// `predictor` is a fresh one, or one restored from durable state.
     pub fn new(
         spec: JobSpec,
-        predictor: PredictorConfig,
+        predictor: JobPredictor,
         refit_interval: Duration,
         allocator: Recipient<BidUpdate>,
         horizon_s: f64,
@@ -40,21 +49,45 @@ impl JobActor {
             allocator,
             horizon_s,
             epoch_s,
-            predictor: JobPredictor::new(predictor),
+            restored_iter: predictor.last_iter().unwrap_or(0),
+            predictor,
             workers: 0,
             refit_interval,
             refit_scheduled: false,
             duplicates: 0,
+            durable: None,
+            unsaved: false,
         }
+    }
+
+    /// Saves the predictor to `durable` at most every `interval` while points arrive.
+    pub fn saving_to(mut self, durable: Durable, interval: Duration) -> Self {
+        self.durable = Some((durable, interval));
+        self
+    }
+
+    fn save(&mut self) {
+        let Some((durable, _)) = &self.durable else { return };
+        if !self.unsaved {
+            return;
+        }
+        match rmp_serde::to_vec_named(&self.predictor) {
+            Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),
+            Err(e) => tracing::warn!(job = %self.spec.job, error = %e, "cannot encode the predictor"),
+        }
+        self.unsaved = false;
     }
 }
 
 impl Actor for JobActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
         // A fresh job bids its prior at once, so it can get workers in the next epoch.
         self.push_bid();
+        if let Some((_, interval)) = &self.durable {
+            ctx.run_interval(*interval, |act, _| act.save());
+        }
     }
 }
 
@@ -90,6 +123,10 @@ impl Handler<Report> for JobActor {
     type Result = ();
 
     fn handle(&mut self, Report(report): Report, ctx: &mut Self::Context) {
+        if report.iter <= self.restored_iter {
+            // Replayed from the stream after a restart, and already in the restored predictor.
+            return;
+        }
         if self.predictor.observe(report.iter, report.loss).is_err() {
             // The ingest side validated the values; what is left is a repeated or old `iter`.
             self.duplicates += 1;
@@ -98,6 +135,7 @@ impl Handler<Report> for JobActor {
         if report.workers > 0 && report.iter_seconds > 0.0 {
             self.predictor.observe_time(report.workers, report.iter_seconds);
         }
+        self.unsaved = true;
         if !self.refit_scheduled {
             self.refit_scheduled = true;
             ctx.run_later(self.refit_interval, |act, _| {
@@ -119,6 +157,19 @@ impl Handler<UpdateSpec> for JobActor {
     fn handle(&mut self, UpdateSpec(spec): UpdateSpec, _: &mut Self::Context) {
         self.spec = spec;
         self.push_bid();
+    }
+}
+
+/// Save the predictor now (the scheduler is stopping).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SaveNow;
+
+impl Handler<SaveNow> for JobActor {
+    type Result = ();
+
+    fn handle(&mut self, _: SaveNow, _: &mut Self::Context) {
+        self.save();
     }
 }
 

@@ -27,6 +27,16 @@ impl WorkerRegistry {
         self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job });
     }
 
+    /// A worker known from saved state, with the job it served.
+    pub fn restore(&mut self, spec: WorkerSpec, job: Option<String>, now_s: f64) {
+        self.workers.insert(spec.worker.clone(), WorkerEntry { spec, last_seen_s: now_s, job });
+    }
+
+    /// Every worker counts as heard from now (after an outage of our own).
+    pub fn touch_all(&mut self, now_s: f64) {
+        self.workers.values_mut().for_each(|w| w.last_seen_s = now_s);
+    }
+
     /// A heartbeat; `false` if the worker is unknown (it must say hello first).
     pub fn beat(&mut self, worker: &str, now_s: f64) -> bool {
         match self.workers.get_mut(worker) {

@@ -2,6 +2,8 @@
 //! counted), and publishing encoded messages without ever blocking an actor. The only module
 //! that knows async-nats besides the service and CLI shells that hold a client.
 
+pub mod durable;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +42,8 @@ pub enum BusError {
     Protocol(#[from] protocol::ProtocolError),
     #[error("{what}: {detail}")]
     Auth { what: String, detail: String },
+    #[error("{what}: {detail}")]
+    JetStream { what: String, detail: String },
 }
 
 /// How to prove who we are to NATS, and how to secure the connection. Every field is optional;
@@ -216,6 +220,11 @@ pub struct Publisher {
 impl Publisher {
     pub fn new(client: async_nats::Client, subjects: Subjects) -> Self {
         Publisher { client, subjects, encoding: Encoding::MsgPack }
+    }
+
+    /// Whether the connection to NATS is up now.
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
     }
 
     pub fn subjects(&self) -> &Subjects {

@@ -250,6 +250,10 @@ pub struct WorkerAssignment {
     pub job: Option<String>,
     #[serde(default)]
     pub role: Role,
+    /// The scheduler does not know this worker (it restarted without state, or expired the
+    /// worker): the agent should say hello again. Ignored by older agents.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hello_again: bool,
 }
 
 /// The reply to a request.

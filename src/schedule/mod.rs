@@ -61,7 +61,7 @@ impl PlanSettings {
 
 /// One job's floor bookkeeping: what it was entitled to and what it got, per epoch, over the
 /// sliding window. O(window) memory.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FloorLedger {
     epochs: VecDeque<(f64, f64)>,
     entitled: f64,

@@ -17,7 +17,35 @@ pub struct RawConfig {
     pub nats: RawNats,
     pub scheduler: RawScheduler,
     pub http: RawHttp,
+    pub state: RawState,
     pub predictor: PredictorConfig,
+}
+
+/// `[state]`: where the scheduler keeps what must survive a restart.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawState {
+    /// `auto` (JetStream when the server offers it), `jetstream` (required) or `none` (core
+    /// NATS only: at most once, nothing survives a restart).
+    pub mode: String,
+    /// Loss reports the stream keeps per job.
+    pub report_history: i64,
+    /// A job saves its predictor at most this often (when it has new points).
+    pub snapshot_ms: u64,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState { mode: "auto".into(), report_history: 512, snapshot_ms: 2_000 }
+    }
+}
+
+/// Whether and how state is kept (see [`RawState`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateMode {
+    Auto,
+    JetStream,
+    None,
 }
 
 /// The HTTP listener for `/metrics`, `/healthz` and `/readyz`.
@@ -161,6 +189,9 @@ pub struct ServeConfig {
     pub predictor: PredictorConfig,
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
+    pub state_mode: StateMode,
+    pub durable: crate::bus::durable::DurableSettings,
+    pub snapshot_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -174,8 +205,15 @@ pub enum ConfigError {
 }
 
 /// The environment variables `slaq serve` reads.
-pub const ENV_VARS: [&str; 6] =
-    ["SLAQ_NATS_URL", "SLAQ_PREFIX", "SLAQ_EPOCH_MS", "SLAQ_REFIT_MS", "SLAQ_POLICY", "SLAQ_HTTP_LISTEN"];
+pub const ENV_VARS: [&str; 7] = [
+    "SLAQ_NATS_URL",
+    "SLAQ_PREFIX",
+    "SLAQ_EPOCH_MS",
+    "SLAQ_REFIT_MS",
+    "SLAQ_POLICY",
+    "SLAQ_HTTP_LISTEN",
+    "SLAQ_STATE_MODE",
+];
 
 /// Overrides given on the command line.
 #[derive(Clone, Debug, Default)]
@@ -226,6 +264,9 @@ impl RawConfig {
                 value: v.clone(),
                 problem: "expected slaq or fair",
             })?;
+        }
+        if let Some(v) = env.get("SLAQ_STATE_MODE") {
+            self.state.mode = v.clone();
         }
         if let Some(v) = env.get("SLAQ_HTTP_LISTEN") {
             self.http.listen = v.clone();
@@ -280,7 +321,22 @@ impl RawConfig {
                 ConfigError::Invalid(format!("http.listen {addr:?} is not host:port (e.g. 0.0.0.0:9464)"))
             })?),
         };
+        let state_mode = match self.state.mode.as_str() {
+            "auto" => StateMode::Auto,
+            "jetstream" => StateMode::JetStream,
+            "none" => StateMode::None,
+            other => return invalid(&format!("state.mode {other:?}: expected auto, jetstream or none")),
+        };
+        if self.state.report_history < 1 || self.state.snapshot_ms == 0 {
+            return invalid("state.report_history and state.snapshot_ms must be positive");
+        }
         Ok(ServeConfig {
+            state_mode,
+            durable: crate::bus::durable::DurableSettings {
+                report_history: self.state.report_history,
+                ..Default::default()
+            },
+            snapshot_interval: Duration::from_millis(self.state.snapshot_ms),
             nats_auth: self.nats.auth(&over_auth),
             nats_urls: self.nats.urls,
             subjects,

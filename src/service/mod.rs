@@ -24,15 +24,17 @@ use futures_util::StreamExt;
 use tracing::{info, warn};
 
 use crate::actors::allocator::{
-    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, WorkerBeat, WorkerHello,
+    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, WorkerBeat, WorkerHello,
 };
-use crate::actors::job::{JobActor, Report, Stop, UpdateSpec};
+use crate::actors::job::{JobActor, Report, SaveNow, Stop, UpdateSpec};
+use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
     self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReportRef, ProtocolError, RejectCause,
     WorkerSpec,
 };
-pub use config::{Overrides, RawConfig, ServeConfig};
+use crate::quality::JobPredictor;
+pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
 use metrics::Metrics;
 
 /// Handles for code that runs the service in process (benchmarks, tests).
@@ -50,6 +52,8 @@ pub enum ServiceError {
     Bus(#[from] BusError),
     #[error("cannot listen for HTTP on {addr}")]
     Http { addr: SocketAddr, source: std::io::Error },
+    #[error("state.mode is jetstream but the NATS server has no JetStream")]
+    NoJetStream,
 }
 
 impl ServiceHandle {
@@ -99,6 +103,21 @@ pub async fn run(
             (Some(bound), Some(stop_tx))
         }
     };
+    let durable = match config.state_mode {
+        StateMode::None => None,
+        mode => match Durable::open(&client, &config.subjects, &config.durable).await? {
+            Some(durable) => Some(durable),
+            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
+            None => {
+                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
+                None
+            }
+        },
+    };
+    let saved = match &durable {
+        Some(d) => d.load().await?,
+        None => SavedState::default(),
+    };
     let publisher = Publisher::new(client.clone(), config.subjects.clone());
     let settings = AllocatorSettings {
         epoch: config.epoch,
@@ -106,7 +125,7 @@ pub async fn run(
         plan: config.plan,
         worker_timeout: config.worker_timeout,
     };
-    let allocator = AllocatorActor::new(settings, publisher, metrics.clone()).start();
+    let allocator = AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
     let mut job_arbiters: Vec<ArbiterHandle> = arbiters.iter().map(|a| a.handle()).collect();
     if job_arbiters.is_empty() {
@@ -120,7 +139,20 @@ pub async fn run(
         let client = client.clone();
         async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
     };
-    let mut losses = subscribe(loss).await?;
+    // With durable state, reports come from the stream (first those kept there, then new
+    // ones): nothing published while the scheduler was down is missed.
+    let mut losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = async_nats::Message>>> = match &durable {
+        Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
+            match m {
+                Ok(m) => Some(m.message),
+                Err(e) => {
+                    warn!(error = %e, "reading the reports stream");
+                    None
+                }
+            }
+        })),
+        None => Box::pin(subscribe(loss).await?),
+    };
     let mut subscriptions = Vec::new();
     for subject in [hello, bye, worker_hello, worker_beat, config.subjects.ctl_status()] {
         subscriptions.push(subscribe(subject).await?);
@@ -139,6 +171,7 @@ pub async fn run(
 
     let mut ingest = Ingest {
         client: client.clone(),
+        durable,
         config,
         allocator: allocator.clone(),
         arbiters: job_arbiters,
@@ -149,6 +182,7 @@ pub async fn run(
         last_logged: HashMap::new(),
         bus: counters,
     };
+    ingest.restore(saved);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -166,6 +200,7 @@ pub async fn run(
     }
     info!("slaq scheduler stopping");
     for addr in ingest.jobs.values() {
+        addr.do_send(SaveNow);
         addr.do_send(Stop);
     }
     for arbiter in arbiters {
@@ -181,6 +216,7 @@ pub async fn run(
 
 struct Ingest {
     client: async_nats::Client,
+    durable: Option<Durable>,
     config: ServeConfig,
     allocator: Addr<AllocatorActor>,
     arbiters: Vec<ArbiterHandle>,
@@ -195,6 +231,32 @@ struct Ingest {
 }
 
 impl Ingest {
+    /// Starts the saved jobs with their predictors and hands the saved workers and assignments
+    /// to the allocator.
+    fn restore(&mut self, saved: SavedState) {
+        let (num_jobs, num_workers) = (saved.jobs.len(), saved.workers.len());
+        for (spec, predictor) in saved.jobs {
+            let predictor = predictor.and_then(|bytes| match rmp_serde::from_slice::<JobPredictor>(&bytes) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    warn!(job = %spec.job, error = %e, "saved predictor does not decode; starting afresh");
+                    None
+                }
+            });
+            if let Err(e) = self.start_job(spec, predictor) {
+                warn!(error = %e, "cannot restore a job");
+            }
+        }
+        if num_jobs + num_workers > 0 {
+            self.allocator.do_send(Restore {
+                workers: saved.workers,
+                assignments: saved.assignments,
+                plans: saved.plans,
+            });
+            info!(jobs = num_jobs, workers = num_workers, "restored from JetStream");
+        }
+    }
+
     async fn handle(&mut self, message: async_nats::Message) {
         let encoding = Encoding::from_content_type(
             message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
@@ -244,7 +306,13 @@ impl Ingest {
                 let point = report.validate(id)?;
                 let addr = match self.jobs.get(id) {
                     Some(addr) => addr.clone(),
-                    None if self.config.register_on_report => self.start_job(JobSpec::new(id))?,
+                    None if self.config.register_on_report => {
+                        let spec = JobSpec::new(id);
+                        if let Some(d) = &self.durable {
+                            d.save_job(&spec);
+                        }
+                        self.start_job(spec, None)?
+                    }
                     None => {
                         return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
                     }
@@ -258,10 +326,13 @@ impl Ingest {
             Kind::JobHello => {
                 let spec: JobSpec = protocol::decode(encoding, payload, "job spec")?;
                 spec.validate(id)?;
+                if let Some(d) = &self.durable {
+                    d.save_job(&spec);
+                }
                 match self.jobs.get(id) {
                     Some(addr) => addr.do_send(UpdateSpec(spec)),
                     None => {
-                        self.start_job(spec)?;
+                        self.start_job(spec, None)?;
                     }
                 }
                 if let Some(reply) = reply {
@@ -275,6 +346,9 @@ impl Ingest {
                 let addr =
                     self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
                 addr.do_send(Stop);
+                if let Some(d) = &self.durable {
+                    d.forget_job(id);
+                }
                 self.allocator.do_send(JobStopped { job: id.to_string() });
                 info!(job = id, reason = ?end.reason, "job left");
                 Ok("job_bye")
@@ -314,21 +388,27 @@ impl Ingest {
         }
     }
 
-    fn start_job(&mut self, spec: JobSpec) -> Result<Addr<JobActor>, ProtocolError> {
+    fn start_job(&mut self, spec: JobSpec, predictor: Option<JobPredictor>) -> Result<Addr<JobActor>, ProtocolError> {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
         }
         let id = spec.job.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
-        let (predictor, refit, mailbox) = (self.config.predictor, self.config.refit_interval, self.config.job_mailbox);
+        let predictor = predictor.unwrap_or_else(|| JobPredictor::new(self.config.predictor));
+        let (refit, mailbox) = (self.config.refit_interval, self.config.job_mailbox);
+        let saving = self.durable.clone().map(|d| (d, self.config.snapshot_interval));
         let bids_to = self.allocator.clone().recipient();
         let (horizon_s, epoch_s) = (self.config.horizon_s, self.config.epoch.as_secs_f64());
         // The capacity is set before the actor exists: reports can arrive before its `started`
         // runs on its own thread, and actix's default mailbox holds only 16.
         let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
             ctx.set_mailbox_capacity(mailbox);
-            JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s)
+            let actor = JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s);
+            match saving {
+                Some((durable, every)) => actor.saving_to(durable, every),
+                None => actor,
+            }
         });
         self.jobs.insert(id.clone(), addr.clone());
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });

@@ -64,25 +64,38 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
     // Forged assignments on its subject: for another worker, with an id that is not a token, and
     // older than the one followed. None of them runs anything.
     for forged in [
-        WorkerAssignment { worker: "w2".into(), epoch: epoch + 100, job: Some("x1".into()), role: Default::default() },
+        WorkerAssignment {
+            worker: "w2".into(),
+            epoch: epoch + 100,
+            job: Some("x1".into()),
+            role: Default::default(),
+            hello_again: false,
+        },
         WorkerAssignment {
             worker: "w1".into(),
             epoch: epoch + 100,
             job: Some("x;id".into()),
             role: Default::default(),
+            hello_again: false,
         },
         WorkerAssignment {
             worker: "w1".into(),
             epoch: epoch.saturating_sub(1),
             job: Some("x2".into()),
             role: Default::default(),
+            hello_again: false,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     }
     // A real assignment after them still goes through (the agent kept running).
-    let real =
-        WorkerAssignment { worker: "w1".into(), epoch: epoch + 1000, job: Some("j9".into()), role: Default::default() };
+    let real = WorkerAssignment {
+        worker: "w1".into(),
+        epoch: epoch + 1000,
+        job: Some("j9".into()),
+        role: Default::default(),
+        hello_again: false,
+    };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;
     assert!(!text.contains('x'), "a forged assignment ran: {text:?}");

@@ -30,8 +30,14 @@ impl NatsServer {
         Self::start_on(dir, None, None)
     }
 
-    /// A server with a configuration file (accounts, permissions); address and port are still
-    /// loopback and free.
+    /// A server with JetStream (file storage in its own directory).
+    pub fn start_jetstream() -> NatsServer {
+        let dir = temp_dir("nats");
+        Self::start_on(dir, None, Some(Path::new("")))
+    }
+
+    /// A server with a configuration file (accounts, permissions) and JetStream; address and
+    /// port are still loopback and free.
     pub fn start_with_config(config: &Path) -> NatsServer {
         let dir = temp_dir("nats");
         Self::start_on(dir, None, Some(config))
@@ -41,7 +47,10 @@ impl NatsServer {
         let port_arg = port.map_or("-1".to_string(), |p| p.to_string());
         let mut cmd = Command::new("nats-server");
         if let Some(config) = config {
-            cmd.arg("-c").arg(config);
+            if !config.as_os_str().is_empty() {
+                cmd.arg("-c").arg(config);
+            }
+            cmd.arg("-js").arg("-sd").arg(dir.join("jetstream"));
         }
         let child = cmd
             .args(["-a", "127.0.0.1", "-p", &port_arg, "--ports_file_dir"])
@@ -122,6 +131,12 @@ impl Scheduler {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills the process outright (SIGKILL): nothing is flushed or saved.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits for a clean exit.

@@ -36,7 +36,7 @@ async fn report(c: &async_nats::Client, job: &str, iter: u64, loss: f64, workers
 }
 
 /// Keeps `workers` alive with heartbeats until dropped.
-fn keep_alive(c: async_nats::Client, workers: Vec<String>) -> tokio::task::JoinHandle<()> {
+pub fn keep_alive(c: async_nats::Client, workers: Vec<String>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             for w in &workers {

@@ -2,6 +2,7 @@
 
 mod agent;
 mod cli;
+mod durable;
 mod harness;
 mod live;
 mod observe;

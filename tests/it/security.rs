@@ -88,8 +88,13 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     for iter in 1..=5 {
         bus::publish(&job_a, s.job_loss("job-b"), Encoding::MsgPack, &report("job-b", iter)).await.unwrap();
     }
-    let forged =
-        WorkerAssignment { worker: "w1".into(), epoch: 1 << 40, job: Some("forged".into()), role: Default::default() };
+    let forged = WorkerAssignment {
+        worker: "w1".into(),
+        epoch: 1 << 40,
+        job: Some("forged".into()),
+        role: Default::default(),
+        hello_again: false,
+    };
     bus::publish(&job_a, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     job_a.flush().await.unwrap();
 

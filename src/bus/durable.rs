@@ -1,0 +1,296 @@
+//! The scheduler's durable state in JetStream (works on nats-server 2.9 and 2.10+).
+//!
+//! - Stream `<prefix>_reports` (dots in the prefix become `_`) on the subjects
+//!   `<prefix>.v1.job.*.loss`: every loss report, the last `report_history` per job (older ones
+//!   are discarded), file storage, a 2-minute duplicate window (`Nats-Msg-Id: <job>:<iter>`
+//!   makes a job's re-publish harmless). The scheduler reads reports from it with an ordered
+//!   consumer, so after a restart it first replays what it missed.
+//! - Key-value bucket `<prefix>_state`: `job.<id>` (the `JobSpec`), `pred.<id>` (the job's
+//!   predictor, saved every few seconds), `plan.<id>` (its service and fairness-floor ledger,
+//!   saved every epoch), `worker.<id>` (the `WorkerSpec`) and `assign.<id>` (the job a worker
+//!   serves; empty: idle). Values are MessagePack.
+//!
+//! Writes are fire-and-forget on spawned tasks (an actor never waits on JetStream); failures
+//! are logged and counted. 2.9's pitfall: async-nats' `create_key_value` fails there, so the
+//! bucket's stream is created directly and bound with `get_key_value`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+use super::BusError;
+use crate::protocol::{self, Encoding, JobSpec, Subjects, WorkerSpec};
+
+/// What the stream and the bucket are called, and how much they keep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DurableSettings {
+    /// Loss reports kept per job (enough for the reports between two predictor saves).
+    pub report_history: i64,
+    /// How long to wait for JetStream when setting up.
+    pub timeout: Duration,
+}
+
+impl Default for DurableSettings {
+    fn default() -> Self {
+        DurableSettings { report_history: 512, timeout: Duration::from_secs(5) }
+    }
+}
+
+/// The names derived from a subject prefix.
+pub fn stream_name(prefix: &str) -> String {
+    format!("{}_reports", prefix.replace('.', "_"))
+}
+
+pub fn bucket_name(prefix: &str) -> String {
+    format!("{}_state", prefix.replace('.', "_"))
+}
+
+/// Everything the bucket held at start-up.
+#[derive(Debug, Default)]
+pub struct SavedState {
+    pub jobs: Vec<(JobSpec, Option<Bytes>)>,
+    /// Each job's attained service and floor ledger, as the allocator saved them.
+    pub plans: HashMap<String, (f64, crate::schedule::FloorLedger)>,
+    pub workers: Vec<WorkerSpec>,
+    /// Worker → job (absent: idle).
+    pub assignments: HashMap<String, String>,
+    /// Values that did not decode (skipped, with a warning).
+    pub undecodable: usize,
+}
+
+/// A handle to the durable state; cheap to clone.
+#[derive(Clone)]
+pub struct Durable {
+    js: jetstream::Context,
+    kv: kv::Store,
+    stream: String,
+    subjects: Subjects,
+    /// Writes that failed.
+    pub failed_writes: Arc<AtomicU64>,
+}
+
+impl Durable {
+    /// Creates the stream and the bucket if missing. `Ok(None)`: the server has no JetStream.
+    pub async fn open(
+        client: &async_nats::Client,
+        subjects: &Subjects,
+        settings: &DurableSettings,
+    ) -> Result<Option<Durable>, BusError> {
+        let js = jetstream::new(client.clone());
+        let setup =
+            |what: &str, e: &dyn std::fmt::Display| BusError::JetStream { what: what.into(), detail: e.to_string() };
+        let name = stream_name(subjects.prefix());
+        let config = stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("{}.v1.job.*.loss", subjects.prefix())],
+            max_messages_per_subject: settings.report_history,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        };
+        let created = tokio::time::timeout(settings.timeout, js.get_or_create_stream(config)).await;
+        match created {
+            Err(_) => {
+                warn!(timeout = ?settings.timeout, "JetStream did not answer (not enabled on this server?)");
+                return Ok(None);
+            }
+            Ok(Err(e))
+                if matches!(e.kind(), jetstream::context::CreateStreamErrorKind::JetStreamUnavailable)
+                    || e.to_string().contains("not enabled") =>
+            {
+                return Ok(None);
+            }
+            Ok(Err(e)) => return Err(setup("JetStream reports stream", &e)),
+            Ok(Ok(_)) => {}
+        }
+        let bucket = bucket_name(subjects.prefix());
+        let kv_stream = stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            storage: stream::StorageType::File,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            ..Default::default()
+        };
+        tokio::time::timeout(settings.timeout, js.get_or_create_stream(kv_stream))
+            .await
+            .map_err(|_| setup("JetStream", &"no answer while creating the state bucket"))?
+            .map_err(|e| setup("JetStream state bucket", &e))?;
+        let kv = js.get_key_value(bucket).await.map_err(|e| setup("JetStream state bucket", &e))?;
+        Ok(Some(Durable { js, kv, stream: name, subjects: subjects.clone(), failed_writes: Arc::default() }))
+    }
+
+    /// Reads the whole bucket (concurrently, 64 keys at a time).
+    pub async fn load(&self) -> Result<SavedState, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "reading the state bucket".into(),
+            detail: e.to_string(),
+        };
+        let keys: Vec<String> = match self.kv.keys().await {
+            Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
+            Err(e) => return Err(err(&e)),
+        };
+        let entries: Vec<(String, Option<Bytes>)> = futures_util::stream::iter(keys)
+            .map(|key| async move {
+                let value = self.kv.get(key.clone()).await;
+                (key, value)
+            })
+            .buffer_unordered(64)
+            .map(|(key, value)| value.map(|v| (key, v)).map_err(|e| err(&e)))
+            .try_collect()
+            .await?;
+        let mut state = SavedState::default();
+        let mut predictors: HashMap<String, Bytes> = HashMap::new();
+        let mut specs: Vec<JobSpec> = Vec::new();
+        for (key, value) in entries {
+            let Some(value) = value else { continue };
+            let Some((kind, id)) = key.split_once('.') else { continue };
+            match kind {
+                "job" => match decode::<JobSpec>(&value) {
+                    Some(spec) if spec.job == id => specs.push(spec),
+                    _ => state.undecodable += 1,
+                },
+                "pred" => {
+                    predictors.insert(id.to_string(), value);
+                }
+                "plan" => match decode::<(f64, crate::schedule::FloorLedger)>(&value) {
+                    Some(plan) => {
+                        state.plans.insert(id.to_string(), plan);
+                    }
+                    None => state.undecodable += 1,
+                },
+                "worker" => match decode::<WorkerSpec>(&value) {
+                    Some(spec) if spec.worker == id => state.workers.push(spec),
+                    _ => state.undecodable += 1,
+                },
+                "assign" => match std::str::from_utf8(&value) {
+                    Ok("") => {}
+                    Ok(job) if protocol::valid_id(job) => {
+                        state.assignments.insert(id.to_string(), job.to_string());
+                    }
+                    _ => state.undecodable += 1,
+                },
+                _ => state.undecodable += 1,
+            }
+        }
+        specs.sort_by(|a, b| a.job.cmp(&b.job));
+        state.jobs = specs
+            .into_iter()
+            .map(|s| {
+                let predictor = predictors.remove(&s.job);
+                (s, predictor)
+            })
+            .collect();
+        state.workers.sort_by(|a, b| a.worker.cmp(&b.worker));
+        if state.undecodable > 0 {
+            warn!(undecodable = state.undecodable, "skipped state entries that did not decode");
+        }
+        Ok(state)
+    }
+
+    /// The loss reports, oldest first: those kept in the stream, then new ones as they come.
+    pub async fn reports(&self) -> Result<consumer::push::Ordered, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "the reports stream".into(),
+            detail: e.to_string(),
+        };
+        let stream = self.js.get_stream(&self.stream).await.map_err(|e| err(&e))?;
+        let config = consumer::push::OrderedConfig {
+            deliver_subject: self.js.client().new_inbox(),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        };
+        let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
+        consumer.messages().await.map_err(|e| err(&e))
+    }
+
+    fn spawn_write(&self, what: &'static str, write: impl Future<Output = Result<(), String>> + Send + 'static) {
+        let failed = self.failed_writes.clone();
+        tokio::spawn(async move {
+            if let Err(e) = write.await {
+                failed.fetch_add(1, Ordering::Relaxed);
+                warn!(what, error = %e, "saving state to JetStream failed");
+            }
+        });
+    }
+
+    fn put<T: Serialize>(&self, key: String, value: &T) {
+        let bytes = match protocol::encode(Encoding::MsgPack, value) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                warn!(key, error = %e, "cannot encode state");
+                return;
+            }
+        };
+        self.put_bytes(key, bytes);
+    }
+
+    fn put_bytes(&self, key: String, bytes: Bytes) {
+        let kv = self.kv.clone();
+        self.spawn_write("put", async move { kv.put(key, bytes).await.map(drop).map_err(|e| e.to_string()) });
+    }
+
+    fn delete(&self, key: String) {
+        let kv = self.kv.clone();
+        self.spawn_write("delete", async move { kv.delete(key).await.map_err(|e| e.to_string()) });
+    }
+
+    pub fn save_job(&self, spec: &JobSpec) {
+        self.put(format!("job.{}", spec.job), spec);
+    }
+
+    pub fn save_predictor(&self, job: &str, predictor: Bytes) {
+        self.put_bytes(format!("pred.{job}"), predictor);
+    }
+
+    /// A job's attained service and floor ledger (every epoch).
+    pub fn save_plan(&self, job: &str, attained_service: f64, ledger: &crate::schedule::FloorLedger) {
+        self.put(format!("plan.{job}"), &(attained_service, ledger));
+    }
+
+    /// A job left: its spec, predictor, plan and reports go.
+    pub fn forget_job(&self, job: &str) {
+        self.delete(format!("job.{job}"));
+        self.delete(format!("pred.{job}"));
+        self.delete(format!("plan.{job}"));
+        let (js, stream, subject) = (self.js.clone(), self.stream.clone(), self.subjects.job_loss(job));
+        self.spawn_write("purge", async move {
+            let stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+            stream.purge().filter(subject).await.map(drop).map_err(|e| e.to_string())
+        });
+    }
+
+    pub fn save_worker(&self, spec: &WorkerSpec) {
+        self.put(format!("worker.{}", spec.worker), spec);
+    }
+
+    pub fn forget_worker(&self, worker: &str) {
+        self.delete(format!("worker.{worker}"));
+        self.delete(format!("assign.{worker}"));
+    }
+
+    pub fn save_assignment(&self, worker: &str, job: Option<&str>) {
+        self.put_bytes(format!("assign.{worker}"), Bytes::from(job.unwrap_or_default().to_string()));
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    match protocol::decode(Encoding::MsgPack, bytes, "saved state") {
+        Ok(v) => Some(v),
+        Err(e) => {
+            debug!(error = %e, "undecodable state entry");
+            None
+        }
+    }
+}
