@@ -354,11 +354,6 @@ impl Handler<BidUpdate> for AllocatorActor {
     fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
         // A bid from a job that has left (still in flight) is dropped.
         if let Some(entry) = self.jobs.get_mut(&msg.job) {
-            // Repeated `iter`s are refused by the job actor, which counts them in its bids.
-            let before = entry.bid.as_ref().map_or(0, |b| b.duplicates);
-            if msg.bid.duplicates > before {
-                self.metrics.rejected(RejectCause::Duplicate).inc_by(msg.bid.duplicates - before);
-            }
             entry.bid = Some(msg.bid);
         }
     }

@@ -13,6 +13,9 @@ use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule;
 
+/// The largest first iteration a job may report (iterations are also model inputs as `f64`).
+const MAX_FIRST_ITER: u64 = 1 << 40;
+
 pub struct JobActor {
     spec: JobSpec,
     allocator: Recipient<BidUpdate>,
@@ -22,7 +25,9 @@ pub struct JobActor {
     workers: u32,
     refit_interval: Duration,
     refit_scheduled: bool,
-    duplicates: u64,
+    counters: ReportCounters,
+    /// A report more than this many iterations past the last one is refused.
+    max_iter_jump: u64,
     /// Where the predictor is saved, and how often at most.
     durable: Option<(Durable, Duration)>,
     /// Points observed since the last save.
@@ -54,10 +59,19 @@ impl JobActor {
             workers: 0,
             refit_interval,
             refit_scheduled: false,
-            duplicates: 0,
+            counters: ReportCounters::default(),
+            max_iter_jump: u64::MAX,
             durable: None,
             unsaved: false,
         }
+    }
+
+    /// Counts reports here (the actor decides whether one is new) and refuses iterations more
+    /// than `max_iter_jump` past the last.
+    pub fn counting(mut self, counters: ReportCounters, max_iter_jump: u64) -> Self {
+        self.counters = counters;
+        self.max_iter_jump = max_iter_jump;
+        self
     }
 
     /// Saves the predictor to `durable` at most every `interval` while points arrive.
@@ -104,7 +118,6 @@ impl JobActor {
             last_loss: self.predictor.last_loss(),
             predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
             points: self.predictor.num_points(),
-            duplicates: self.duplicates,
         }
     }
 
@@ -127,11 +140,23 @@ impl Handler<Report> for JobActor {
             // Replayed from the stream after a restart, and already in the restored predictor.
             return;
         }
-        if self.predictor.observe(report.iter, report.loss).is_err() {
-            // The ingest side validated the values; what is left is a repeated or old `iter`.
-            self.duplicates += 1;
+        // The first point may be anywhere a real job could be (jobs resume); later ones may not
+        // leap far ahead of the last.
+        let too_far = match self.predictor.last_iter() {
+            Some(last) => report.iter.saturating_sub(last) > self.max_iter_jump,
+            None => report.iter > MAX_FIRST_ITER,
+        };
+        if too_far {
+            // `iter = 2^64 − 1` would make every later report look old: not trusted.
+            self.counters.far_ahead.inc();
             return;
         }
+        if self.predictor.observe(report.iter, report.loss).is_err() {
+            // The ingest side validated the values; what is left is a repeated or old `iter`.
+            self.counters.duplicate.inc();
+            return;
+        }
+        self.counters.accepted.inc();
         if report.workers > 0 && report.iter_seconds > 0.0 {
             self.predictor.observe_time(report.workers, report.iter_seconds);
         }
@@ -199,7 +224,23 @@ pub struct Bid {
     /// Predicted gain over the horizon with its current workers (for `status`).
     pub predicted_gain: Option<f64>,
     pub points: u64,
-    pub duplicates: u64,
+}
+
+/// The counters a job actor increments for each report it receives (shared handles into the
+/// service's metrics registry: atomic adds, no messages).
+#[derive(Clone, Debug)]
+pub struct ReportCounters {
+    pub accepted: prometheus::IntCounter,
+    pub duplicate: prometheus::IntCounter,
+    pub far_ahead: prometheus::IntCounter,
+}
+
+impl Default for ReportCounters {
+    /// Counters registered nowhere (an actor outside a service).
+    fn default() -> Self {
+        let counter = || prometheus::IntCounter::new("slaq_unregistered_total", "not exported").expect("valid name");
+        ReportCounters { accepted: counter(), duplicate: counter(), far_ahead: counter() }
+    }
 }
 
 /// A job actor's latest bid, pushed to the allocator.

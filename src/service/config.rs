@@ -133,6 +133,9 @@ pub struct RawScheduler {
     /// share of worker-seconds over the last `floor_window` epochs.
     pub floor: f64,
     pub floor_window: usize,
+    /// A loss report more than this many iterations past the job's last is refused
+    /// (`bad_iteration`): one forged `iter = 2^64 − 1` must not freeze a job.
+    pub max_iter_jump: u64,
 }
 
 impl Default for RawNats {
@@ -163,6 +166,7 @@ impl Default for RawScheduler {
             refit_interval_ms: 1_000,
             floor: crate::schedule::PlanSettings::default().floor,
             floor_window: crate::schedule::PlanSettings::default().floor_window,
+            max_iter_jump: 1_000_000,
         }
     }
 }
@@ -190,6 +194,7 @@ pub struct ServeConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
     pub state_mode: StateMode,
+    pub max_iter_jump: u64,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
 }
@@ -331,6 +336,7 @@ impl RawConfig {
             return invalid("state.report_history and state.snapshot_ms must be positive");
         }
         Ok(ServeConfig {
+            max_iter_jump: s.max_iter_jump.max(1),
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,

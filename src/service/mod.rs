@@ -26,7 +26,7 @@ use tracing::{info, warn};
 use crate::actors::allocator::{
     AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, WorkerBeat, WorkerHello,
 };
-use crate::actors::job::{JobActor, Report, SaveNow, Stop, UpdateSpec};
+use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
@@ -167,7 +167,11 @@ pub async fn run(
     let mut messages = futures_util::stream::select_all(subscriptions);
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
     on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr });
-    let accepted_loss = metrics.accepted("loss");
+    let report_counters = ReportCounters {
+        accepted: metrics.accepted("loss"),
+        duplicate: metrics.rejected(RejectCause::Duplicate),
+        far_ahead: metrics.rejected(RejectCause::BadIteration),
+    };
 
     let mut ingest = Ingest {
         client: client.clone(),
@@ -178,7 +182,7 @@ pub async fn run(
         next_arbiter: 0,
         jobs: HashMap::new(),
         metrics,
-        accepted_loss,
+        report_counters,
         last_logged: HashMap::new(),
         bus: counters,
     };
@@ -224,8 +228,8 @@ struct Ingest {
     jobs: HashMap<String, Addr<JobActor>>,
     /// Message counters by kind and cause (also what `status` shows).
     metrics: Arc<Metrics>,
-    /// The counter of nearly all messages, kept to skip a label lookup per report.
-    accepted_loss: prometheus::IntCounter,
+    /// What job actors count reports under.
+    report_counters: ReportCounters,
     last_logged: HashMap<RejectCause, Instant>,
     bus: Arc<BusCounters>,
 }
@@ -264,7 +268,8 @@ impl Ingest {
         let reply = message.reply.as_ref().map(|r| r.as_str());
         let subject = message.subject.as_str();
         match self.dispatch(subject, &message.payload, encoding, reply).await {
-            Ok("loss") => self.accepted_loss.inc(),
+            // A report is counted by its job's actor, which knows whether it is new.
+            Ok("loss") => {}
             Ok(kind) => self.metrics.accepted(kind).inc(),
             Err(error) => {
                 let cause = error.cause();
@@ -398,13 +403,15 @@ impl Ingest {
         let predictor = predictor.unwrap_or_else(|| JobPredictor::new(self.config.predictor));
         let (refit, mailbox) = (self.config.refit_interval, self.config.job_mailbox);
         let saving = self.durable.clone().map(|d| (d, self.config.snapshot_interval));
+        let (counters, max_iter_jump) = (self.report_counters.clone(), self.config.max_iter_jump);
         let bids_to = self.allocator.clone().recipient();
         let (horizon_s, epoch_s) = (self.config.horizon_s, self.config.epoch.as_secs_f64());
         // The capacity is set before the actor exists: reports can arrive before its `started`
         // runs on its own thread, and actix's default mailbox holds only 16.
         let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
             ctx.set_mailbox_capacity(mailbox);
-            let actor = JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s);
+            let actor =
+                JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s).counting(counters, max_iter_jump);
             match saving {
                 Some((durable, every)) => actor.saving_to(durable, every),
                 None => actor,

@@ -196,7 +196,15 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
     let st =
         eventually(&c, &s, WAIT, "the duplicate shows in status", |st| st.rejected.get("duplicate") == Some(&1)).await;
     assert_eq!(st.rejected.get("duplicate"), Some(&1));
-    assert_eq!(st.accepted.get("loss"), Some(&4));
+    assert_eq!(st.accepted.get("loss"), Some(&3), "a duplicate is not also counted as accepted");
+    // Regression: one report with `iter = 2^64 − 1` froze a job (every later one looked old).
+    report(&c, "j", u64::MAX, 0.1, 1).await;
+    report(&c, "j", 4, 0.25, 1).await;
+    let st = eventually(&c, &s, WAIT, "the leap is refused and the job goes on", |st| {
+        st.jobs.iter().any(|j| j.job == "j" && j.points == 4)
+    })
+    .await;
+    assert_eq!(st.rejected.get("bad_iteration"), Some(&1), "{:?}", st.rejected);
     // Logged once per cause.
     let log = scheduler.log_text();
     assert_eq!(log.matches("cause=\"undecodable\"").count() + log.matches("cause=undecodable").count(), 1, "{log}");
