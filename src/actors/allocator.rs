@@ -293,6 +293,7 @@ impl AllocatorActor {
                     predicted_gain: e.bid.as_ref().and_then(|b| b.predicted_gain),
                     workers: e.workers.len() as u32,
                     points: e.bid.as_ref().map_or(0, |b| b.points),
+                    dropped: 0,
                 })
                 .collect(),
             workers: self
@@ -303,6 +304,9 @@ impl AllocatorActor {
             // The message counters live in the metrics registry (one source for both).
             accepted: self.metrics.accepted_counts(),
             rejected: self.metrics.rejected_counts(),
+            num_jobs: self.jobs.len(),
+            num_workers: self.registry.len(),
+            truncated: false,
         }
     }
 }

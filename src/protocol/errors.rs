@@ -16,6 +16,7 @@ pub enum RejectCause {
     UnknownWorker,
     Duplicate,
     Overloaded,
+    RateLimited,
 }
 
 impl RejectCause {
@@ -34,6 +35,7 @@ impl RejectCause {
             RejectCause::UnknownWorker => "unknown_worker",
             RejectCause::Duplicate => "duplicate",
             RejectCause::Overloaded => "overloaded",
+            RejectCause::RateLimited => "rate_limited",
         }
     }
 }

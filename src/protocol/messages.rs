@@ -286,6 +286,9 @@ pub struct JobStatus {
     pub predicted_gain: Option<f64>,
     pub workers: u32,
     pub points: u64,
+    /// Its reports refused for its rate or a full queue (its own excess).
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// One worker in a status snapshot.
@@ -309,6 +312,25 @@ pub struct StatusSnapshot {
     pub accepted: BTreeMap<String, u64>,
     /// Messages rejected, by cause.
     pub rejected: BTreeMap<String, u64>,
+    /// How many jobs and workers there are in all (the lists may hold fewer).
+    #[serde(default)]
+    pub num_jobs: usize,
+    #[serde(default)]
+    pub num_workers: usize,
+    /// The lists were cut (to the request's limit, or to fit NATS' payload limit).
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// What a status request may ask (any other payload: everything that fits).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusRequest {
+    /// Only jobs whose id starts with this (and the workers serving them).
+    #[serde(default)]
+    pub jobs: Option<String>,
+    /// At most this many jobs and workers.
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 /// One line per epoch (`slaq.v1.ctl.epoch`).

@@ -136,6 +136,15 @@ pub struct RawScheduler {
     /// A loss report more than this many iterations past the job's last is refused
     /// (`bad_iteration`): one forged `iter = 2^64 − 1` must not freeze a job.
     pub max_iter_jump: u64,
+    /// Loss reports a job may send per second, and in one burst (a burst must hold a replay of
+    /// `state.report_history` reports after a restart); its excess is refused (`rate_limited`).
+    pub max_reports_per_s: u32,
+    pub report_burst: u32,
+    /// A job that never said hello (registered by its reports) and has been silent this long
+    /// is forgotten. 0: never.
+    pub idle_job_timeout_ms: u64,
+    /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
+    pub max_min_workers: u32,
 }
 
 impl Default for RawNats {
@@ -167,6 +176,10 @@ impl Default for RawScheduler {
             floor: crate::schedule::PlanSettings::default().floor,
             floor_window: crate::schedule::PlanSettings::default().floor_window,
             max_iter_jump: 1_000_000,
+            max_reports_per_s: 1_000,
+            report_burst: 2_000,
+            idle_job_timeout_ms: 600_000,
+            max_min_workers: 1_024,
         }
     }
 }
@@ -195,6 +208,9 @@ pub struct ServeConfig {
     pub http_listen: Option<std::net::SocketAddr>,
     pub state_mode: StateMode,
     pub max_iter_jump: u64,
+    pub report_quota: governor::Quota,
+    pub idle_job_timeout: Option<Duration>,
+    pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
 }
@@ -335,8 +351,16 @@ impl RawConfig {
         if self.state.report_history < 1 || self.state.snapshot_ms == 0 {
             return invalid("state.report_history and state.snapshot_ms must be positive");
         }
+        let (Some(rate), Some(burst)) =
+            (std::num::NonZeroU32::new(s.max_reports_per_s), std::num::NonZeroU32::new(s.report_burst))
+        else {
+            return invalid("max_reports_per_s and report_burst must be positive");
+        };
         Ok(ServeConfig {
             max_iter_jump: s.max_iter_jump.max(1),
+            report_quota: governor::Quota::per_second(rate).allow_burst(burst),
+            idle_job_timeout: (s.idle_job_timeout_ms > 0).then(|| Duration::from_millis(s.idle_job_timeout_ms)),
+            max_min_workers: s.max_min_workers,
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,

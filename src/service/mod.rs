@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::actors::allocator::{
     AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, WorkerBeat, WorkerHello,
@@ -31,7 +31,7 @@ use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
     self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReportRef, ProtocolError, RejectCause,
-    WorkerSpec,
+    StatusRequest, StatusSnapshot, WorkerSpec,
 };
 use crate::quality::JobPredictor;
 pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
@@ -188,10 +188,16 @@ pub async fn run(
     };
     ingest.restore(saved);
     tokio::pin!(shutdown);
+    let sweep_every = ingest
+        .config
+        .idle_job_timeout
+        .map_or(Duration::from_secs(5), |t| (t / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)));
+    let mut sweep = tokio::time::interval(sweep_every);
     loop {
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
+            _ = sweep.tick() => ingest.forget_idle_jobs(),
             message = losses.next() => match message {
                 Some(message) => ingest.handle(message).await,
                 None => break,
@@ -203,7 +209,7 @@ pub async fn run(
         }
     }
     info!("slaq scheduler stopping");
-    for addr in ingest.jobs.values() {
+    for addr in ingest.jobs.values().map(|r| &r.addr) {
         addr.do_send(SaveNow);
         addr.do_send(Stop);
     }
@@ -218,6 +224,50 @@ pub async fn run(
     Ok(())
 }
 
+/// A job as the ingest loop sees it: where its reports go, and how fast they may come.
+struct Route {
+    addr: Addr<JobActor>,
+    limiter: governor::DefaultDirectRateLimiter,
+    /// Its reports refused for its rate or a full mailbox (its own excess only).
+    dropped: u64,
+    said_hello: bool,
+    last_report: Instant,
+}
+
+/// A status answer that fits in one NATS message: the jobs (and workers) that match the
+/// request, in id order, cut at `limit` or where the encoded answer would exceed the server's
+/// payload limit; `truncated` says so.
+fn fit_status(
+    mut snapshot: StatusSnapshot,
+    request: &StatusRequest,
+    encoding: Encoding,
+    max_payload: usize,
+) -> StatusSnapshot {
+    snapshot.num_jobs = snapshot.jobs.len();
+    snapshot.num_workers = snapshot.workers.len();
+    if let Some(prefix) = &request.jobs {
+        snapshot.jobs.retain(|j| j.job.starts_with(prefix.as_str()));
+        snapshot.workers.retain(|w| w.job.as_deref().is_some_and(|j| j.starts_with(prefix.as_str())));
+    }
+    let limit = request.limit.unwrap_or(usize::MAX);
+    if snapshot.jobs.len() > limit || snapshot.workers.len() > limit {
+        snapshot.jobs.truncate(limit);
+        snapshot.workers.truncate(limit);
+        snapshot.truncated = true;
+    }
+    // Halve the lists until the answer fits (with room for headers).
+    let budget = max_payload.saturating_sub(1024);
+    while protocol::encode(encoding, &snapshot).map_or(0, |b| b.len()) > budget
+        && !(snapshot.jobs.is_empty() && snapshot.workers.is_empty())
+    {
+        let (jobs, workers) = (snapshot.jobs.len() / 2, snapshot.workers.len() / 2);
+        snapshot.jobs.truncate(jobs);
+        snapshot.workers.truncate(workers);
+        snapshot.truncated = true;
+    }
+    snapshot
+}
+
 struct Ingest {
     client: async_nats::Client,
     durable: Option<Durable>,
@@ -225,7 +275,7 @@ struct Ingest {
     allocator: Addr<AllocatorActor>,
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: usize,
-    jobs: HashMap<String, Addr<JobActor>>,
+    jobs: HashMap<String, Route>,
     /// Message counters by kind and cause (also what `status` shows).
     metrics: Arc<Metrics>,
     /// What job actors count reports under.
@@ -247,8 +297,13 @@ impl Ingest {
                     None
                 }
             });
+            let id = spec.job.clone();
             if let Err(e) = self.start_job(spec, predictor) {
                 warn!(error = %e, "cannot restore a job");
+            }
+            // It was accepted before the restart: not garbage to expire.
+            if let Some(route) = self.jobs.get_mut(&id) {
+                route.said_hello = true;
             }
         }
         if num_jobs + num_workers > 0 {
@@ -309,35 +364,56 @@ impl Ingest {
             Kind::JobLoss => {
                 let report: LossReportRef<'_> = protocol::decode_borrowed(encoding, payload, "loss report")?;
                 let point = report.validate(id)?;
-                let addr = match self.jobs.get(id) {
-                    Some(addr) => addr.clone(),
-                    None if self.config.register_on_report => {
-                        let spec = JobSpec::new(id);
-                        if let Some(d) = &self.durable {
-                            d.save_job(&spec);
-                        }
-                        self.start_job(spec, None)?
-                    }
-                    None => {
+                if !self.jobs.contains_key(id) {
+                    if !self.config.register_on_report {
                         return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
                     }
+                    let spec = JobSpec::new(id);
+                    if let Some(d) = &self.durable {
+                        d.save_job(&spec);
+                    }
+                    self.start_job(spec, None)?;
+                }
+                let Some(route) = self.jobs.get_mut(id) else {
+                    return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
                 };
-                addr.try_send(Report(point)).map_err(|e| match e {
-                    SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
-                    SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                // A job flooding reports loses its own excess, never another job's reports.
+                if route.limiter.check().is_err() {
+                    route.dropped += 1;
+                    return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
+                }
+                route.addr.try_send(Report(point)).map_err(|e| {
+                    route.dropped += 1;
+                    match e {
+                        SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+                        SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                    }
                 })?;
+                route.last_report = Instant::now();
                 Ok("loss")
             }
             Kind::JobHello => {
                 let spec: JobSpec = protocol::decode(encoding, payload, "job spec")?;
                 spec.validate(id)?;
+                if spec.min_workers > self.config.max_min_workers {
+                    return Err(ProtocolError::Invalid(
+                        "min_workers above scheduler.max_min_workers",
+                        RejectCause::InvalidSpec,
+                    ));
+                }
                 if let Some(d) = &self.durable {
                     d.save_job(&spec);
                 }
-                match self.jobs.get(id) {
-                    Some(addr) => addr.do_send(UpdateSpec(spec)),
+                match self.jobs.get_mut(id) {
+                    Some(route) => {
+                        route.said_hello = true;
+                        route.addr.do_send(UpdateSpec(spec));
+                    }
                     None => {
                         self.start_job(spec, None)?;
+                        if let Some(route) = self.jobs.get_mut(id) {
+                            route.said_hello = true;
+                        }
                     }
                 }
                 if let Some(reply) = reply {
@@ -348,9 +424,9 @@ impl Ingest {
             Kind::JobBye => {
                 let end: JobEnd = protocol::decode(encoding, payload, "job end")?;
                 end.validate(id)?;
-                let addr =
+                let route =
                     self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
-                addr.do_send(Stop);
+                route.addr.do_send(Stop);
                 if let Some(d) = &self.durable {
                     d.forget_job(id);
                 }
@@ -377,12 +453,21 @@ impl Ingest {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
                 self.metrics.sync_bus(&self.bus);
+                // Any payload is a request; a `StatusRequest` narrows or pages it.
+                let request: StatusRequest = protocol::decode(encoding, payload, "status request").unwrap_or_default();
+                let dropped: HashMap<String, u64> =
+                    self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
                 let allocator = self.allocator.clone();
                 let client = self.client.clone();
                 let reply = reply.to_string();
+                let max_payload = self.client.server_info().max_payload.max(4096);
                 // Answered off the ingest loop: the allocator may be mid-epoch.
                 actix::spawn(async move {
-                    let Ok(snapshot) = allocator.send(GetStatus).await else { return };
+                    let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
+                    for job in &mut snapshot.jobs {
+                        job.dropped = dropped.get(&job.job).copied().unwrap_or(0);
+                    }
+                    let snapshot = fit_status(snapshot, &request, encoding, max_payload);
                     if let Err(e) = crate::bus::publish(&client, reply, encoding, &snapshot).await {
                         warn!(error = %e, "cannot answer a status request");
                     }
@@ -390,6 +475,30 @@ impl Ingest {
                 Ok("status")
             }
             Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => Err(ProtocolError::UnknownSubject),
+        }
+    }
+
+    /// Forgets jobs that never said hello and have been silent for `idle_job_timeout`:
+    /// garbage that looked like a report must not stay a job for ever.
+    fn forget_idle_jobs(&mut self) {
+        let Some(timeout) = self.config.idle_job_timeout else { return };
+        let idle: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, r)| !r.said_hello && r.last_report.elapsed() > timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &idle {
+            if let Some(route) = self.jobs.remove(id) {
+                route.addr.do_send(Stop);
+            }
+            if let Some(d) = &self.durable {
+                d.forget_job(id);
+            }
+            self.allocator.do_send(JobStopped { job: id.clone() });
+        }
+        if !idle.is_empty() {
+            info!(jobs = idle.len(), "forgot jobs that never said hello and went silent");
         }
     }
 
@@ -417,9 +526,12 @@ impl Ingest {
                 None => actor,
             }
         });
-        self.jobs.insert(id.clone(), addr.clone());
+        let limiter = governor::RateLimiter::direct(self.config.report_quota);
+        let route = Route { addr: addr.clone(), limiter, dropped: 0, said_hello: false, last_report: Instant::now() };
+        self.jobs.insert(id.clone(), route);
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });
-        info!(job = id, "job joined");
+        // Per job, so debug: at 100,000 jobs this line would be the log.
+        debug!(job = id, "job joined");
         Ok(addr)
     }
 }

@@ -4,6 +4,7 @@ mod agent;
 mod cli;
 mod durable;
 mod harness;
+mod isolate;
 mod live;
 mod observe;
 mod policy_props;

@@ -202,6 +202,12 @@ pub(crate) struct StatusArgs {
     /// Seconds to wait for the scheduler's answer.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) timeout: f64,
+    /// Only jobs whose id starts with this (and the workers serving them).
+    #[arg(long)]
+    pub(crate) jobs: Option<String>,
+    /// At most this many jobs and workers (the answer is always cut to fit one NATS message).
+    #[arg(long)]
+    pub(crate) limit: Option<usize>,
 }
 
 #[derive(Subcommand)]

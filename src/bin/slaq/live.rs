@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use slaq::agent::{self, AgentConfig};
 use slaq::bus;
-use slaq::protocol::{self, Encoding, StatusSnapshot, Subjects, WorkerSpec};
+use slaq::protocol::{self, Encoding, StatusRequest, StatusSnapshot, Subjects, WorkerSpec};
 use slaq::service::{self, Overrides, RawConfig};
 
 use crate::args::{EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
@@ -84,7 +84,8 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let snapshot: StatusSnapshot = runtime.block_on(async {
         let (client, _) = bus::connect_with(&args.bus.nats, "slaq-status", 16, &args.bus.auth.to_auth()).await?;
-        bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs_f64(args.timeout))
+        let request = StatusRequest { jobs: args.jobs.clone(), limit: args.limit };
+        bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs_f64(args.timeout))
             .await
             .context("asking the scheduler for its status (is `slaq serve` running?)")
     })?;
@@ -94,21 +95,27 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     }
     println!(
         "epoch {}  policy {}  jobs {}  workers {}",
-        snapshot.epoch,
-        snapshot.policy,
-        snapshot.jobs.len(),
-        snapshot.workers.len()
+        snapshot.epoch, snapshot.policy, snapshot.num_jobs, snapshot.num_workers
     );
-    println!("\n{:<24} {:>8} {:>14} {:>14} {:>8}", "job", "iter", "loss", "gain", "workers");
+    if snapshot.truncated || args.jobs.is_some() {
+        println!(
+            "(showing {} jobs and {} workers{})",
+            snapshot.jobs.len(),
+            snapshot.workers.len(),
+            if snapshot.truncated { "; cut to the limit or to fit one NATS message" } else { "" }
+        );
+    }
+    println!("\n{:<24} {:>8} {:>14} {:>14} {:>8} {:>8}", "job", "iter", "loss", "gain", "workers", "dropped");
     for j in &snapshot.jobs {
         let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
         println!(
-            "{:<24} {:>8} {:>14} {:>14} {:>8}",
+            "{:<24} {:>8} {:>14} {:>14} {:>8} {:>8}",
             j.job,
             j.last_iter.map_or("-".into(), |i| i.to_string()),
             opt(j.last_loss),
             opt(j.predicted_gain),
-            j.workers
+            j.workers,
+            j.dropped
         );
     }
     println!("\n{:<24} {:<24} {:>10}", "worker", "job", "silent s");
