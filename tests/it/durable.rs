@@ -129,3 +129,73 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
     assert!(moved * 100 <= WORKERS, "{moved} of {WORKERS} workers moved across the restart: {a:?} -> {b:?}");
     beats.abort();
 }
+
+/// NATS itself goes away for three worker timeouts, under load, and comes back: the scheduler
+/// drops no worker for the silence it could not hear, and everything is back at once.
+#[tokio::test]
+async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
+    const N_JOBS: usize = 10;
+    const N_WORKERS: usize = 20;
+    let mut nats = NatsServer::start_jetstream();
+    let s = Subjects::new("slaq").unwrap();
+    let _scheduler = Scheduler::start(&nats.url, &settings());
+    let c = client(&nats.url).await;
+    crate::harness::wait_status(&c, &s).await;
+    for w in 0..N_WORKERS {
+        let spec = WorkerSpec { worker: format!("ow{w:02}"), machine: None, slots: 1, kind: None };
+        let ack: Ack = bus::request(&c, s.worker_hello(&spec.worker), Encoding::MsgPack, &spec, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(ack.ok);
+    }
+    for j in 0..N_JOBS {
+        let job = format!("oj{j:02}");
+        let ack: Ack =
+            bus::request(&c, s.job_hello(&job), Encoding::MsgPack, &JobSpec::new(&job), Duration::from_secs(5))
+                .await
+                .unwrap();
+        assert!(ack.ok);
+    }
+    // Load: workers beat and jobs report all along, ignoring errors while NATS is away.
+    let (load_client, subjects) = (c.clone(), s.clone());
+    let load = tokio::spawn(async move {
+        for iter in 1u64.. {
+            for w in 0..N_WORKERS {
+                let id = format!("ow{w:02}");
+                let beat = slaq::protocol::Heartbeat { worker: id.clone(), at: None };
+                let _ = bus::publish(&load_client, subjects.worker_beat(&id), Encoding::MsgPack, &beat).await;
+            }
+            for j in 0..N_JOBS {
+                let job = format!("oj{j:02}");
+                let r = LossReport {
+                    job: job.clone(),
+                    iter,
+                    loss: loss(j, iter),
+                    iter_seconds: 0.2,
+                    workers: 2,
+                    batch_size: None,
+                    sent_at: None,
+                };
+                let _ = bus::publish(&load_client, subjects.job_loss(&job), Encoding::MsgPack, &r).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let busy = |st: &StatusSnapshot| {
+        st.jobs.len() == N_JOBS && st.workers.len() == N_WORKERS && st.workers.iter().all(|w| w.job.is_some())
+    };
+    eventually(&c, &s, Duration::from_secs(20), "every worker busy", busy).await;
+
+    // Three worker timeouts (1.5 s each) without NATS.
+    nats.stop();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    nats.start_again(true);
+    // The first answer after the reconnection already has every worker and job, and within two
+    // more epochs every worker is serving a job again.
+    let back = eventually(&c, &s, Duration::from_secs(30), "the scheduler answers again", |_| true).await;
+    assert_eq!((back.jobs.len(), back.workers.len()), (N_JOBS, N_WORKERS), "{back:#?}");
+    let after = eventually(&c, &s, Duration::from_secs(5), "every worker busy again", busy).await;
+    assert!(after.epoch <= back.epoch + 3, "took from epoch {} to {}", back.epoch, after.epoch);
+    assert!(!after.rejected.contains_key("unknown_worker"), "{:?}", after.rejected);
+    load.abort();
+}

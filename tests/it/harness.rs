@@ -70,6 +70,15 @@ impl NatsServer {
         let _ = self.child.wait();
     }
 
+    /// Starts the server again after [`Self::stop`], on the same port and with the same data
+    /// (JetStream's files survive, as on a real server's restart).
+    pub fn start_again(&mut self, jetstream: bool) {
+        let marker = Path::new("");
+        let fresh = Self::start_on(self.dir.clone(), Some(self.port), jetstream.then_some(marker));
+        let old = std::mem::replace(self, fresh);
+        std::mem::forget(old);
+    }
+
     /// Kills the server (a fault) and starts a new one on the same port.
     pub fn restart(&mut self) {
         let _ = self.child.kill();
