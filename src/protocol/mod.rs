@@ -4,13 +4,16 @@
 //! - `messages`: the message types, each with its validation.
 //! - `codec`: MessagePack (named fields) or JSON.
 //! - `errors`: `RejectCause` (what the counters count) and `ProtocolError`.
+//! - `inbound`: a received subject and payload, parsed and validated into an `Inbound`.
 
 mod codec;
 mod errors;
+mod inbound;
 mod messages;
 mod subjects;
 
 pub use codec::{Encoding, decode, decode_borrowed, encode};
 pub use errors::{ProtocolError, RejectCause};
+pub use inbound::{Inbound, InboundLimits, inbound};
 pub use messages::*;
 pub use subjects::{Kind, MAX_ID_LEN, Subjects, valid_id};

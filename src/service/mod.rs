@@ -30,8 +30,8 @@ use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, Stop, Update
 use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
-    self, Ack, Encoding, EpochSummary, Heartbeat, JobEnd, JobSpec, Kind, LossReportRef, ProtocolError, RejectCause,
-    StatusRequest, StatusSnapshot, WorkerSpec,
+    self, Ack, Encoding, EpochSummary, Inbound, InboundLimits, JobSpec, ProtocolError, RejectCause, StatusRequest,
+    StatusSnapshot,
 };
 use crate::quality::JobPredictor;
 pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
@@ -356,14 +356,14 @@ impl Ingest {
         encoding: Encoding,
         reply: Option<&str>,
     ) -> Result<&'static str, ProtocolError> {
-        if payload.len() > self.config.max_payload_bytes {
-            return Err(ProtocolError::Invalid("payload larger than max_payload_bytes", RejectCause::Oversized));
-        }
-        let (kind, id) = self.config.subjects.parse(subject)?;
-        match kind {
-            Kind::JobLoss => {
-                let report: LossReportRef<'_> = protocol::decode_borrowed(encoding, payload, "loss report")?;
-                let point = report.validate(id)?;
+        let limits = InboundLimits {
+            max_payload_bytes: self.config.max_payload_bytes,
+            max_min_workers: self.config.max_min_workers,
+        };
+        let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &limits)?;
+        let kind = message.kind();
+        match message {
+            Inbound::JobLoss { job: id, point } => {
                 if !self.jobs.contains_key(id) {
                     if !self.config.register_on_report {
                         return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
@@ -390,40 +390,27 @@ impl Ingest {
                     }
                 })?;
                 route.last_report = Instant::now();
-                Ok("loss")
             }
-            Kind::JobHello => {
-                let spec: JobSpec = protocol::decode(encoding, payload, "job spec")?;
-                spec.validate(id)?;
-                if spec.min_workers > self.config.max_min_workers {
-                    return Err(ProtocolError::Invalid(
-                        "min_workers above scheduler.max_min_workers",
-                        RejectCause::InvalidSpec,
-                    ));
-                }
+            Inbound::JobHello(spec) => {
                 if let Some(d) = &self.durable {
                     d.save_job(&spec);
                 }
-                match self.jobs.get_mut(id) {
-                    Some(route) => {
-                        route.said_hello = true;
-                        route.addr.do_send(UpdateSpec(spec));
-                    }
+                let id = spec.job.clone();
+                match self.jobs.get_mut(&id) {
+                    Some(route) => route.addr.do_send(UpdateSpec(spec)),
                     None => {
                         self.start_job(spec, None)?;
-                        if let Some(route) = self.jobs.get_mut(id) {
-                            route.said_hello = true;
-                        }
                     }
+                }
+                if let Some(route) = self.jobs.get_mut(&id) {
+                    route.said_hello = true;
                 }
                 if let Some(reply) = reply {
                     self.reply(reply, encoding, &Ack::ok()).await;
                 }
-                Ok("job_hello")
             }
-            Kind::JobBye => {
-                let end: JobEnd = protocol::decode(encoding, payload, "job end")?;
-                end.validate(id)?;
+            Inbound::JobBye(end) => {
+                let id = end.job.as_str();
                 let route =
                     self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
                 route.addr.do_send(Stop);
@@ -432,29 +419,18 @@ impl Ingest {
                 }
                 self.allocator.do_send(JobStopped { job: id.to_string() });
                 info!(job = id, reason = ?end.reason, "job left");
-                Ok("job_bye")
             }
-            Kind::WorkerHello => {
-                let spec: WorkerSpec = protocol::decode(encoding, payload, "worker spec")?;
-                spec.validate(id)?;
+            Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(WorkerHello(spec));
                 if let Some(reply) = reply {
                     self.reply(reply, encoding, &Ack::ok()).await;
                 }
-                Ok("worker_hello")
             }
-            Kind::WorkerBeat => {
-                let beat: Heartbeat = protocol::decode(encoding, payload, "heartbeat")?;
-                beat.validate(id)?;
-                self.allocator.do_send(WorkerBeat(id.to_string()));
-                Ok("worker_beat")
-            }
-            Kind::CtlStatus => {
+            Inbound::WorkerBeat { worker } => self.allocator.do_send(WorkerBeat(worker.to_string())),
+            Inbound::Status(request) => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
                 self.metrics.sync_bus(&self.bus);
-                // Any payload is a request; a `StatusRequest` narrows or pages it.
-                let request: StatusRequest = protocol::decode(encoding, payload, "status request").unwrap_or_default();
                 let dropped: HashMap<String, u64> =
                     self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
                 let allocator = self.allocator.clone();
@@ -472,10 +448,9 @@ impl Ingest {
                         warn!(error = %e, "cannot answer a status request");
                     }
                 });
-                Ok("status")
             }
-            Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => Err(ProtocolError::UnknownSubject),
         }
+        Ok(kind)
     }
 
     /// Forgets jobs that never said hello and have been silent for `idle_job_timeout`:

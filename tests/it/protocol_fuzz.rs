@@ -39,3 +39,92 @@ proptest! {
         }
     }
 }
+
+/// A million random and mutated payloads over every subject kind go through the very function
+/// the ingest loop calls: each is accepted or refused with a cause, none panics, and nothing
+/// is both. (The scheduler over NATS gets 20,000 of them in `isolate.rs`.)
+#[test]
+fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
+    use rand::{RngExt, SeedableRng};
+    use slaq::protocol::{Heartbeat, InboundLimits, JobEnd, RejectCause};
+    use std::collections::BTreeMap;
+
+    const N: usize = 1_000_000;
+    let s = Subjects::new("slaq").unwrap();
+    let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024 };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20261122);
+    // Valid encodings of every message, to mutate.
+    let valid: Vec<(Encoding, Vec<u8>)> = {
+        let report = LossReport {
+            job: "j1".into(),
+            iter: 3,
+            loss: 0.5,
+            iter_seconds: 0.2,
+            workers: 2,
+            batch_size: Some(64),
+            sent_at: Some(1.0),
+        };
+        let spec = JobSpec { max_workers: Some(4), batch_sizes: Some(vec![32, 64]), ..JobSpec::new("j1") };
+        let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
+        let worker = WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None };
+        let beat = Heartbeat { worker: "j1".into(), at: Some(2.0) };
+        let mut v = Vec::new();
+        for e in [Encoding::MsgPack, Encoding::Json] {
+            v.push((e, protocol::encode(e, &report).unwrap()));
+            v.push((e, protocol::encode(e, &spec).unwrap()));
+            v.push((e, protocol::encode(e, &end).unwrap()));
+            v.push((e, protocol::encode(e, &worker).unwrap()));
+            v.push((e, protocol::encode(e, &beat).unwrap()));
+        }
+        v
+    };
+    let subjects: Vec<String> = vec![
+        s.job_hello("j1"),
+        s.job_loss("j1"),
+        s.job_bye("j1"),
+        s.job_alloc("j1"),
+        s.worker_hello("j1"),
+        s.worker_beat("j1"),
+        s.worker_assign("j1"),
+        s.ctl_status(),
+        s.ctl_epoch(),
+        "slaq.v1.job.j2.loss".into(),
+        "slaq.v1.job.bad id.loss".into(),
+        "slaq.v1.job.a.b.loss".into(),
+        "slaq.v2.job.j1.loss".into(),
+        "other.v1.job.j1.loss".into(),
+    ];
+    let (mut accepted, mut refused) = (BTreeMap::<&str, usize>::new(), BTreeMap::<RejectCause, usize>::new());
+    for i in 0..N {
+        let subject = &subjects[rng.random_range(0..subjects.len())];
+        let (encoding, payload) = match i % 4 {
+            // Random bytes.
+            0 => (Encoding::MsgPack, (0..rng.random_range(0..96)).map(|_| rng.random()).collect::<Vec<u8>>()),
+            // A valid message, possibly for another kind, with some bytes flipped.
+            1 | 2 => {
+                let (e, mut bytes) = valid[rng.random_range(0..valid.len())].clone();
+                for _ in 0..rng.random_range(0..4) {
+                    let at = rng.random_range(0..bytes.len());
+                    bytes[at] = rng.random();
+                }
+                (e, bytes)
+            }
+            // A valid message, truncated.
+            _ => {
+                let (e, bytes) = valid[rng.random_range(0..valid.len())].clone();
+                let cut = rng.random_range(0..bytes.len());
+                (e, bytes[..cut].to_vec())
+            }
+        };
+        match protocol::inbound(&s, subject, &payload, encoding, &limits) {
+            Ok(m) => *accepted.entry(m.kind()).or_default() += 1,
+            Err(e) => *refused.entry(e.cause()).or_default() += 1,
+        }
+    }
+    let total: usize = accepted.values().sum::<usize>() + refused.values().sum::<usize>();
+    assert_eq!(total, N);
+    // The mix exercises many causes and still lets real messages through.
+    assert!(refused.len() >= 6, "causes seen: {refused:?}");
+    assert!(accepted.len() >= 5, "kinds accepted: {accepted:?}");
+    assert!(refused.contains_key(&RejectCause::Undecodable) && refused.contains_key(&RejectCause::IdMismatch));
+}

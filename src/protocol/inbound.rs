@@ -1,0 +1,95 @@
+//! What the scheduler receives, parsed and validated in one pure step: a subject and a payload
+//! become an [`Inbound`] message, or a [`ProtocolError`] whose cause is counted. The ingest loop
+//! acts on the result; the fuzz tests call this very function.
+
+use super::{
+    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReportRef, ProtocolError, RejectCause, StatusRequest,
+    Subjects, WorkerSpec, decode, decode_borrowed,
+};
+
+/// A valid message for the scheduler, borrowing its id from the subject.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inbound<'a> {
+    JobLoss {
+        job: &'a str,
+        point: LossPoint,
+    },
+    JobHello(JobSpec),
+    JobBye(JobEnd),
+    WorkerHello(WorkerSpec),
+    WorkerBeat {
+        worker: &'a str,
+    },
+    /// A status request (any payload; a `StatusRequest` narrows it).
+    Status(StatusRequest),
+}
+
+impl Inbound<'_> {
+    /// The `kind` label it is counted under when accepted.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Inbound::JobLoss { .. } => "loss",
+            Inbound::JobHello(_) => "job_hello",
+            Inbound::JobBye(_) => "job_bye",
+            Inbound::WorkerHello(_) => "worker_hello",
+            Inbound::WorkerBeat { .. } => "worker_beat",
+            Inbound::Status(_) => "status",
+        }
+    }
+}
+
+/// Limits the scheduler puts on what it accepts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InboundLimits {
+    pub max_payload_bytes: usize,
+    pub max_min_workers: u32,
+}
+
+/// Parses and validates one incoming message.
+pub fn inbound<'a>(
+    subjects: &Subjects,
+    subject: &'a str,
+    payload: &'a [u8],
+    encoding: Encoding,
+    limits: &InboundLimits,
+) -> Result<Inbound<'a>, ProtocolError> {
+    if payload.len() > limits.max_payload_bytes {
+        return Err(ProtocolError::Invalid("payload larger than max_payload_bytes", RejectCause::Oversized));
+    }
+    let (kind, id) = subjects.parse(subject)?;
+    Ok(match kind {
+        Kind::JobLoss => {
+            let report: LossReportRef<'_> = decode_borrowed(encoding, payload, "loss report")?;
+            Inbound::JobLoss { job: id, point: report.validate(id)? }
+        }
+        Kind::JobHello => {
+            let spec: JobSpec = decode(encoding, payload, "job spec")?;
+            spec.validate(id)?;
+            if spec.min_workers > limits.max_min_workers {
+                return Err(ProtocolError::Invalid(
+                    "min_workers above scheduler.max_min_workers",
+                    RejectCause::InvalidSpec,
+                ));
+            }
+            Inbound::JobHello(spec)
+        }
+        Kind::JobBye => {
+            let end: JobEnd = decode(encoding, payload, "job end")?;
+            end.validate(id)?;
+            Inbound::JobBye(end)
+        }
+        Kind::WorkerHello => {
+            let spec: WorkerSpec = decode(encoding, payload, "worker spec")?;
+            spec.validate(id)?;
+            Inbound::WorkerHello(spec)
+        }
+        Kind::WorkerBeat => {
+            let beat: Heartbeat = decode(encoding, payload, "heartbeat")?;
+            beat.validate(id)?;
+            Inbound::WorkerBeat { worker: id }
+        }
+        Kind::CtlStatus => Inbound::Status(decode(encoding, payload, "status request").unwrap_or_default()),
+        // What the scheduler itself publishes is not for it to receive.
+        Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => return Err(ProtocolError::UnknownSubject),
+    })
+}
