@@ -218,6 +218,32 @@ pub(crate) enum BenchCommand {
     Ingest(BenchIngestArgs),
     /// Epoch latency (bids, policy, publish) and memory with many jobs and workers.
     Epoch(BenchEpochArgs),
+    /// A long run under steady load: memory sampled over time (flat after warm-up?), epochs
+    /// and message counts.
+    Soak(BenchSoakArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchSoakArgs {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    pub(crate) nats: Vec<String>,
+    #[arg(long, default_value_t = 4000)]
+    pub(crate) jobs: usize,
+    #[arg(long, default_value_t = 16000)]
+    pub(crate) workers: usize,
+    /// Loss reports per second per job.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) reports_per_s: f64,
+    /// Seconds of the whole run.
+    #[arg(long, default_value_t = 300)]
+    pub(crate) duration_s: u64,
+    /// Seconds of warm-up before memory is compared.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) warm_up_s: u64,
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) epoch_ms: u64,
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(clap::Args)]
