@@ -45,7 +45,7 @@ impl Scale {
     }
 
     fn limited(&self, j: usize) -> bool {
-        j % 4 == 0
+        j.is_multiple_of(4)
     }
 
     fn workers(&self) -> usize {
