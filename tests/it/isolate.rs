@@ -24,7 +24,7 @@ fn report(job: &str, iter: u64) -> bytes::Bytes {
 
 #[tokio::test]
 async fn a_flooding_job_loses_only_its_own_excess() {
-    const OTHERS: usize = 200;
+    const OTHERS: usize = 1000;
     const EACH: u64 = 20;
     const FLOOD: u64 = 100_000;
     let nats = NatsServer::start_jetstream();
@@ -46,7 +46,7 @@ async fn a_flooding_job_loses_only_its_own_excess() {
     });
     for iter in 1..=EACH {
         for j in 0..OTHERS {
-            let job = format!("calm{j:03}");
+            let job = format!("calm{j:04}");
             c.publish(s.job_loss(&job), report(&job, iter)).await.unwrap();
         }
     }
