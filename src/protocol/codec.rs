@@ -121,6 +121,15 @@ mod tests {
     }
 
     #[test]
+    fn a_decode_error_says_which_field() {
+        let err = decode::<LossReport>(Encoding::Json, br#"{"job":"j","loss":1.0}"#, "loss report").unwrap_err();
+        assert!(err.to_string().contains("missing field `iter`"), "{err}");
+        let bytes = rmp_serde::to_vec_named(&serde_json::json!({"job": "j", "iter": "three"})).unwrap();
+        let err = decode::<LossReport>(Encoding::MsgPack, &bytes, "loss report").unwrap_err();
+        assert!(err.to_string().starts_with("cannot decode loss report: "), "{err}");
+    }
+
+    #[test]
     fn content_type_selects_json() {
         assert_eq!(Encoding::from_content_type(Some("application/json")), Encoding::Json);
         assert_eq!(Encoding::from_content_type(Some("Application/JSON ")), Encoding::Json);

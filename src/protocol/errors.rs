@@ -49,7 +49,8 @@ pub enum ProtocolError {
     UnknownSubject,
     #[error("id is not 1-64 characters from [A-Za-z0-9_-]")]
     InvalidId,
-    #[error("cannot decode {what}")]
+    /// `detail` is the decoder's message, which names the field when it can.
+    #[error("cannot decode {what}: {detail}")]
     Decode { what: &'static str, detail: String },
     #[error("cannot encode message")]
     Encode { detail: String },
