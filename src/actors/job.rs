@@ -32,6 +32,7 @@ pub struct JobActor {
     durable: Option<(Durable, Duration)>,
     /// Points observed since the last save.
     unsaved: bool,
+    last_saved: Option<std::time::Instant>,
     /// The last iteration of the predictor this actor was restored with: replayed reports up to
     /// it are already in the predictor (not duplicates).
     restored_iter: u64,
@@ -63,6 +64,7 @@ impl JobActor {
             max_iter_jump: u64::MAX,
             durable: None,
             unsaved: false,
+            last_saved: None,
         }
     }
 
@@ -80,11 +82,15 @@ impl JobActor {
         self
     }
 
-    fn save(&mut self) {
-        let Some((durable, _)) = &self.durable else { return };
-        if !self.unsaved {
+    /// Saves the predictor if it has unsaved points and the last save is at least the save
+    /// interval old (or `now` is set). Runs on the refit path, so an idle job costs nothing; the
+    /// points after its last save are in the reports stream, which a restart replays.
+    fn save(&mut self, now: bool) {
+        let Some((durable, interval)) = &self.durable else { return };
+        if !self.unsaved || !(now || self.last_saved.is_none_or(|t| t.elapsed() >= *interval)) {
             return;
         }
+        self.last_saved = Some(std::time::Instant::now());
         match rmp_serde::to_vec_named(&self.predictor) {
             Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),
             Err(e) => tracing::warn!(job = %self.spec.job, error = %e, "cannot encode the predictor"),
@@ -96,12 +102,9 @@ impl JobActor {
 impl Actor for JobActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, ctx: &mut Self::Context) {
+    fn started(&mut self, _: &mut Self::Context) {
         // A fresh job bids its prior at once, so it can get workers in the next epoch.
         self.push_bid();
-        if let Some((_, interval)) = &self.durable {
-            ctx.run_interval(*interval, |act, _| act.save());
-        }
     }
 }
 
@@ -166,6 +169,7 @@ impl Handler<Report> for JobActor {
             ctx.run_later(self.refit_interval, |act, _| {
                 act.refit_scheduled = false;
                 act.push_bid();
+                act.save(false);
             });
         }
     }
@@ -194,7 +198,7 @@ impl Handler<SaveNow> for JobActor {
     type Result = ();
 
     fn handle(&mut self, _: SaveNow, _: &mut Self::Context) {
-        self.save();
+        self.save(true);
     }
 }
 
