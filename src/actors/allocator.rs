@@ -214,7 +214,7 @@ impl AllocatorActor {
             entry.attained_service += epoch_s * count as f64;
             // Each job's plan is saved every PLAN_SAVE_EPOCHS epochs, the jobs spread over them:
             // at 200,000 jobs a save per job per epoch would be 40,000 writes a second.
-            if let Some(d) = self.durable.as_ref().filter(|_| (epoch as usize + j) % PLAN_SAVE_EPOCHS == 0) {
+            if let Some(d) = self.durable.as_ref().filter(|_| (epoch as usize + j).is_multiple_of(PLAN_SAVE_EPOCHS)) {
                 d.save_plan(id, entry.attained_service, &entry.ledger);
             }
             if job_changed[j] && workers.len() != entry.workers.len() {
