@@ -40,6 +40,8 @@ struct JobEntry {
     bid: Option<Bid>,
     /// What the last epoch predicted for this job, checked against its reports at the next.
     pending: Option<PendingGain>,
+    /// Attained service, entitled and granted worker-epochs when the plan was last saved.
+    saved_plan: Option<(f64, f64, f64)>,
 }
 
 /// A job's loss when an epoch started, its bid's normaliser, and the drop the bid predicted
@@ -53,9 +55,8 @@ struct PendingGain {
 
 /// Epoch summaries kept for `status` and benchmarks.
 const EPOCH_HISTORY: usize = 1024;
-/// Each job's service and floor ledger are saved once in this many epochs (a restart
-/// restores them at most this stale).
-const PLAN_SAVE_EPOCHS: usize = 4;
+/// Seconds between saves of a job's service and floor ledger.
+const PLAN_SAVE_S: f64 = 30.0;
 /// An unknown worker is asked to say hello again at most this often.
 const PROMPT_EVERY_S: f64 = 5.0;
 /// Unknown workers asked at once, at most.
@@ -126,20 +127,23 @@ impl AllocatorActor {
             }
         }
         self.prompted.retain(|_, at| now_s - *at < PROMPT_EVERY_S);
-        let bids: Vec<(String, Option<Bid>)> = self.jobs.iter().map(|(id, e)| (id.clone(), e.bid.clone())).collect();
-        self.finish_epoch(bids, started);
+        self.finish_epoch(started);
     }
 
-    fn finish_epoch(&mut self, bids: Vec<(String, Option<Bid>)>, started: Instant) {
+    /// Plans, places and publishes one epoch. Jobs are visited in id order throughout (the
+    /// `BTreeMap`'s order is the dense job index of the plan), never looked up by id: at
+    /// 200,000 jobs a lookup per job per step was most of an epoch's cost.
+    fn finish_epoch(&mut self, started: Instant) {
         let collected = Instant::now();
+        let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         // A job that has not bid yet keeps exactly the workers it has.
-        let jobs_without_bid = bids.iter().filter(|(_, b)| b.is_none()).count();
-        let job_bids: Vec<JobBid<_>> = bids
-            .iter()
-            .map(|(id, bid)| {
-                let entry = &self.jobs[id];
+        let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
+        let job_bids: Vec<JobBid<_>> = self
+            .jobs
+            .values()
+            .map(|entry| {
                 let have = entry.workers.len() as u32;
-                match bid {
+                match &entry.bid {
                     Some(b) => JobBid {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
@@ -156,20 +160,12 @@ impl AllocatorActor {
             })
             .collect();
         let worker_ids: Vec<String> = self.registry.iter().map(|(id, _)| id.clone()).collect();
-        let mut ledgers: Vec<FloorLedger> = bids
-            .iter()
-            .map(|(id, _)| self.jobs.get_mut(id).map(|e| std::mem::take(&mut e.ledger)).unwrap_or_default())
-            .collect();
+        let mut ledgers: Vec<FloorLedger> = self.jobs.values().map(|e| e.ledger.clone()).collect();
         let allocation =
             schedule::plan(self.settings.policy, &self.settings.plan, worker_ids.len() as u32, &job_bids, &mut ledgers);
-        for ((id, _), ledger) in bids.iter().zip(ledgers) {
-            if let Some(entry) = self.jobs.get_mut(id) {
-                entry.ledger = ledger;
-            }
-        }
         let policy_done = Instant::now();
 
-        let ord_of: HashMap<&str, usize> = bids.iter().enumerate().map(|(i, (id, _))| (id.as_str(), i)).collect();
+        let ord_of: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         let current: Vec<Option<usize>> =
             self.registry.iter().map(|(_, w)| w.job.as_deref().and_then(|j| ord_of.get(j).copied())).collect();
         let next = placement::place(&allocation.workers, &current);
@@ -177,10 +173,11 @@ impl AllocatorActor {
 
         // Only workers that move, and jobs whose membership changed, cost anything here.
         let mut outgoing = Vec::new();
-        let mut job_changed = vec![false; bids.len()];
+        let num_jobs = ids.len();
+        let mut job_changed = vec![false; num_jobs];
         let mut workers_moved = 0;
         for (((worker, entry), &before), &after) in self.registry.iter_mut().zip(&current).zip(&next) {
-            let now_job = after.map(|j| bids[j].0.as_str());
+            let now_job = after.map(|j| ids[j]);
             if before == after && entry.job.as_deref() == now_job {
                 continue;
             }
@@ -201,21 +198,26 @@ impl AllocatorActor {
             };
             outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
         }
-        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); bids.len()];
+        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); num_jobs];
         for ((worker, _), &after) in self.registry.iter().zip(&next) {
             if let Some(j) = after.filter(|&j| job_changed[j]) {
                 new_workers[j].push(worker.clone());
             }
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
-        for (j, ((id, _), workers)) in bids.iter().zip(new_workers).enumerate() {
-            let Some(entry) = self.jobs.get_mut(id) else { continue };
+        let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
+        for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
+            entry.ledger = ledger;
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
             entry.attained_service += epoch_s * count as f64;
-            // Each job's plan is saved every PLAN_SAVE_EPOCHS epochs, the jobs spread over them:
-            // at 200,000 jobs a save per job per epoch would be 40,000 writes a second.
-            if let Some(d) = self.durable.as_ref().filter(|_| (epoch as usize + j).is_multiple_of(PLAN_SAVE_EPOCHS)) {
+            // Each job's plan is saved about once a PLAN_SAVE_S, the jobs spread over the epochs,
+            // and only when it changed: at 200,000 jobs a save per job per epoch would be 40,000
+            // writes a second. A restart restores it at most that stale.
+            let stamp = (entry.attained_service, entry.ledger.entitled(), entry.ledger.granted());
+            let due = (epoch as usize + j).is_multiple_of(every) && entry.saved_plan != Some(stamp);
+            if let Some(d) = self.durable.as_ref().filter(|_| due) {
                 d.save_plan(id, entry.attained_service, &entry.ledger);
+                entry.saved_plan = Some(stamp);
             }
             if job_changed[j] && workers.len() != entry.workers.len() {
                 entry.addr.do_send(WorkersChanged(workers.len() as u32));
@@ -231,7 +233,7 @@ impl AllocatorActor {
         let publish_started = Instant::now();
         let summary_base = EpochSummary {
             epoch,
-            num_jobs: bids.len(),
+            num_jobs,
             num_workers: worker_ids.len(),
             workers_assigned: allocation.total(),
             workers_moved,
@@ -351,6 +353,7 @@ impl Handler<JobStarted> for AllocatorActor {
                         ledger: FloorLedger::default(),
                         bid: None,
                         pending: None,
+                        saved_plan: None,
                     },
                 );
             }

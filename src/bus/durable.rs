@@ -66,15 +66,59 @@ pub struct SavedState {
     pub undecodable: usize,
 }
 
-/// A handle to the durable state; cheap to clone.
+/// A handle to the durable state; cheap to clone (one per job actor: the JetStream handles
+/// inside carry the stream's cached info, kilobytes, so they are shared, not copied).
 #[derive(Clone)]
-pub struct Durable {
+pub struct Durable(Arc<Inner>);
+
+struct Inner {
     js: jetstream::Context,
     kv: kv::Store,
     stream: String,
     subjects: Subjects,
     /// Writes that failed.
-    pub failed_writes: Arc<AtomicU64>,
+    failed_writes: AtomicU64,
+    /// Bucket writes not yet made, latest per key (`None`: delete). One writer task drains it,
+    /// a bounded number at a time, so a burst (200,000 jobs registering) costs one value per key,
+    /// not one task per write.
+    pending: std::sync::Mutex<HashMap<String, Option<Bytes>>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+/// Bucket writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 128;
+
+/// Drains `pending` for as long as the handle lives.
+async fn writer(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(this) = inner.upgrade() else { return };
+        let batch: Vec<(String, Option<Bytes>)> = {
+            let mut pending = this.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.drain().collect()
+        };
+        if batch.is_empty() {
+            let wake = this.wake.clone();
+            drop(this);
+            // Woken by a write, or checks again after a while (the handle may be gone).
+            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
+            continue;
+        }
+        let kv = &this.kv;
+        let results: Vec<Result<(), String>> = futures_util::stream::iter(batch)
+            .map(|(key, value)| async move {
+                match value {
+                    Some(bytes) => kv.put(key, bytes).await.map(drop).map_err(|e| e.to_string()),
+                    None => kv.delete(key).await.map_err(|e| e.to_string()),
+                }
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        for e in results.into_iter().filter_map(Result::err) {
+            this.failed_writes.fetch_add(1, Ordering::Relaxed);
+            warn!(error = %e, "saving state to JetStream failed");
+        }
+    }
 }
 
 impl Durable {
@@ -128,7 +172,17 @@ impl Durable {
             .map_err(|_| setup("JetStream", &"no answer while creating the state bucket"))?
             .map_err(|e| setup("JetStream state bucket", &e))?;
         let kv = js.get_key_value(bucket).await.map_err(|e| setup("JetStream state bucket", &e))?;
-        Ok(Some(Durable { js, kv, stream: name, subjects: subjects.clone(), failed_writes: Arc::default() }))
+        let inner = Arc::new(Inner {
+            js,
+            kv,
+            stream: name,
+            subjects: subjects.clone(),
+            failed_writes: AtomicU64::new(0),
+            pending: std::sync::Mutex::new(HashMap::new()),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        });
+        tokio::spawn(writer(Arc::downgrade(&inner)));
+        Ok(Some(Durable(inner)))
     }
 
     /// Reads the whole bucket (concurrently, 64 keys at a time).
@@ -137,13 +191,13 @@ impl Durable {
             what: "reading the state bucket".into(),
             detail: e.to_string(),
         };
-        let keys: Vec<String> = match self.kv.keys().await {
+        let keys: Vec<String> = match self.0.kv.keys().await {
             Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
             Err(e) => return Err(err(&e)),
         };
         let entries: Vec<(String, Option<Bytes>)> = futures_util::stream::iter(keys)
             .map(|key| async move {
-                let value = self.kv.get(key.clone()).await;
+                let value = self.0.kv.get(key.clone()).await;
                 (key, value)
             })
             .buffer_unordered(64)
@@ -205,9 +259,9 @@ impl Durable {
             what: "the reports stream".into(),
             detail: e.to_string(),
         };
-        let stream = self.js.get_stream(&self.stream).await.map_err(|e| err(&e))?;
+        let stream = self.0.js.get_stream(&self.0.stream).await.map_err(|e| err(&e))?;
         let config = consumer::push::OrderedConfig {
-            deliver_subject: self.js.client().new_inbox(),
+            deliver_subject: self.0.js.client().new_inbox(),
             deliver_policy: consumer::DeliverPolicy::All,
             ..Default::default()
         };
@@ -215,11 +269,16 @@ impl Durable {
         consumer.messages().await.map_err(|e| err(&e))
     }
 
+    /// Writes that failed so far.
+    pub fn failed_writes(&self) -> u64 {
+        self.0.failed_writes.load(Ordering::Relaxed)
+    }
+
     fn spawn_write(&self, what: &'static str, write: impl Future<Output = Result<(), String>> + Send + 'static) {
-        let failed = self.failed_writes.clone();
+        let this = self.clone();
         tokio::spawn(async move {
             if let Err(e) = write.await {
-                failed.fetch_add(1, Ordering::Relaxed);
+                this.0.failed_writes.fetch_add(1, Ordering::Relaxed);
                 warn!(what, error = %e, "saving state to JetStream failed");
             }
         });
@@ -236,14 +295,27 @@ impl Durable {
         self.put_bytes(key, bytes);
     }
 
+    fn write(&self, key: String, value: Option<Bytes>) {
+        self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(key, value);
+        self.0.wake.notify_one();
+    }
+
     fn put_bytes(&self, key: String, bytes: Bytes) {
-        let kv = self.kv.clone();
-        self.spawn_write("put", async move { kv.put(key, bytes).await.map(drop).map_err(|e| e.to_string()) });
+        self.write(key, Some(bytes));
     }
 
     fn delete(&self, key: String) {
-        let kv = self.kv.clone();
-        self.spawn_write("delete", async move { kv.delete(key).await.map_err(|e| e.to_string()) });
+        self.write(key, None);
+    }
+
+    /// Waits (up to `timeout`) until every write queued so far has been handed to JetStream.
+    pub async fn flush(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn save_job(&self, spec: &JobSpec) {
@@ -264,7 +336,7 @@ impl Durable {
         self.delete(format!("job.{job}"));
         self.delete(format!("pred.{job}"));
         self.delete(format!("plan.{job}"));
-        let (js, stream, subject) = (self.js.clone(), self.stream.clone(), self.subjects.job_loss(job));
+        let (js, stream, subject) = (self.0.js.clone(), self.0.stream.clone(), self.0.subjects.job_loss(job));
         self.spawn_write("purge", async move {
             let stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
             stream.purge().filter(subject).await.map(drop).map_err(|e| e.to_string())

@@ -219,6 +219,11 @@ pub async fn run(
     if let Some(stop) = stop_http {
         let _ = stop.send(());
     }
+    if let Some(d) = &ingest.durable {
+        // The job actors' last saves (SaveNow) reach the writer first.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        d.flush(Duration::from_secs(3)).await;
+    }
     // Deliver what is queued before the connection goes.
     let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     Ok(())
