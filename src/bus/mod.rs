@@ -18,8 +18,10 @@ use crate::protocol::{self, Encoding, Subjects};
 /// Connection events worth counting (async-nats reports them only through a callback).
 #[derive(Debug, Default)]
 pub struct BusCounters {
-    /// Subscriptions whose buffer overflowed: NATS dropped messages silently.
-    pub slow_consumer: AtomicU64,
+    /// Messages dropped because a subscription's buffer was full. async-nats reports one
+    /// `SlowConsumer` event per dropped message, so this counts messages (a lower bound if its
+    /// own event queue overflowed).
+    pub dropped_messages: AtomicU64,
     pub disconnects: AtomicU64,
     /// Connections made again after one was lost.
     pub reconnects: AtomicU64,
@@ -164,7 +166,7 @@ pub async fn connect_with(
             async move {
                 match event {
                     async_nats::Event::SlowConsumer(sid) => {
-                        events.slow_consumer.fetch_add(1, Ordering::Relaxed);
+                        events.dropped_messages.fetch_add(1, Ordering::Relaxed);
                         warn!(sid, "slow consumer: NATS dropped messages for a subscription");
                     }
                     async_nats::Event::Disconnected => {

@@ -30,7 +30,7 @@ pub struct Metrics {
     pub gain_epoch_jobs: IntGauge,
     nats_disconnects: IntCounter,
     nats_reconnects: IntCounter,
-    nats_slow_consumer_events: IntCounter,
+    nats_dropped_messages: IntCounter,
     nats_server_errors: IntCounter,
     pub nats_connected: IntGauge,
     pub ready: IntGauge,
@@ -108,9 +108,9 @@ impl Metrics {
                 "Connections to NATS made again after a loss",
             )
             .expect("valid metric"),
-            nats_slow_consumer_events: IntCounter::new(
-                "slaq_nats_slow_consumer_events_total",
-                "Times NATS reported this client a slow consumer (messages were dropped)",
+            nats_dropped_messages: IntCounter::new(
+                "slaq_nats_dropped_messages_total",
+                "Messages dropped because a subscription's buffer was full (one per message)",
             )
             .expect("valid metric"),
             nats_server_errors: IntCounter::new("slaq_nats_server_errors_total", "Errors the NATS server sent")
@@ -149,7 +149,7 @@ impl Metrics {
             Box::new(self.gain_epoch_jobs.clone()),
             Box::new(self.nats_disconnects.clone()),
             Box::new(self.nats_reconnects.clone()),
-            Box::new(self.nats_slow_consumer_events.clone()),
+            Box::new(self.nats_dropped_messages.clone()),
             Box::new(self.nats_server_errors.clone()),
             Box::new(self.nats_connected.clone()),
             Box::new(self.ready.clone()),
@@ -205,7 +205,7 @@ impl Metrics {
         let sync = |counter: &IntCounter, value: u64| counter.inc_by(value.saturating_sub(counter.get()));
         sync(&self.nats_disconnects, bus.disconnects.load(Ordering::Relaxed));
         sync(&self.nats_reconnects, bus.reconnects.load(Ordering::Relaxed));
-        sync(&self.nats_slow_consumer_events, bus.slow_consumer.load(Ordering::Relaxed));
+        sync(&self.nats_dropped_messages, bus.dropped_messages.load(Ordering::Relaxed));
         sync(&self.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
     }
 
@@ -216,9 +216,9 @@ impl Metrics {
     /// Rejections by cause, with the NATS slow-consumer events beside them.
     pub fn rejected_counts(&self) -> BTreeMap<String, u64> {
         let mut rejected = counts(&self.messages_rejected);
-        let slow = self.nats_slow_consumer_events.get();
+        let slow = self.nats_dropped_messages.get();
         if slow > 0 {
-            rejected.insert("slow_consumer_events".into(), slow);
+            rejected.insert("dropped_by_client".into(), slow);
         }
         rejected
     }

@@ -221,6 +221,24 @@ pub(crate) enum BenchCommand {
     /// A long run under steady load: memory sampled over time (flat after warm-up?), epochs
     /// and message counts.
     Soak(BenchSoakArgs),
+    /// CPU and memory of the scheduler holding many jobs that report nothing more.
+    Idle(BenchIdleArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchIdleArgs {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    pub(crate) nats: Vec<String>,
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) jobs: usize,
+    /// Seconds to let start-up work (saves, refits) finish before measuring.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) settle_s: u64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) measure_s: u64,
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(clap::Args)]

@@ -12,7 +12,7 @@ use slaq::protocol::{self, Encoding, StatusSnapshot, Subjects, WorkerSpec};
 use slaq::quality::PredictorConfig;
 use slaq::service::{self, Overrides, RawConfig};
 
-use crate::args::{BenchAllocArgs, BenchEpochArgs, BenchIngestArgs, BenchSoakArgs};
+use crate::args::{BenchAllocArgs, BenchEpochArgs, BenchIdleArgs, BenchIngestArgs, BenchSoakArgs};
 use crate::load_all;
 
 pub fn alloc(args: BenchAllocArgs) -> anyhow::Result<()> {
@@ -401,6 +401,55 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
             "rss_spread_after_warm_up_pct": 100.0 * (max as f64 - min as f64) / min as f64,
             "rss_samples": samples.iter().map(|(t, b)| serde_json::json!([t.round(), b])).collect::<Vec<_>>(),
             "note": "RSS of this process: the scheduler and the load generator's client"
+        }))
+    })?;
+    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    Ok(())
+}
+
+/// CPU seconds this process has used (Linux).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_s > 0).then(|| ticks as f64 / per_s as f64)
+}
+
+/// The scheduler (5 s epochs) holding `jobs` jobs of one report each: its CPU while nothing
+/// happens, and its memory.
+pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.jobs > 0 && args.measure_s > 0, "--jobs and --measure-s must be positive");
+    let report = actix::System::new().block_on(async move {
+        let rss_start = resident_bytes();
+        let (handle, stop) = start_in_process(&args.nats, "benchidle", 5000).await?;
+        let messages = encoded_reports(args.jobs as u64, args.jobs as u64, "benchidle")?;
+        publish_from_another_thread(args.nats.clone(), messages).join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        while handle.observed_points().await < args.jobs as u64 {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "the reports did not all land");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(args.settle_s)).await;
+        let cpu_before = cpu_seconds();
+        tokio::time::sleep(Duration::from_secs(args.measure_s)).await;
+        let cpu_after = cpu_seconds();
+        let rss = resident_bytes();
+        let epochs = handle.epochs().await;
+        let _ = stop.send(());
+        let idle_cpu_pct = match (cpu_before, cpu_after) {
+            (Some(a), Some(b)) => Some(100.0 * (b - a) / args.measure_s as f64),
+            _ => None,
+        };
+        Ok::<_, anyhow::Error>(serde_json::json!({
+            "jobs": args.jobs,
+            "idle_cpu_pct_of_one_core": idle_cpu_pct,
+            "rss_bytes": rss,
+            "rss_bytes_per_job": match (rss_start, rss) { (Some(a), Some(b)) => Some(b.saturating_sub(a) / args.jobs as u64), _ => None },
+            "last_epoch_ms": epochs.last().map(|e| e.total_ms),
+            "note": "this process runs the scheduler (state.mode auto: JetStream when the server has it) and, before the measurement, the load's client"
         }))
     })?;
     println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
