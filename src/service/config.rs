@@ -118,8 +118,9 @@ pub struct RawScheduler {
     pub horizon_s: f64,
     pub policy: PolicyKind,
     pub worker_timeout_ms: u64,
-    /// A loss report from an unknown job registers it with a default spec.
-    pub register_on_report: bool,
+    /// Whether a loss report from an unknown job registers it with a default spec. `None`: on, unless the scheduler connects with credentials (a secured deployment, where
+    /// a job must say hello with its own credentials first).
+    pub register_on_report: Option<bool>,
     pub job_mailbox: usize,
     pub max_jobs: usize,
     pub max_payload_bytes: usize,
@@ -167,7 +168,7 @@ impl Default for RawScheduler {
             horizon_s: 60.0,
             policy: PolicyKind::Slaq,
             worker_timeout_ms: 15_000,
-            register_on_report: true,
+            register_on_report: None,
             job_mailbox: 1_024,
             max_jobs: 200_000,
             max_payload_bytes: 64 * 1024,
@@ -318,6 +319,13 @@ impl RawConfig {
 
     fn validate(self, over_auth: &NatsAuth) -> Result<ServeConfig, ConfigError> {
         let over_auth = over_auth.clone();
+        let auth = self.nats.auth(&over_auth);
+        let over_auth_secured = auth.user.is_some()
+            || auth.token.is_some()
+            || auth.nkey_seed_file.is_some()
+            || auth.credentials_file.is_some()
+            || auth.tls_cert_file.is_some()
+            || self.nats.urls.iter().any(|u| u.contains('@'));
         let invalid = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         let s = &self.scheduler;
         if self.nats.urls.is_empty() {
@@ -376,7 +384,7 @@ impl RawConfig {
             horizon_s: s.horizon_s,
             policy: s.policy,
             worker_timeout: Duration::from_millis(s.worker_timeout_ms),
-            register_on_report: s.register_on_report,
+            register_on_report: s.register_on_report.unwrap_or(!over_auth_secured),
             job_mailbox: s.job_mailbox,
             max_jobs: s.max_jobs,
             max_payload_bytes: s.max_payload_bytes,
@@ -442,6 +450,20 @@ mod tests {
         assert_eq!(c.nats_auth.password.as_deref(), Some("from-flag"));
         assert_eq!(c.nats_auth.tls_ca_file, Some("/etc/ca.pem".into()));
         assert_eq!(c.nats_auth.token, None);
+    }
+
+    #[test]
+    fn reports_register_jobs_unless_the_deployment_is_secured() {
+        let open = RawConfig::default().resolve(&BTreeMap::new(), &Overrides::default()).unwrap();
+        assert!(open.register_on_report);
+        let flags = Overrides {
+            nats_auth: NatsAuth { user: Some("scheduler".into()), ..NatsAuth::default() },
+            ..Overrides::default()
+        };
+        assert!(!RawConfig::default().resolve(&BTreeMap::new(), &flags).unwrap().register_on_report);
+        let mut raw = RawConfig::default();
+        raw.scheduler.register_on_report = Some(true);
+        assert!(raw.resolve(&BTreeMap::new(), &flags).unwrap().register_on_report, "an explicit setting wins");
     }
 
     #[test]

@@ -104,3 +104,37 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
     let result = tokio::time::timeout(Duration::from_secs(5), agent).await.expect("the agent stops").unwrap();
     assert!(result.is_ok(), "{result:?}");
 }
+
+/// Regression: a scheduler restarted without state never assigned again the workers that had
+/// said hello once (their heartbeats were counted as unknown). Now it asks them to say hello
+/// again, and the agent does.
+#[tokio::test]
+async fn an_agent_says_hello_again_to_a_scheduler_that_forgot_it() {
+    let nats = NatsServer::start();
+    let settings = fast_settings("\n[state]\nmode = \"none\"\n");
+    let first = InProcessScheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let config = AgentConfig {
+        beat_every: Duration::from_millis(100),
+        ..AgentConfig::new(s.clone(), WorkerSpec { worker: "w-re".into(), machine: None, slots: 1, kind: None })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(agent::run(client(&nats.url).await, config, async move {
+        let _ = stop_rx.await;
+    }));
+    let c = client(&nats.url).await;
+    crate::harness::eventually(&c, &s, Duration::from_secs(10), "the worker registered", |st| {
+        st.workers.iter().any(|w| w.worker == "w-re")
+    })
+    .await;
+    // The scheduler goes away and a new one, with no saved state, takes over.
+    drop(first);
+    let second = InProcessScheduler::start(&nats.url, &settings);
+    crate::harness::eventually(&c, &s, Duration::from_secs(10), "the worker is known again", |st| {
+        st.workers.iter().any(|w| w.worker == "w-re")
+    })
+    .await;
+    assert_eq!(second.handle.metrics.accepted_counts().get("worker_hello"), Some(&1), "one new hello");
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), agent).await;
+}
