@@ -118,7 +118,8 @@ async fn the_python_client_package_passes_its_tests_against_the_scheduler() {
         eprintln!("SKIPPED: no Python interpreter on this machine");
         return;
     };
-    let nats = NatsServer::start();
+    // JetStream on, so the package's durable reports have the scheduler's stream to go to.
+    let nats = NatsServer::start_jetstream();
     let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
     let c = client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
@@ -133,10 +134,16 @@ async fn the_python_client_package_passes_its_tests_against_the_scheduler() {
     assert!(out.status.success(), "the client package's tests failed:\n{log}");
     assert!(!log.contains("skipped"), "no test may be skipped here:\n{log}");
     let st = eventually(&c, &s, Duration::from_secs(20), "both jobs' reports and byes land", |st| {
-        st.accepted.get("loss") == Some(&41) && st.accepted.get("job_bye") == Some(&3)
+        // 20 + 20 + 1 reports, and the durable job's 10 (its re-send is dropped by the stream).
+        st.accepted.get("loss") == Some(&51) && st.accepted.get("job_bye") == Some(&4)
     })
     .await;
     assert_eq!(st.rejected.get("invalid_spec"), Some(&1), "the refused hello: {:?}", st.rejected);
+    assert!(
+        !st.rejected.contains_key("duplicate"),
+        "the stream, not the scheduler, drops the re-send: {:?}",
+        st.rejected
+    );
     worker.abort();
 }
 

@@ -48,6 +48,12 @@ class Live(unittest.TestCase):
             self.assertEqual(bytes(getattr(job._job._nc, "_inbox_prefix", b"")), b"_INBOX_py_opts")
             job.report(1, 1.0, iter_seconds=0.1, workers=1)
 
+    def test_reports_through_jetstream_are_acknowledged_and_deduplicated(self):
+        with slaq.Job("py-durable", nats=URL, jetstream=True) as job:
+            for k, loss in fake_training(10):
+                job.report(k, loss, iter_seconds=0.05, workers=1)
+            job.report(10, 0.1, iter_seconds=0.05, workers=1)  # a re-send: the stream drops it
+
     def test_a_refused_hello_raises(self):
         with self.assertRaises(slaq.SlaqError) as refused:
             slaq.Job("py-bad", nats=URL, min_workers=3, max_workers=1)

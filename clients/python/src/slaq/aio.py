@@ -17,8 +17,15 @@ class AsyncJob:
     Use it as ``async with`` to say bye (``finished``, or ``failed`` on an exception) and close.
     """
 
-    def __init__(self, job: str, *, prefix: str = "slaq", encoding: str = "msgpack", **spec):
+    def __init__(self, job: str, *, prefix: str = "slaq", encoding: str = "msgpack", jetstream: bool = False,
+                 **spec):
+        """``jetstream=True``: reports go through JetStream and ``report`` returns once the
+        scheduler's stream has stored them (de-duplicated by ``<job>:<iter>``), so a report
+        survives a scheduler restart. Needs a server with JetStream and ``slaq serve`` with
+        ``[state] mode`` auto or jetstream (which creates the stream)."""
         self.job = job
+        self.jetstream = jetstream
+        self._js = None
         self.subjects = Subjects(prefix, job)
         self.codec = Codec(encoding)
         self.spec = job_spec(job, **spec)
@@ -53,6 +60,8 @@ class AsyncJob:
             self._owns_connection = True
         else:
             self._nc = connection
+        if self.jetstream:
+            self._js = self._nc.jetstream()
         try:
             await self._nc.subscribe(self.subjects.alloc, cb=self._on_alloc)
             await self.hello(timeout=hello_timeout)
@@ -78,7 +87,13 @@ class AsyncJob:
                      batch_size: Optional[int] = None):
         """Reports one finished iteration (1-based, increasing)."""
         message = loss_report(self.job, iteration, loss, iter_seconds, workers, batch_size, time.time())
-        await self._nc.publish(self.subjects.loss, self.codec.encode(message), headers=self.codec.headers)
+        payload = self.codec.encode(message)
+        if self._js is not None:
+            headers = dict(self.codec.headers or {})
+            headers["Nats-Msg-Id"] = f"{self.job}:{message['iter']}"
+            await self._js.publish(self.subjects.loss, payload, headers=headers)
+        else:
+            await self._nc.publish(self.subjects.loss, payload, headers=self.codec.headers)
 
     async def bye(self, reason: str = "finished"):
         if reason not in END_REASONS:
