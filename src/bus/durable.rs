@@ -7,7 +7,7 @@
 //!   consumer, so after a restart it first replays what it missed.
 //! - Key-value bucket `<prefix>_state`: `job.<id>` (the `JobSpec`), `pred.<id>` (the job's
 //!   predictor, saved every few seconds), `plan.<id>` (its service and fairness-floor ledger,
-//!   saved every epoch), `worker.<id>` (the `WorkerSpec`) and `assign.<id>` (the job a worker
+//!   saved about every 30 s when it changed), `worker.<id>` (the `WorkerSpec`) and `assign.<id>` (the job a worker
 //!   serves; empty: idle). Values are MessagePack.
 //!
 //! Writes are fire-and-forget on spawned tasks (an actor never waits on JetStream); failures
@@ -326,7 +326,7 @@ impl Durable {
         self.put_bytes(format!("pred.{job}"), predictor);
     }
 
-    /// A job's attained service and floor ledger (every epoch).
+    /// A job's attained service and floor ledger (the allocator spreads these over epochs).
     pub fn save_plan(&self, job: &str, attained_service: f64, ledger: &crate::schedule::FloorLedger) {
         self.put(format!("plan.{job}"), &(attained_service, ledger));
     }

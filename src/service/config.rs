@@ -318,9 +318,9 @@ impl RawConfig {
     }
 
     fn validate(self, over_auth: &NatsAuth) -> Result<ServeConfig, ConfigError> {
-        let over_auth = over_auth.clone();
-        let auth = self.nats.auth(&over_auth);
-        let over_auth_secured = auth.user.is_some()
+        let auth = self.nats.auth(over_auth);
+        // Credentials of its own mean a secured deployment (see `register_on_report`).
+        let secured = auth.user.is_some()
             || auth.token.is_some()
             || auth.nkey_seed_file.is_some()
             || auth.credentials_file.is_some()
@@ -375,7 +375,7 @@ impl RawConfig {
                 ..Default::default()
             },
             snapshot_interval: Duration::from_millis(self.state.snapshot_ms),
-            nats_auth: self.nats.auth(&over_auth),
+            nats_auth: auth,
             nats_urls: self.nats.urls,
             subjects,
             client_name: self.nats.name,
@@ -384,7 +384,7 @@ impl RawConfig {
             horizon_s: s.horizon_s,
             policy: s.policy,
             worker_timeout: Duration::from_millis(s.worker_timeout_ms),
-            register_on_report: s.register_on_report.unwrap_or(!over_auth_secured),
+            register_on_report: s.register_on_report.unwrap_or(!secured),
             job_mailbox: s.job_mailbox,
             max_jobs: s.max_jobs,
             max_payload_bytes: s.max_payload_bytes,

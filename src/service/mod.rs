@@ -328,9 +328,8 @@ impl Ingest {
         let reply = message.reply.as_ref().map(|r| r.as_str());
         let subject = message.subject.as_str();
         match self.dispatch(subject, &message.payload, encoding, reply).await {
-            // A report is counted by its job's actor, which knows whether it is new.
-            Ok("loss") => {}
-            Ok(kind) => self.metrics.accepted(kind).inc(),
+            Ok(Some(kind)) => self.metrics.accepted(kind).inc(),
+            Ok(None) => {}
             Err(error) => {
                 let cause = error.cause();
                 self.metrics.rejected(cause).inc();
@@ -353,20 +352,21 @@ impl Ingest {
         }
     }
 
-    /// Handles one message; returns the kind counted as accepted.
+    /// Handles one message; returns the kind to count as accepted here (`None`: counted elsewhere).
     async fn dispatch(
         &mut self,
         subject: &str,
         payload: &Bytes,
         encoding: Encoding,
         reply: Option<&str>,
-    ) -> Result<&'static str, ProtocolError> {
+    ) -> Result<Option<&'static str>, ProtocolError> {
         let limits = InboundLimits {
             max_payload_bytes: self.config.max_payload_bytes,
             max_min_workers: self.config.max_min_workers,
         };
         let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &limits)?;
-        let kind = message.kind();
+        // A report is counted by its job's actor, which knows whether it is new.
+        let kind = (!matches!(message, Inbound::JobLoss { .. })).then(|| message.kind());
         match message {
             Inbound::JobLoss { job: id, point } => {
                 if !self.jobs.contains_key(id) {

@@ -1,25 +1,13 @@
 //! The reference worker agent (`slaq::agent`, what `slaq worker` runs), in process against the
 //! scheduler's `service::run`, both over a real nats-server.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use slaq::agent::{self, AgentConfig};
 use slaq::bus;
-use slaq::protocol::{Ack, Encoding, JobSpec, LossReport, Subjects, WorkerAssignment, WorkerSpec};
+use slaq::protocol::{Ack, Encoding, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
 
-use crate::harness::{InProcessScheduler, NatsServer, client, fast_settings, temp_dir};
-
-async fn wait_for_file(path: &std::path::Path, what: &str, check: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if check(&text) {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{what}: never happened; the file has {text:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::harness::{InProcessScheduler, NatsServer, client, fast_settings, loss_report, temp_dir, wait_for_file};
 
 #[tokio::test]
 async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
@@ -45,16 +33,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         .unwrap();
     assert!(ack.ok);
     for iter in 1..=5u64 {
-        let r = LossReport {
-            job: "j1".into(),
-            iter,
-            loss: 1.0 / iter as f64,
-            iter_seconds: 0.1,
-            workers: 1,
-            batch_size: None,
-            sent_at: None,
-        };
-        bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &r).await.unwrap();
+        bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &loss_report("j1", iter)).await.unwrap();
     }
     let text = wait_for_file(&out, "the agent runs the command for j1", |t| t.contains("j1 w1 ")).await;
     // The in-process scheduler's own counters: one hello, from the agent.

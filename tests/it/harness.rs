@@ -259,3 +259,29 @@ impl Drop for InProcessScheduler {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
+
+/// A loss report of a job whose loss falls as 1/iter, on one worker at 0.1 s an iteration.
+pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
+    slaq::protocol::LossReport {
+        job: job.into(),
+        iter,
+        loss: 1.0 / iter as f64,
+        iter_seconds: 0.1,
+        workers: 1,
+        batch_size: None,
+        sent_at: None,
+    }
+}
+
+/// Polls a file until `check` holds on its text (or panics with the text after 20 s).
+pub async fn wait_for_file(path: &Path, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if check(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{what}: never happened; the file has {text:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

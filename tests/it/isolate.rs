@@ -5,21 +5,12 @@ use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
 use slaq::bus;
-use slaq::protocol::{Ack, Encoding, JobSpec, LossReport, StatusRequest, StatusSnapshot, Subjects};
+use slaq::protocol::{Ack, Encoding, JobSpec, StatusRequest, StatusSnapshot, Subjects};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, temp_dir, wait_status};
+use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir, wait_status};
 
 fn report(job: &str, iter: u64) -> bytes::Bytes {
-    let r = LossReport {
-        job: job.into(),
-        iter,
-        loss: 1.0 / iter as f64,
-        iter_seconds: 0.1,
-        workers: 1,
-        batch_size: None,
-        sent_at: None,
-    };
-    slaq::protocol::encode(Encoding::MsgPack, &r).unwrap().into()
+    slaq::protocol::encode(Encoding::MsgPack, &loss_report(job, iter)).unwrap().into()
 }
 
 #[tokio::test]

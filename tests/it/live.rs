@@ -290,15 +290,10 @@ async fn the_reference_worker_agent_follows_its_assignment_and_runs_the_command(
     for k in 1..=10 {
         report(&c, "train", k, 1.0 / k as f64, 1).await;
     }
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if text.lines().any(|l| l == "train agent-1") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the --exec command never ran with the job: {text:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::harness::wait_for_file(&out, "the --exec command runs with the job", |text| {
+        text.lines().any(|l| l == "train agent-1")
+    })
+    .await;
     // Heartbeats keep it alive past the worker timeout (1.5 s here).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let st = wait_status(&c, &s).await;

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use slaq::bus;
-use slaq::protocol::{Encoding, JobSpec, LossReport, Subjects};
+use slaq::protocol::{Encoding, JobSpec, Subjects};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, free_port};
+use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, free_port, loss_report};
 
 /// GET `url`: the status code and the body (a 503 is an answer, not an error).
 fn get(url: &str) -> Result<(u16, String), ureq::Error> {
@@ -94,16 +94,7 @@ async fn metrics_health_and_readiness_over_http() {
     let _: slaq::protocol::Ack =
         bus::request(&c, s.worker_hello("w1"), Encoding::MsgPack, &w, Duration::from_secs(5)).await.unwrap();
     for iter in 1..=30u64 {
-        let r = LossReport {
-            job: "j1".into(),
-            iter,
-            loss: 1.0 / iter as f64,
-            iter_seconds: 0.1,
-            workers: 1,
-            batch_size: None,
-            sent_at: None,
-        };
-        bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &r).await.unwrap();
+        bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &loss_report("j1", iter)).await.unwrap();
     }
     c.publish(s.job_loss("j1"), "not msgpack".into()).await.unwrap();
     c.flush().await.unwrap();

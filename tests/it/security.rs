@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use slaq::bus::{self, NatsAuth};
-use slaq::protocol::{Ack, Encoding, JobSpec, LossReport, Subjects, WorkerAssignment, WorkerSpec};
+use slaq::protocol::{Ack, Encoding, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
 
-use crate::harness::{NatsServer, Scheduler, eventually, fast_settings};
+use crate::harness::{NatsServer, Scheduler, eventually, fast_settings, loss_report};
 
 const CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf");
 
@@ -24,18 +24,6 @@ fn user(name: &str) -> NatsAuth {
 
 async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Arc<bus::BusCounters>) {
     bus::connect_with(&[url.to_string()], name, 1024, &user(name)).await.expect("connect")
-}
-
-fn report(job: &str, iter: u64) -> LossReport {
-    LossReport {
-        job: job.into(),
-        iter,
-        loss: 1.0 / iter as f64,
-        iter_seconds: 0.1,
-        workers: 1,
-        batch_size: None,
-        sent_at: None,
-    }
 }
 
 async fn hello_worker(c: &async_nats::Client, s: &Subjects, id: &str) {
@@ -82,11 +70,11 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
         bus::request(&job_a, s.job_hello("job-a"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok, "{ack:?}");
     for iter in 1..=10 {
-        bus::publish(&job_a, s.job_loss("job-a"), Encoding::MsgPack, &report("job-a", iter)).await.unwrap();
+        bus::publish(&job_a, s.job_loss("job-a"), Encoding::MsgPack, &loss_report("job-a", iter)).await.unwrap();
     }
     // What job-a may not do: report for job-b, say bye for job-b, assign a worker.
     for iter in 1..=5 {
-        bus::publish(&job_a, s.job_loss("job-b"), Encoding::MsgPack, &report("job-b", iter)).await.unwrap();
+        bus::publish(&job_a, s.job_loss("job-b"), Encoding::MsgPack, &loss_report("job-b", iter)).await.unwrap();
     }
     let forged = WorkerAssignment {
         worker: "w1".into(),
