@@ -6,6 +6,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use slaq::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use slaq::policy::{JobBid, PolicyKind, Problem};
 use slaq::quality::{GainCurve, JobPredictor, PredictorConfig};
 use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
@@ -31,6 +32,21 @@ fn allocation(c: &mut Criterion) {
                 .collect();
             black_box(PolicyKind::Slaq.allocate(&Problem { num_workers: 16_000, jobs: &bids }))
         })
+    });
+    // As the live allocator decides: on the tables the job actors made at refit.
+    let tabled: Vec<JobBid<Tabled<GainCurve>>> = predictors
+        .iter()
+        .enumerate()
+        .map(|(j, p)| {
+            let current = (j % 8) as u32;
+            JobBid::new(p.gain_curve(60.0, current).map(|g| Tabled::new(g, u32::MAX, DEFAULT_TABLE_LEN)))
+        })
+        .collect();
+    c.bench_function("allocate slaq 4000 jobs 16000 workers (on gain tables)", |b| {
+        b.iter(|| black_box(PolicyKind::Slaq.allocate(&Problem { num_workers: 16_000, jobs: &tabled })))
+    });
+    c.bench_function("allocate slaq by heap 4000 jobs 16000 workers (on gain tables)", |b| {
+        b.iter(|| black_box(slaq::policy::slaq::allocate_by_heap(&Problem { num_workers: 16_000, jobs: &tabled })))
     });
     let none: Vec<JobBid<GainCurve>> = (0..4000).map(|_| JobBid::new(None)).collect();
     c.bench_function("allocate fair 4000 jobs 16000 workers", |b| {

@@ -15,7 +15,7 @@ use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
 use super::registry::WorkerRegistry;
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
-use crate::policy::{JobBid, PolicyKind, placement};
+use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
     EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec,
     WorkerStatus,
@@ -148,7 +148,7 @@ impl AllocatorActor {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
                         attained_service: entry.attained_service,
-                        gain: b.gain,
+                        gain: b.gain.as_ref().map(ByRef),
                     },
                     None => JobBid {
                         min_workers: have,
@@ -273,7 +273,7 @@ impl AllocatorActor {
             }
             let workers = entry.workers.len() as u32;
             entry.pending = entry.bid.as_ref().and_then(|b| {
-                let (gain, loss) = (b.gain?, b.last_loss?);
+                let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
                 // A prior (no points yet) predicts nothing checkable.
                 (b.points >= 2).then(|| PendingGain {
                     loss_at_start: loss,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::bus::durable::Durable;
+use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule;
@@ -113,10 +114,12 @@ impl JobActor {
     /// refit; the debounce keeps that at most once per refit interval).
     fn bid(&mut self) -> Bid {
         let gain = schedule::make_bid(&mut self.predictor, self.horizon_s, self.epoch_s, self.workers);
+        let max_workers = self.spec.max_workers.unwrap_or(u32::MAX);
         Bid {
             min_workers: self.spec.min_workers,
-            max_workers: self.spec.max_workers.unwrap_or(u32::MAX),
-            gain,
+            max_workers,
+            // Tabulated here, at refit, so the allocator's decision reads numbers.
+            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
             last_iter: self.predictor.last_iter(),
             last_loss: self.predictor.last_loss(),
             predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
@@ -222,7 +225,8 @@ impl Handler<WorkersChanged> for JobActor {
 pub struct Bid {
     pub min_workers: u32,
     pub max_workers: u32,
-    pub gain: Option<GainCurve>,
+    /// The gain curve, tabulated for the first workers ([`Tabled`]).
+    pub gain: Option<Tabled<GainCurve>>,
     pub last_iter: Option<u64>,
     pub last_loss: Option<f64>,
     /// Predicted gain over the horizon with its current workers (for `status`).

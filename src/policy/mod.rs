@@ -8,6 +8,7 @@
 pub mod fair;
 pub mod placement;
 pub mod slaq;
+pub mod table;
 
 use crate::quality::GainCurve;
 
@@ -17,6 +18,12 @@ pub type JobOrd = usize;
 /// A job's predicted gain as a function of its worker count, `g(0) = 0`.
 pub trait GainFn {
     fn gain(&self, workers: u32) -> f64;
+
+    /// `g(0), g(1), …` precomputed, if it keeps a table ([`table::Tabled`]): equal to `gain`
+    /// wherever both answer. Allocations read it in a tight loop.
+    fn table(&self) -> &[f64] {
+        &[]
+    }
 }
 
 impl GainFn for GainCurve {
@@ -38,6 +45,10 @@ pub struct ByRef<'a, G>(pub &'a G);
 impl<G: GainFn> GainFn for ByRef<'_, G> {
     fn gain(&self, workers: u32) -> f64 {
         self.0.gain(workers)
+    }
+
+    fn table(&self) -> &[f64] {
+        self.0.table()
     }
 }
 

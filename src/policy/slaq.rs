@@ -13,6 +13,11 @@
 //!    not fall with one more worker, so the policy is work-conserving without slowing anyone
 //!    down. Workers that would slow every job stay idle.
 //!
+//! Step 3 runs as a threshold search over the marginal gains ([`allocate`]), linear in the
+//! workers handed out; [`allocate_by_heap`] runs it as the heap and is its definition (a
+//! property test holds them equal, ties included). Gains are best given as
+//! [`super::table::Tabled`] curves, so the search reads numbers.
+//!
 //! When every `g` is concave (diminishing returns, as with a decaying loss curve and a
 //! sublinear speed-up) the greedy phase maximises `Σ g_j(w_j)` subject to the capacity and the
 //! bounds: this is the classic result for separable concave resource allocation. When a `g` is
@@ -22,7 +27,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use super::{Allocation, GainFn, JobOrd, Problem, by_least_service, grant_minima};
+use super::{Allocation, GainFn, JobBid, JobOrd, Problem, by_least_service, grant_minima};
 
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
@@ -50,8 +55,25 @@ impl Ord for Candidate {
     }
 }
 
-/// The SLAQ allocation; see the module documentation.
+/// The SLAQ allocation; see the module documentation. The greedy phase runs as a threshold
+/// search ([`greedy_by_threshold`]); [`allocate_by_heap`] is the same policy one heap pop per
+/// worker, the definition this one is tested against.
 pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
+    allocate_with(problem, greedy_by_threshold)
+}
+
+/// The SLAQ allocation with the greedy phase as a max-heap popped once per worker: the
+/// reference [`allocate`] must equal exactly (`tests/it/policy_props.rs`), and a benchmark
+/// baseline (`slaq bench alloc`).
+pub fn allocate_by_heap<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
+    allocate_with(problem, greedy_by_heap)
+}
+
+/// A greedy phase: hands out at most `left` workers on top of `workers` and returns how many
+/// are still free.
+type Greedy<G> = fn(&[JobBid<G>], &mut [u32], u32) -> u32;
+
+fn allocate_with<G: GainFn>(problem: &Problem<'_, G>, greedy: Greedy<G>) -> Allocation {
     let jobs = problem.jobs;
     let (mut workers, mut left) = grant_minima(problem);
     if jobs.is_empty() {
@@ -67,40 +89,7 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
         }
     }
 
-    let mut heap = BinaryHeap::with_capacity(jobs.len());
-    let push = |heap: &mut BinaryHeap<Candidate>, ord: JobOrd, w: u32, gain_now: f64| {
-        if let Some(g) = jobs[ord].gain.as_ref().filter(|_| w < jobs[ord].max_workers) {
-            let marginal = g.gain(w + 1) - gain_now;
-            if marginal.is_finite() {
-                heap.push(Candidate { marginal, ord, gain_now });
-            }
-        }
-    };
-    for (ord, job) in jobs.iter().enumerate() {
-        if let Some(g) = &job.gain {
-            push(&mut heap, ord, workers[ord], g.gain(workers[ord]));
-        }
-    }
-    // The job on top gets a worker and its next marginal gain replaces it in place (one
-    // sift-down instead of a pop and a push: this loop runs once per worker).
-    while left > 0 {
-        let Some(mut top) = heap.peek_mut() else { break };
-        if top.marginal <= 0.0 {
-            break;
-        }
-        let ord = top.ord;
-        workers[ord] += 1;
-        left -= 1;
-        let w = workers[ord];
-        let gain_now = top.gain_now + top.marginal;
-        let next = jobs[ord].gain.as_ref().filter(|_| w < jobs[ord].max_workers).map(|g| g.gain(w + 1) - gain_now);
-        match next {
-            Some(marginal) if marginal.is_finite() => *top = Candidate { marginal, ord, gain_now },
-            _ => {
-                std::collections::binary_heap::PeekMut::pop(top);
-            }
-        }
-    }
+    left = greedy(jobs, &mut workers, left);
 
     // Leftovers: first one each to jobs that have none (least served first), then round-robin
     // (fewest workers first) to jobs that one more worker does not slow down.
@@ -132,10 +121,224 @@ pub fn allocate<G: GainFn>(problem: &Problem<'_, G>) -> Allocation {
     Allocation { workers }
 }
 
+/// The greedy phase as a heap: pop the largest marginal gain, give that job a worker, push its
+/// next marginal gain. The job on top gets a worker and its next marginal gain replaces it in
+/// place (one sift-down instead of a pop and a push: this loop runs once per worker).
+fn greedy_by_heap<G: GainFn>(jobs: &[JobBid<G>], workers: &mut [u32], mut left: u32) -> u32 {
+    let mut heap = BinaryHeap::with_capacity(jobs.len());
+    for (ord, job) in jobs.iter().enumerate() {
+        if let Some(g) = job.gain.as_ref().filter(|_| workers[ord] < job.max_workers) {
+            let gain_now = g.gain(workers[ord]);
+            let marginal = g.gain(workers[ord] + 1) - gain_now;
+            if marginal.is_finite() {
+                heap.push(Candidate { marginal, ord, gain_now });
+            }
+        }
+    }
+    while left > 0 {
+        let Some(mut top) = heap.peek_mut() else { break };
+        if top.marginal <= 0.0 {
+            break;
+        }
+        let ord = top.ord;
+        workers[ord] += 1;
+        left -= 1;
+        let w = workers[ord];
+        let gain_now = top.gain_now + top.marginal;
+        let next = jobs[ord].gain.as_ref().filter(|_| w < jobs[ord].max_workers).map(|g| g.gain(w + 1) - gain_now);
+        match next {
+            Some(marginal) if marginal.is_finite() => *top = Candidate { marginal, ord, gain_now },
+            _ => {
+                std::collections::binary_heap::PeekMut::pop(top);
+            }
+        }
+    }
+    left
+}
+
+/// One job's walk along its marginal gains in the threshold search.
+struct Run {
+    ord: JobOrd,
+    /// Workers it has if every marginal generated so far is taken.
+    w: u32,
+    /// The gain at `w`, accumulated exactly as the heap accumulates it (`gain + marginal`), so
+    /// the marginals are bit-for-bit the heap's.
+    acc: f64,
+    /// The smallest marginal generated so far (the key of the last entry).
+    key: f64,
+    /// Whether more entries may follow (not at its maximum, no non-finite or non-positive key).
+    open: bool,
+}
+
+impl Run {
+    /// Generates up to `count` more entries `(key bits, run)` into `out`; closes the run when
+    /// no more can follow.
+    fn extend<G: GainFn>(&mut self, job: &JobBid<G>, index: u32, count: usize, out: &mut Vec<(u64, u32)>) {
+        let Some(g) = job.gain.as_ref() else {
+            self.open = false;
+            return;
+        };
+        let end = self.w.saturating_add(count.min(u32::MAX as usize) as u32).min(job.max_workers);
+        // From the table while it lasts (a tight loop), then from the curve.
+        let table = g.table();
+        let (mut w, mut acc, mut key) = (self.w, self.acc, self.key);
+        let mut open = true;
+        while w < end {
+            let next = match table.get(w as usize + 1) {
+                Some(&v) => v,
+                None => g.gain(w + 1),
+            };
+            let marginal = next - acc;
+            let k = key.min(marginal);
+            // The heap drops a job at a non-finite marginal and stops at a non-positive one;
+            // later keys of this job are no larger, so nothing after it is ever taken.
+            if !marginal.is_finite() || k <= 0.0 {
+                open = false;
+                break;
+            }
+            out.push((k.to_bits(), index));
+            acc += marginal;
+            key = k;
+            w += 1;
+        }
+        self.open = open && w < job.max_workers;
+        (self.w, self.acc, self.key) = (w, acc, key);
+    }
+}
+
+/// The greedy phase as a threshold search, without a heap pop per worker.
+///
+/// Give each job's `k`-th marginal gain the key `p_k = min(m_1, …, m_k)` (its prefix minimum).
+/// The heap pops entries in decreasing key, equal keys in increasing job order and then in
+/// increasing `k`: the job on top of the heap at any time holds the largest key among the
+/// heads (a job whose head rose after a dip was already behind that dip's key). So the heap's
+/// first `left` pops are exactly the `left` largest keys in that order, positive keys only (a
+/// pop at a non-positive marginal stops it, and keys never rise). This finds the key `τ` of the
+/// last worker handed out by selection over the keys generated so far, generating more of a job's
+/// keys only while they could still be above `τ` (or tied at it and reached in job order), in
+/// chunks that double. Every job takes its keys above `τ`; the rest go to keys equal to `τ`
+/// in job order. The cost is linear in the keys generated, about `left` plus a few per job,
+/// instead of `left · log(jobs)` heap operations each evaluating a gain.
+fn greedy_by_threshold<G: GainFn>(jobs: &[JobBid<G>], workers: &mut [u32], left: u32) -> u32 {
+    if left == 0 {
+        return 0;
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        let left = threshold_in(scratch, jobs, workers, left);
+        scratch.clear();
+        left
+    })
+}
+
+/// The threshold search's buffers, kept per thread between decisions: at 100,000 jobs they
+/// are tens of megabytes, and fresh pages for them every epoch cost more than the search.
+#[derive(Default)]
+struct Scratch {
+    runs: Vec<Run>,
+    entries: Vec<(u64, u32)>,
+    grow: Vec<u32>,
+    per_run: Vec<(u32, u32)>,
+}
+
+impl Scratch {
+    fn clear(&mut self) {
+        self.runs.clear();
+        self.entries.clear();
+        self.grow.clear();
+        self.per_run.clear();
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &mut [u32], left: u32) -> u32 {
+    let Scratch { runs, entries, grow, per_run } = scratch;
+    runs.extend(jobs.iter().enumerate().filter_map(|(ord, job)| {
+        let g = job.gain.as_ref().filter(|_| workers[ord] < job.max_workers)?;
+        let w = workers[ord];
+        Some(Run { ord, w, acc: g.gain(w), key: f64::INFINITY, open: true })
+    }));
+    if runs.is_empty() {
+        return left;
+    }
+    let want = left as usize;
+    entries.reserve(want + 2 * runs.len());
+    let mut chunk = want.div_ceil(runs.len()) + 1;
+    grow.extend(0..runs.len() as u32);
+    loop {
+        for &r in grow.iter() {
+            let run = &mut runs[r as usize];
+            run.extend(&jobs[run.ord], r, chunk, entries);
+        }
+        chunk = chunk.saturating_mul(2);
+        // The threshold: the `want`-th largest key, or none when every key generated fits.
+        // (Selection reorders the entries; their order means nothing.)
+        let tau = (entries.len() > want).then(|| {
+            let (_, nth, _) = entries.select_nth_unstable_by(want - 1, |a, b| b.0.cmp(&a.0));
+            nth.0
+        });
+        grow.clear();
+        let Some(tau) = tau else {
+            // Everything generated is taken; a job may have more above zero.
+            grow.extend((0..runs.len() as u32).filter(|&r| runs[r as usize].open));
+            if grow.is_empty() {
+                for &(_, r) in entries.iter() {
+                    workers[runs[r as usize].ord] += 1;
+                }
+                return left - entries.len() as u32;
+            }
+            continue;
+        };
+        // The threshold only rises as keys are added: keys below it are out for good.
+        entries.retain(|e| e.0 >= tau);
+        // Jobs whose keys may still be above the threshold generate more.
+        grow.extend((0..runs.len() as u32).filter(|&r| {
+            let run = &runs[r as usize];
+            run.open && run.key.to_bits() > tau
+        }));
+        if !grow.is_empty() {
+            continue;
+        }
+        // Keys above `τ` per run, and keys equal to it; ties are handed out in job order.
+        per_run.clear();
+        per_run.resize(runs.len(), (0, 0));
+        let mut above = 0usize;
+        for &(key, r) in entries.iter() {
+            if key > tau {
+                per_run[r as usize].0 += 1;
+                above += 1;
+            } else if key == tau {
+                per_run[r as usize].1 += 1;
+            }
+        }
+        let mut ties = want - above;
+        let mut unfinished = None;
+        for (r, count) in per_run.iter_mut().enumerate() {
+            let take = count.1.min(ties as u32);
+            ties -= take as usize;
+            count.1 = take;
+            if ties > 0 && unfinished.is_none() && runs[r].open && runs[r].key.to_bits() == tau {
+                // Its next keys may equal `τ` too and come before later jobs' ties.
+                unfinished = Some(r as u32);
+            }
+        }
+        if let Some(r) = unfinished {
+            grow.push(r);
+            continue;
+        }
+        for (run, &(above, tied)) in runs.iter().zip(per_run.iter()) {
+            workers[run.ord] += above + tied;
+        }
+        return 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{JobBid, check_contract};
+    use crate::policy::check_contract;
 
     type Table = Vec<f64>;
 

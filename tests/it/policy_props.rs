@@ -1,6 +1,7 @@
 //! Property tests of the allocation policies.
 
 use proptest::prelude::*;
+use slaq::policy::table::Tabled;
 use slaq::policy::{Allocation, JobBid, PolicyKind, Problem, check_contract, fair};
 
 /// A concave gain table: increments that never grow.
@@ -111,6 +112,91 @@ proptest! {
             }
         }
     }
+}
+
+/// Any gain table, concave or not, with the coarse values that make equal marginals common, and
+/// now and then a non-finite value (which drops the job from the greedy).
+fn any_table(max_len: usize) -> impl Strategy<Value = Vec<f64>> {
+    let step = prop_oneof![
+        8 => (-2i32..6).prop_map(|k| f64::from(k) * 0.5),
+        1 => Just(f64::NAN),
+        1 => Just(f64::INFINITY),
+        2 => 0.0f64..3.0,
+    ];
+    prop::collection::vec(step, 1..max_len).prop_map(|steps| {
+        let mut table = vec![0.0];
+        for s in steps {
+            table.push(table.last().copied().unwrap_or(0.0) + s);
+        }
+        table
+    })
+}
+
+/// One job: minimum, room above it, attained service, gain table if it has a prediction.
+type AnyJob = (u32, u32, f64, Option<Vec<f64>>);
+
+/// Jobs with any table, no table at all (no prediction yet), or no room.
+fn any_bids() -> impl Strategy<Value = (u32, Vec<AnyJob>)> {
+    let job = (0u32..3, 0u32..40, 0.0f64..4.0, prop::option::weighted(0.9, any_table(30)));
+    (0u32..200, prop::collection::vec(job, 0..40))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The threshold search hands out exactly what the heap pops, ties and all.
+    #[test]
+    fn slaq_equals_the_heap_greedy((capacity, jobs) in any_bids()) {
+        let bids: Vec<_> = jobs
+            .iter()
+            .map(|(min, extra, service, table)| JobBid {
+                min_workers: *min,
+                max_workers: min + extra,
+                attained_service: service.floor(),
+                gain: table.clone().map(table_gain),
+            })
+            .collect();
+        let problem = Problem { num_workers: capacity, jobs: &bids };
+        prop_assert_eq!(slaq::policy::slaq::allocate(&problem), slaq::policy::slaq::allocate_by_heap(&problem));
+    }
+
+    /// The same with the gains read from tables of any length (the search reads a table in a
+    /// tight loop and the curve past it): tables change no decision.
+    #[test]
+    fn slaq_on_tables_equals_the_heap_greedy_on_curves((capacity, jobs) in any_bids(), len in 1usize..12) {
+        let curves: Vec<_> = jobs
+            .iter()
+            .map(|(min, extra, service, table)| JobBid {
+                min_workers: *min,
+                max_workers: min + extra,
+                attained_service: service.floor(),
+                gain: table.clone().map(table_gain),
+            })
+            .collect();
+        let tabled: Vec<_> = curves
+            .iter()
+            .map(|b| JobBid {
+                min_workers: b.min_workers,
+                max_workers: b.max_workers,
+                attained_service: b.attained_service,
+                gain: b.gain.clone().map(|g| Tabled::new(g, b.max_workers, len)),
+            })
+            .collect();
+        let on_tables = slaq::policy::slaq::allocate(&Problem { num_workers: capacity, jobs: &tabled });
+        let by_heap = slaq::policy::slaq::allocate_by_heap(&Problem { num_workers: capacity, jobs: &curves });
+        prop_assert_eq!(on_tables, by_heap);
+    }
+}
+
+#[test]
+fn slaq_equals_the_heap_greedy_on_unbounded_equal_gains() {
+    // Every marginal equal and no maximum: the lowest job order takes everything, and the
+    // search must not generate keys for ever.
+    let bids: Vec<JobBid<TableFn>> = (0..50).map(|_| JobBid::new(Some(f64::from as TableFn))).collect();
+    let problem = Problem { num_workers: 10_000, jobs: &bids };
+    let fast = slaq::policy::slaq::allocate(&problem);
+    assert_eq!(fast, slaq::policy::slaq::allocate_by_heap(&problem));
+    assert_eq!(fast.workers[0], 10_000);
 }
 
 #[test]
