@@ -12,7 +12,7 @@ use actix::prelude::*;
 use tracing::{debug, info};
 
 use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
-use super::registry::WorkerRegistry;
+use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
@@ -33,6 +33,9 @@ pub struct AllocatorSettings {
 }
 
 struct JobEntry {
+    /// Unique per job for the life of the process (a job that leaves and returns gets a new
+    /// one): workers name their job by it in the registry.
+    key: u64,
     addr: Addr<JobActor>,
     workers: Vec<String>,
     attained_service: f64,
@@ -76,6 +79,8 @@ pub struct AllocatorActor {
     was_disconnected: bool,
     /// When each unknown worker was last asked to say hello again (bounded; see `WorkerBeat`).
     prompted: HashMap<String, f64>,
+    /// The last job key handed out.
+    next_key: u64,
 }
 
 impl AllocatorActor {
@@ -97,6 +102,7 @@ impl AllocatorActor {
             durable,
             was_disconnected: false,
             prompted: HashMap::new(),
+            next_key: 0,
         }
     }
 
@@ -117,11 +123,11 @@ impl AllocatorActor {
                 info!("NATS is back: worker timeouts count from now");
             }
             for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
-                info!(worker = %worker, job = ?job, "worker silent too long, removed");
+                info!(worker = %worker, job = ?job.as_ref().map(|j| &j.id), "worker silent too long, removed");
                 if let Some(d) = &self.durable {
                     d.forget_worker(&worker);
                 }
-                if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j)) {
+                if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j.id)) {
                     entry.workers.retain(|w| *w != worker);
                 }
             }
@@ -135,7 +141,10 @@ impl AllocatorActor {
     /// 200,000 jobs a lookup per job per step was most of an epoch's cost.
     fn finish_epoch(&mut self, started: Instant) {
         let collected = Instant::now();
+        // The ledgers are lent to the planner and put back below (no copies).
+        let mut ledgers: Vec<FloorLedger> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.ledger)).collect();
         let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
+        let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
         // A job that has not bid yet keeps exactly the workers it has.
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let job_bids: Vec<JobBid<_>> = self
@@ -159,15 +168,16 @@ impl AllocatorActor {
                 }
             })
             .collect();
-        let worker_ids: Vec<String> = self.registry.iter().map(|(id, _)| id.clone()).collect();
-        let mut ledgers: Vec<FloorLedger> = self.jobs.values().map(|e| e.ledger.clone()).collect();
+        let num_workers = self.registry.len();
         let allocation =
-            schedule::plan(self.settings.policy, &self.settings.plan, worker_ids.len() as u32, &job_bids, &mut ledgers);
+            schedule::plan(self.settings.policy, &self.settings.plan, num_workers as u32, &job_bids, &mut ledgers);
         let policy_done = Instant::now();
 
-        let ord_of: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        // By key, not by name: a lookup by name reads two strings scattered over the heap per
+        // worker, most of an epoch at 16,000 workers.
+        let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &key)| (key, i)).collect();
         let current: Vec<Option<usize>> =
-            self.registry.iter().map(|(_, w)| w.job.as_deref().and_then(|j| ord_of.get(j).copied())).collect();
+            self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect();
         let next = placement::place(&allocation.workers, &current);
         let epoch = self.epoch + 1;
 
@@ -177,22 +187,23 @@ impl AllocatorActor {
         let mut job_changed = vec![false; num_jobs];
         let mut workers_moved = 0;
         for (((worker, entry), &before), &after) in self.registry.iter_mut().zip(&current).zip(&next) {
-            let now_job = after.map(|j| ids[j]);
-            if before == after && entry.job.as_deref() == now_job {
+            // Same job, or no job and no stale name of a job that left.
+            if before == after && (after.is_some() || entry.job.is_none()) {
                 continue;
             }
+            let now_job = after.map(|j| ids[j]);
             workers_moved += 1;
             for j in [before, after].into_iter().flatten() {
                 job_changed[j] = true;
             }
-            entry.job = now_job.map(str::to_string);
+            entry.job = after.map(|j| JobRef { key: keys[j], id: ids[j].to_string() });
             if let Some(d) = &self.durable {
                 d.save_assignment(worker, now_job);
             }
             let message = WorkerAssignment {
                 worker: worker.clone(),
                 epoch,
-                job: entry.job.clone(),
+                job: now_job.map(str::to_string),
                 role: Default::default(),
                 hello_again: false,
             };
@@ -205,6 +216,9 @@ impl AllocatorActor {
             }
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
+        // Jobs whose worker count changed, told after the assignments are out: each rebids,
+        // and that work must not delay this epoch's messages.
+        let mut resized = Vec::new();
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
@@ -220,12 +234,12 @@ impl AllocatorActor {
                 entry.saved_plan = Some(stamp);
             }
             if job_changed[j] && workers.len() != entry.workers.len() {
-                entry.addr.do_send(WorkersChanged(workers.len() as u32));
+                resized.push((entry.addr.clone(), workers.len() as u32));
             }
             if job_changed[j] && workers != entry.workers {
-                let message = JobAllocation { job: id.clone(), epoch, workers: workers.clone(), batch_size: None };
+                let message = JobAllocation { job: id.clone(), epoch, workers, batch_size: None };
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
-                entry.workers = workers;
+                entry.workers = message.workers;
             }
         }
         let gains = self.check_predictions(epoch_s);
@@ -234,7 +248,7 @@ impl AllocatorActor {
         let summary_base = EpochSummary {
             epoch,
             num_jobs,
-            num_workers: worker_ids.len(),
+            num_workers,
             workers_assigned: allocation.total(),
             workers_moved,
             jobs_without_bid,
@@ -246,6 +260,9 @@ impl AllocatorActor {
         };
         self.publisher.send_all(outgoing.into_iter().flatten().collect());
         let done = Instant::now();
+        for (addr, workers) in resized {
+            addr.do_send(WorkersChanged(workers));
+        }
         let summary =
             EpochSummary { publish_ms: ms(done - publish_started), total_ms: ms(done - started), ..summary_base };
         if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
@@ -306,7 +323,11 @@ impl AllocatorActor {
             workers: self
                 .registry
                 .iter()
-                .map(|(id, w)| WorkerStatus { worker: id.clone(), job: w.job.clone(), silent_s: now_s - w.last_seen_s })
+                .map(|(id, w)| WorkerStatus {
+                    worker: id.clone(),
+                    job: w.job.as_ref().map(|j| j.id.clone()),
+                    silent_s: now_s - w.last_seen_s,
+                })
                 .collect(),
             // The message counters live in the metrics registry (one source for both).
             accepted: self.metrics.accepted_counts(),
@@ -344,9 +365,11 @@ impl Handler<JobStarted> for AllocatorActor {
         match self.jobs.get_mut(&msg.job) {
             Some(entry) => entry.addr = msg.addr,
             None => {
+                self.next_key += 1;
                 self.jobs.insert(
                     msg.job,
                     JobEntry {
+                        key: self.next_key,
                         addr: msg.addr,
                         workers: Vec::new(),
                         attained_service: 0.0,
@@ -423,10 +446,11 @@ impl Handler<Restore> for AllocatorActor {
             }
         }
         for spec in msg.workers {
-            let job = msg.assignments.get(&spec.worker).filter(|j| self.jobs.contains_key(*j)).cloned();
-            if let Some(entry) = job.as_ref().and_then(|j| self.jobs.get_mut(j)) {
+            let job = msg.assignments.get(&spec.worker).and_then(|id| {
+                let entry = self.jobs.get_mut(id)?;
                 entry.workers.push(spec.worker.clone());
-            }
+                Some(JobRef { key: entry.key, id: id.clone() })
+            });
             self.registry.restore(spec, job, now);
         }
         for entry in self.jobs.values_mut() {

@@ -10,7 +10,15 @@ pub struct WorkerEntry {
     pub spec: WorkerSpec,
     /// Seconds (on the caller's monotonic clock) of the last hello or heartbeat.
     pub last_seen_s: f64,
-    pub job: Option<String>,
+    pub job: Option<JobRef>,
+}
+
+/// The job a worker serves: its name, and the allocator's key for it (unique per job for the
+/// life of the process), which the epoch's bookkeeping compares instead of names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRef {
+    pub key: u64,
+    pub id: String,
 }
 
 /// Workers by id, in id order (the worker order of placements).
@@ -28,7 +36,7 @@ impl WorkerRegistry {
     }
 
     /// A worker known from saved state, with the job it served.
-    pub fn restore(&mut self, spec: WorkerSpec, job: Option<String>, now_s: f64) {
+    pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
         self.workers.insert(spec.worker.clone(), WorkerEntry { spec, last_seen_s: now_s, job });
     }
 
@@ -49,7 +57,7 @@ impl WorkerRegistry {
     }
 
     /// Forgets workers silent for longer than `timeout_s`; returns them with the job each had.
-    pub fn expire(&mut self, now_s: f64, timeout_s: f64) -> Vec<(String, Option<String>)> {
+    pub fn expire(&mut self, now_s: f64, timeout_s: f64) -> Vec<(String, Option<JobRef>)> {
         let gone: Vec<String> =
             self.workers.iter().filter(|(_, w)| now_s - w.last_seen_s > timeout_s).map(|(id, _)| id.clone()).collect();
         gone.into_iter().filter_map(|id| self.workers.remove(&id).map(|w| (id, w.job))).collect()
@@ -85,12 +93,13 @@ mod tests {
         let mut r = WorkerRegistry::default();
         r.hello(spec("a"), 0.0);
         r.hello(spec("b"), 0.0);
-        r.iter_mut().for_each(|(_, w)| w.job = Some("j".into()));
+        let j = JobRef { key: 1, id: "j".into() };
+        r.iter_mut().for_each(|(_, w)| w.job = Some(j.clone()));
         assert!(r.beat("a", 9.0));
         assert!(!r.beat("zzz", 9.0));
-        assert_eq!(r.expire(12.0, 10.0), vec![("b".to_string(), Some("j".to_string()))]);
+        assert_eq!(r.expire(12.0, 10.0), vec![("b".to_string(), Some(j.clone()))]);
         assert_eq!(r.len(), 1);
         r.hello(spec("a"), 13.0);
-        assert_eq!(r.iter().next().unwrap().1.job.as_deref(), Some("j"), "a re-hello keeps the job");
+        assert_eq!(r.iter().next().unwrap().1.job, Some(j), "a re-hello keeps the job");
     }
 }
