@@ -45,14 +45,24 @@ pub enum AgentError {
 }
 
 /// Why an assignment is not followed.
-fn check_assignment(assignment: &WorkerAssignment, me: &str, last_epoch: u64) -> Result<(), &'static str> {
+/// Where an assignment stands in the order the agent follows them: by the term of the
+/// scheduler that sent it (a leader's lease, or a restart's incarnation; none counts as 0),
+/// then by epoch, which each scheduler counts from 1.
+fn order(assignment: &WorkerAssignment) -> (u64, u64) {
+    (assignment.term.unwrap_or(0), assignment.epoch)
+}
+
+fn check_assignment(assignment: &WorkerAssignment, me: &str, last: (u64, u64)) -> Result<(), &'static str> {
     if assignment.worker != me {
         return Err("addressed to another worker");
     }
     if assignment.job.as_deref().is_some_and(|j| !protocol::valid_id(j)) {
         return Err("job id is not 1-64 characters from [A-Za-z0-9_-]");
     }
-    if assignment.epoch < last_epoch {
+    if order(assignment).0 < last.0 {
+        return Err("from a scheduler deposed since (an older term)");
+    }
+    if order(assignment) < last {
         return Err("older than an assignment already followed");
     }
     Ok(())
@@ -108,7 +118,7 @@ pub async fn run(
     info!(worker = %me, "registered");
     let mut beat = tokio::time::interval(config.beat_every);
     let mut child: Option<tokio::process::Child> = None;
-    let mut last_epoch = 0;
+    let mut last = (0, 0);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -131,11 +141,11 @@ pub async fn run(
                     hello().await;
                     continue;
                 }
-                if let Err(why) = check_assignment(&assignment, &me, last_epoch) {
-                    warn!(epoch = assignment.epoch, job = ?assignment.job, why, "ignoring an assignment");
+                if let Err(why) = check_assignment(&assignment, &me, last) {
+                    warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, "ignoring an assignment");
                     continue;
                 }
-                last_epoch = assignment.epoch;
+                last = order(&assignment);
                 info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment");
                 if let Some(mut old) = child.take() {
                     let _ = old.kill().await;
@@ -175,15 +185,30 @@ mod tests {
             job: job.map(str::to_string),
             role: Default::default(),
             hello_again: false,
+            term: None,
         }
     }
 
     #[test]
     fn assignments_are_checked_before_they_are_followed() {
-        assert!(check_assignment(&assignment("w1", 3, Some("j")), "w1", 2).is_ok());
-        assert!(check_assignment(&assignment("w1", 3, None), "w1", 3).is_ok());
-        assert!(check_assignment(&assignment("w2", 3, Some("j")), "w1", 0).is_err());
-        assert!(check_assignment(&assignment("w1", 3, Some("j; rm -rf /")), "w1", 0).is_err());
-        assert!(check_assignment(&assignment("w1", 1, Some("j")), "w1", 2).is_err());
+        assert!(check_assignment(&assignment("w1", 3, Some("j")), "w1", (0, 2)).is_ok());
+        assert!(check_assignment(&assignment("w1", 3, None), "w1", (0, 3)).is_ok());
+        assert!(check_assignment(&assignment("w2", 3, Some("j")), "w1", (0, 0)).is_err());
+        assert!(check_assignment(&assignment("w1", 3, Some("j; rm -rf /")), "w1", (0, 0)).is_err());
+        assert!(check_assignment(&assignment("w1", 1, Some("j")), "w1", (0, 2)).is_err());
+    }
+
+    #[test]
+    fn a_newer_term_counts_epochs_afresh_and_an_older_one_is_ignored() {
+        let with_term = |epoch, term| WorkerAssignment { term: Some(term), ..assignment("w1", epoch, Some("j")) };
+        // A new leader (term 9) starts at epoch 1, after the old one (term 4) reached 500.
+        assert!(check_assignment(&with_term(1, 9), "w1", (4, 500)).is_ok());
+        // The deposed leader, still publishing, is not obeyed whatever its epoch.
+        assert_eq!(
+            check_assignment(&with_term(501, 4), "w1", (9, 1)),
+            Err("from a scheduler deposed since (an older term)")
+        );
+        // A scheduler without terms after one with: older.
+        assert!(check_assignment(&assignment("w1", 900, Some("j")), "w1", (9, 1)).is_err());
     }
 }

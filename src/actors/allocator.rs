@@ -30,6 +30,11 @@ pub struct AllocatorSettings {
     pub policy: PolicyKind,
     pub plan: PlanSettings,
     pub worker_timeout: Duration,
+    /// The term every assignment carries (the leader's lease, or this start's incarnation):
+    /// agents ignore a term older than one they have obeyed.
+    pub term: Option<u64>,
+    /// This replica's name when replicas share a lease (for `status`).
+    pub replica: Option<String>,
 }
 
 struct JobEntry {
@@ -206,6 +211,7 @@ impl AllocatorActor {
                 job: now_job.map(str::to_string),
                 role: Default::default(),
                 hello_again: false,
+                term: self.settings.term,
             };
             outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
         }
@@ -237,7 +243,8 @@ impl AllocatorActor {
                 resized.push((entry.addr.clone(), workers.len() as u32));
             }
             if job_changed[j] && workers != entry.workers {
-                let message = JobAllocation { job: id.clone(), epoch, workers, batch_size: None };
+                let message =
+                    JobAllocation { job: id.clone(), epoch, workers, batch_size: None, term: self.settings.term };
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
                 entry.workers = message.workers;
             }
@@ -305,6 +312,8 @@ impl AllocatorActor {
     fn snapshot(&self) -> StatusSnapshot {
         let now_s = self.now_s();
         StatusSnapshot {
+            term: self.settings.term,
+            leader: self.settings.replica.clone(),
             epoch: self.epoch,
             policy: format!("{:?}", self.settings.policy).to_lowercase(),
             jobs: self
@@ -483,11 +492,24 @@ impl Handler<WorkerBeat> for AllocatorActor {
                     job: None,
                     role: Default::default(),
                     hello_again: true,
+                    term: self.settings.term,
                 };
                 let subject = self.publisher.subjects().worker_assign(&worker);
                 self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
             }
         }
+    }
+}
+
+/// The service stops: no more epochs (a deposed leader must not publish).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopAllocator;
+
+impl Handler<StopAllocator> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, _: StopAllocator, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 

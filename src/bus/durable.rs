@@ -34,13 +34,15 @@ use crate::protocol::{self, Encoding, JobSpec, Subjects, WorkerSpec};
 pub struct DurableSettings {
     /// Loss reports kept per job (enough for the reports between two predictor saves).
     pub report_history: i64,
+    /// Copies of the stream and the bucket in a cluster.
+    pub replicas: usize,
     /// How long to wait for JetStream when setting up.
     pub timeout: Duration,
 }
 
 impl Default for DurableSettings {
     fn default() -> Self {
-        DurableSettings { report_history: 512, timeout: Duration::from_secs(5) }
+        DurableSettings { report_history: 512, replicas: 1, timeout: Duration::from_secs(5) }
     }
 }
 
@@ -137,6 +139,7 @@ impl Durable {
             subjects: vec![format!("{}.v1.job.*.loss", subjects.prefix())],
             max_messages_per_subject: settings.report_history,
             storage: stream::StorageType::File,
+            num_replicas: settings.replicas.max(1),
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
         };
@@ -161,6 +164,7 @@ impl Durable {
             subjects: vec![format!("$KV.{bucket}.>")],
             max_messages_per_subject: 1,
             storage: stream::StorageType::File,
+            num_replicas: settings.replicas.max(1),
             allow_rollup: true,
             deny_delete: true,
             allow_direct: true,
@@ -235,6 +239,8 @@ impl Durable {
                     }
                     _ => state.undecodable += 1,
                 },
+                // This scheduler's own bookkeeping (`incarnation`).
+                "meta" => {}
                 _ => state.undecodable += 1,
             }
         }
@@ -251,6 +257,18 @@ impl Durable {
             warn!(undecodable = state.undecodable, "skipped state entries that did not decode");
         }
         Ok(state)
+    }
+
+    /// Records that a scheduler starts on this state and returns the write's revision: it
+    /// grows with every start, so it orders a restarted scheduler's assignments after those of
+    /// the one before (its epochs count from 1 again). The term of a scheduler without a lease.
+    pub async fn incarnation(&self) -> Result<u64, BusError> {
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.0
+            .kv
+            .put("meta.incarnation", stamp.as_millis().to_string().into())
+            .await
+            .map_err(|e| BusError::JetStream { what: "the state bucket".into(), detail: e.to_string() })
     }
 
     /// The loss reports, oldest first: those kept in the stream, then new ones as they come.

@@ -3,6 +3,7 @@
 //! that knows async-nats besides the service and CLI shells that hold a client.
 
 pub mod durable;
+pub mod lease;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -194,6 +194,10 @@ pub struct JobAllocation {
     pub workers: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
+    /// The term of the leader that decided it (replicated schedulers, `bus::lease`): ignore an
+    /// allocation older than one already seen. Absent from a scheduler without replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
 }
 
 /// A worker joins.
@@ -254,6 +258,11 @@ pub struct WorkerAssignment {
     /// worker): the agent should say hello again. Ignored by older agents.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hello_again: bool,
+    /// The term of the leader that decided it (replicated schedulers, `bus::lease`): an agent
+    /// ignores an assignment from a term older than one it has obeyed. Absent from a scheduler
+    /// without replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
 }
 
 /// The reply to a request.
@@ -320,6 +329,12 @@ pub struct StatusSnapshot {
     /// The lists were cut (to the request's limit, or to fit NATS' payload limit).
     #[serde(default)]
     pub truncated: bool,
+    /// The term of the answering scheduler's assignments (see `WorkerAssignment::term`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// The replica that answers, the leader, when replicas share the lease (`[ha]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 /// What a status request may ask (any other payload: everything that fits).

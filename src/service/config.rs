@@ -18,7 +18,34 @@ pub struct RawConfig {
     pub scheduler: RawScheduler,
     pub http: RawHttp,
     pub state: RawState,
+    pub ha: RawHa,
     pub predictor: PredictorConfig,
+}
+
+/// `[ha]`: several `slaq serve` replicas, one allocating at a time (`bus::lease`), the others
+/// standing by to take over from the durable state. Needs JetStream.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawHa {
+    pub enabled: bool,
+    /// The leader's lease: a standby takes over at most this long after the leader stops
+    /// renewing (plus its start-up); the leader gives up after half of it without a renewal.
+    pub lease_ms: u64,
+    /// This replica's name in the lease (default: `<hostname>-<pid>`).
+    pub replica_id: String,
+}
+
+impl Default for RawHa {
+    fn default() -> Self {
+        RawHa { enabled: false, lease_ms: 4_000, replica_id: String::new() }
+    }
+}
+
+/// Leader election settings (see [`RawHa`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HaSettings {
+    pub lease: Duration,
+    pub replica: String,
 }
 
 /// `[state]`: where the scheduler keeps what must survive a restart.
@@ -32,11 +59,13 @@ pub struct RawState {
     pub report_history: i64,
     /// A job saves its predictor at most this often (when it has new points).
     pub snapshot_ms: u64,
+    /// Copies of the stream and buckets in a NATS cluster (1, or 3 to survive a node).
+    pub replicas: usize,
 }
 
 impl Default for RawState {
     fn default() -> Self {
-        RawState { mode: "auto".into(), report_history: 512, snapshot_ms: 2_000 }
+        RawState { mode: "auto".into(), report_history: 512, snapshot_ms: 2_000, replicas: 1 }
     }
 }
 
@@ -214,6 +243,11 @@ pub struct ServeConfig {
     pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
+    /// Replicas with a leader lease, if enabled.
+    pub ha: Option<HaSettings>,
+    /// The term this scheduler's assignments carry: set by the lease when replicated,
+    /// otherwise taken from the state bucket at start (`Durable::incarnation`).
+    pub term: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -249,6 +283,8 @@ pub struct Overrides {
     pub http_listen: Option<String>,
     /// Credentials and TLS from the flags (or their environment variables).
     pub nats_auth: NatsAuth,
+    /// `--replica-id`: run as a replica with a leader lease (`[ha]`), named so.
+    pub replica_id: Option<String>,
 }
 
 impl RawConfig {
@@ -314,6 +350,10 @@ impl RawConfig {
         if let Some(h) = &flags.http_listen {
             self.http.listen = h.clone();
         }
+        if let Some(id) = &flags.replica_id {
+            self.ha.enabled = true;
+            self.ha.replica_id = id.clone();
+        }
         self.validate(&flags.nats_auth)
     }
 
@@ -356,9 +396,28 @@ impl RawConfig {
             "none" => StateMode::None,
             other => return invalid(&format!("state.mode {other:?}: expected auto, jetstream or none")),
         };
-        if self.state.report_history < 1 || self.state.snapshot_ms == 0 {
-            return invalid("state.report_history and state.snapshot_ms must be positive");
+        if self.state.report_history < 1 || self.state.snapshot_ms == 0 || self.state.replicas == 0 {
+            return invalid("state.report_history, state.snapshot_ms and state.replicas must be positive");
         }
+        let ha = if self.ha.enabled {
+            if state_mode == StateMode::None {
+                return invalid("ha.enabled needs the durable state (state.mode auto or jetstream)");
+            }
+            if self.ha.lease_ms < 200 {
+                return invalid("ha.lease_ms must be at least 200");
+            }
+            let replica = match self.ha.replica_id.trim() {
+                "" => format!(
+                    "{}-{}",
+                    std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "slaq".into()),
+                    std::process::id()
+                ),
+                id => id.to_string(),
+            };
+            Some(HaSettings { lease: Duration::from_millis(self.ha.lease_ms), replica })
+        } else {
+            None
+        };
         let (Some(rate), Some(burst)) =
             (std::num::NonZeroU32::new(s.max_reports_per_s), std::num::NonZeroU32::new(s.report_burst))
         else {
@@ -372,9 +431,12 @@ impl RawConfig {
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,
+                replicas: self.state.replicas,
                 ..Default::default()
             },
             snapshot_interval: Duration::from_millis(self.state.snapshot_ms),
+            ha,
+            term: None,
             nats_auth: auth,
             nats_urls: self.nats.urls,
             subjects,

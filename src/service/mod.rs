@@ -11,6 +11,9 @@
 pub mod config;
 mod http;
 pub mod metrics;
+mod replica;
+
+pub use replica::run_replica;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,7 +27,8 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::actors::allocator::{
-    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, WorkerBeat, WorkerHello,
+    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, StopAllocator,
+    WorkerBeat, WorkerHello,
 };
 use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
@@ -118,12 +122,20 @@ pub async fn run(
         Some(d) => d.load().await?,
         None => SavedState::default(),
     };
+    let term = match (config.term, &durable) {
+        (Some(term), _) => Some(term),
+        (None, Some(d)) => Some(d.incarnation().await?),
+        (None, None) => None,
+    };
+    info!(term = ?term, "assignments carry this term");
     let publisher = Publisher::new(client.clone(), config.subjects.clone());
     let settings = AllocatorSettings {
         epoch: config.epoch,
         policy: config.policy,
         plan: config.plan,
         worker_timeout: config.worker_timeout,
+        term,
+        replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
     };
     let allocator = AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
@@ -209,6 +221,7 @@ pub async fn run(
         }
     }
     info!("slaq scheduler stopping");
+    allocator.do_send(StopAllocator);
     for addr in ingest.jobs.values().map(|r| &r.addr) {
         addr.do_send(SaveNow);
         addr.do_send(Stop);

@@ -49,6 +49,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             job: Some("x1".into()),
             role: Default::default(),
             hello_again: false,
+            term: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -56,6 +57,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             job: Some("x;id".into()),
             role: Default::default(),
             hello_again: false,
+            term: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -63,6 +65,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             job: Some("x2".into()),
             role: Default::default(),
             hello_again: false,
+            term: None,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
@@ -74,6 +77,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         job: Some("j9".into()),
         role: Default::default(),
         hello_again: false,
+        term: None,
     };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;

@@ -10,6 +10,7 @@ mod observe;
 mod policy_props;
 mod protocol_fuzz;
 mod python;
+mod replicas;
 mod security;
 mod sim;
 

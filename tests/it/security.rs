@@ -82,6 +82,7 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
         job: Some("forged".into()),
         role: Default::default(),
         hello_again: false,
+        term: None,
     };
     bus::publish(&job_a, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     job_a.flush().await.unwrap();

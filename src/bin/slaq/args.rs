@@ -59,6 +59,10 @@ pub(crate) struct ServeArgs {
     /// host:port for the HTTP listener serving /metrics (Prometheus), /healthz and /readyz.
     #[arg(long)]
     pub(crate) http_listen: Option<String>,
+    /// Run as one of several replicas under this name: the replica holding the leader's lease
+    /// schedules, the others stand by (needs JetStream; `[ha]` in the settings).
+    #[arg(long)]
+    pub(crate) replica_id: Option<String>,
     #[command(flatten)]
     pub(crate) auth: NatsAuthArgs,
 }

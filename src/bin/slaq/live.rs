@@ -48,13 +48,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         floor: args.floor,
         http_listen: args.http_listen,
         nats_auth: args.auth.to_auth(),
+        replica_id: args.replica_id,
     };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {
         let (client, counters) =
             bus::connect_with(&config.nats_urls, &config.client_name, config.subscription_capacity, &config.nats_auth)
                 .await?;
-        service::run(client, counters, config, shutdown_signal(), |_| {}).await?;
+        service::run_replica(client, counters, config, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(())

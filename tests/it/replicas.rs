@@ -1,0 +1,206 @@
+//! Replicas with a leader lease (`bus::lease`, `service::run_replica`) over a real nats-server
+//! with JetStream: the lease is exclusive and its terms grow; when the leader is killed a
+//! standby takes over, from the durable state, and the workers follow the new leader (whose
+//! epochs count from 1 again) but not the deposed one.
+
+use std::time::{Duration, Instant};
+
+use slaq::agent::{self, AgentConfig};
+use slaq::bus;
+use slaq::bus::lease::Lease;
+use slaq::protocol::{Ack, Encoding, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
+
+use crate::harness::{NatsServer, Scheduler, client, eventually, loss_report, temp_dir, wait_for_file};
+
+#[tokio::test]
+async fn the_lease_is_exclusive_and_every_term_is_larger_than_the_last() {
+    let nats = NatsServer::start_jetstream();
+    let c = client(&nats.url).await;
+    let ttl = Duration::from_millis(1000);
+    let a = Lease::open(&c, "lt", "a", ttl, 1).await.unwrap();
+    let b = Lease::open(&c, "lt", "b", ttl, 1).await.unwrap();
+
+    let held_a = a.try_acquire().await.unwrap().expect("a takes the free lease");
+    assert!(b.try_acquire().await.unwrap().is_none(), "b cannot take a held lease");
+    let held_a = a.renew(held_a).await.unwrap().expect("a renews");
+    assert_eq!(b.holder().await.unwrap().map(|h| (h.replica, h.term)), Some(("a".to_string(), held_a.term)));
+
+    // a stops renewing: b gets the lease once it expires, with a larger term, and a's next
+    // renewal finds it lost.
+    let stopped = Instant::now();
+    let held_b = loop {
+        if let Some(held) = b.try_acquire().await.unwrap() {
+            break held;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(10), "the lease never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(stopped.elapsed() >= ttl / 2, "taken after {:?}, before it could expire", stopped.elapsed());
+    assert!(held_b.term > held_a.term);
+    assert!(a.renew(held_a).await.unwrap().is_none(), "a is deposed");
+
+    // Given back, it is free at once.
+    b.release(held_b).await;
+    let again = a.try_acquire().await.unwrap().expect("a released lease is free");
+    assert!(again.term > held_b.term);
+}
+
+/// Settings for replica `id`: half-second epochs, a one-second lease.
+fn replica_settings(id: &str) -> String {
+    format!(
+        "[scheduler]\npolicy = \"fair\"\nepoch_ms = 500\nworker_timeout_ms = 5000\nrefit_interval_ms = 20\n\n\
+         [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n\n[ha]\nenabled = true\nlease_ms = 1000\nreplica_id = \"{id}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_new_term() {
+    let nats = NatsServer::start_jetstream();
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    let leader = Scheduler::start(&nats.url, &replica_settings("a"));
+    let first = eventually(&c, &s, Duration::from_secs(20), "replica a leads", |st| {
+        st.leader.as_deref() == Some("a") && st.epoch >= 1
+    })
+    .await;
+    let standby = Scheduler::start(&nats.url, &replica_settings("b"));
+
+    // Two agents, each recording the assignments it follows.
+    let out = temp_dir("replicas");
+    let mut stops = Vec::new();
+    for w in ["w1", "w2"] {
+        let config = AgentConfig {
+            beat_every: Duration::from_millis(200),
+            exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_EPOCH\" >> {}", out.join(w).display())),
+            ..AgentConfig::new(s.clone(), WorkerSpec { worker: w.into(), machine: None, slots: 1, kind: None })
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(agent::run(client(&nats.url).await, config, async move {
+            let _ = stop_rx.await;
+        }));
+        stops.push(stop_tx);
+    }
+    // One job, reporting throughout: it gets both workers.
+    let hello = |job: &'static str| {
+        let c = c.clone();
+        let s = s.clone();
+        async move {
+            let ack: Ack =
+                bus::request(&c, s.job_hello(job), Encoding::MsgPack, &JobSpec::new(job), Duration::from_secs(5))
+                    .await
+                    .unwrap();
+            assert!(ack.ok);
+        }
+    };
+    hello("j1").await;
+    let report = |job: &'static str| {
+        let (c, s) = (c.clone(), s.clone());
+        tokio::spawn(async move {
+            for iter in 1.. {
+                let _ = bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &loss_report(job, iter)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut reporters = vec![report("j1")];
+    let before = eventually(&c, &s, Duration::from_secs(20), "j1 holds both workers under a", |st| {
+        st.leader.as_deref() == Some("a") && st.workers.iter().filter(|w| w.job.as_deref() == Some("j1")).count() == 2
+    })
+    .await;
+    assert_eq!(before.term, first.term);
+    wait_for_file(&out.join("w1"), "w1 follows a's assignment", |t| t.contains("j1 ")).await;
+    wait_for_file(&out.join("w2"), "w2 follows a's assignment", |t| t.contains("j1 ")).await;
+
+    // The leader dies. The standby takes over, restored from JetStream: the same workers on
+    // the same job, a larger term, epochs counted from 1 again.
+    leader.kill();
+    let killed = Instant::now();
+    let after = eventually(&c, &s, Duration::from_secs(20), "replica b leads and allocates", |st| {
+        st.leader.as_deref() == Some("b") && st.epoch >= 1
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!("take-over: replica b allocated {took:?} after the leader was killed (lease 1 s, epoch 0.5 s)");
+    // Lease expiry (≤ 1 s after the last renewal) + one standby poll (0.25 s) + start-up and
+    // its first epoch (0.5 s): three epochs of slack beyond the lease.
+    assert!(took < Duration::from_millis(1000 + 250 + 3 * 500 + 1000), "took {took:?}");
+    assert!(after.term > before.term, "term {:?} after {:?}", after.term, before.term);
+    let after = eventually(&c, &s, Duration::from_secs(10), "j1 keeps both workers under b", |st| {
+        st.leader.as_deref() == Some("b") && st.workers.iter().filter(|w| w.job.as_deref() == Some("j1")).count() == 2
+    })
+    .await;
+
+    // A second job: the new leader (epochs from 1) moves a worker to it, and that worker follows.
+    hello("j2").await;
+    reporters.push(report("j2"));
+    let split = eventually(&c, &s, Duration::from_secs(20), "b gives j2 a worker", |st| {
+        st.workers.iter().any(|w| w.job.as_deref() == Some("j2"))
+    })
+    .await;
+    let moved = split.workers.iter().find(|w| w.job.as_deref() == Some("j2")).map(|w| w.worker.clone()).unwrap();
+    let record = out.join(&moved);
+    wait_for_file(&record, "the moved worker follows b's assignment", |t| t.contains("j2 ")).await;
+
+    // The deposed leader's assignment (older term, any epoch) is not followed.
+    let forged = WorkerAssignment {
+        worker: moved.clone(),
+        epoch: 1 << 30,
+        job: Some("j1".into()),
+        role: Default::default(),
+        hello_again: false,
+        term: before.term,
+    };
+    bus::publish(&c, s.worker_assign(&moved), Encoding::MsgPack, &forged).await.unwrap();
+    c.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(!text.contains(&format!("j1 {}", 1u64 << 30)), "followed a deposed leader: {text}");
+    assert!(text.lines().last().is_some_and(|l| l.starts_with("j2 ")), "{text}");
+    assert!(after.term.is_some());
+
+    reporters.iter().for_each(|r| r.abort());
+    drop(stops);
+    drop(standby);
+}
+
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops_allocating_until_it_wins_a_new_term() {
+    let nats = NatsServer::start_jetstream();
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    let _leader = Scheduler::start(&nats.url, &replica_settings("a"));
+    let led =
+        eventually(&c, &s, Duration::from_secs(20), "replica a leads", |st| st.leader.as_deref() == Some("a")).await;
+    // Someone else writes the lease key (as a replica that took an expired lease would): a's
+    // next renewal fails, and it must stop its scheduler at once.
+    let js = async_nats::jetstream::new(c.clone());
+    let kv = js.get_key_value(slaq::bus::lease::bucket_name("slaq")).await.unwrap();
+    kv.put("leader", r#"{"replica":"thief","term":0}"#.into()).await.unwrap();
+    let stolen = Instant::now();
+    // Within a renewal period (0.25 s) it stops answering as the leader of the old term...
+    loop {
+        let answered = tokio::time::timeout(
+            Duration::from_millis(200),
+            bus::request::<_, slaq::protocol::StatusSnapshot>(
+                &c,
+                s.ctl_status(),
+                Encoding::MsgPack,
+                &(),
+                Duration::from_millis(200),
+            ),
+        )
+        .await;
+        match answered {
+            Ok(Ok(st)) if st.term == led.term => {
+                assert!(stolen.elapsed() < Duration::from_millis(1500), "still leading after {:?}", stolen.elapsed());
+            }
+            _ => break,
+        }
+    }
+    // ...and once the thief's write expires (the lease, 1 s), it wins a new, larger term.
+    let back = eventually(&c, &s, Duration::from_secs(10), "a leads again", |st| {
+        st.leader.as_deref() == Some("a") && st.term > led.term
+    })
+    .await;
+    assert!(back.term > led.term);
+}
