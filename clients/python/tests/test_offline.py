@@ -68,6 +68,12 @@ class Wire(unittest.TestCase):
 
 
 class Loops(unittest.TestCase):
+    def test_allocations_are_ordered_by_term_then_epoch(self):
+        old = Allocation.from_message({"epoch": 500, "workers": ["w1"], "term": 4})
+        new = Allocation.from_message({"epoch": 1, "workers": ["w2"], "term": 9})
+        self.assertLess(old.order(), new.order())
+        self.assertEqual(Allocation.from_message({"epoch": 3}).order(), (0, 3))
+
     def test_reporter_counts_and_times_iterations(self):
         job, clock = FakeJob(workers=["w1", "w2", "w3"]), Clock()
         r = Reporter(job, clock=clock)

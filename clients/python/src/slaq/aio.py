@@ -113,12 +113,14 @@ class AsyncJob:
     async def next_allocation(self, timeout: Optional[float] = None, after_epoch: Optional[int] = None) -> Allocation:
         """Waits for an allocation newer than ``after_epoch`` (default: the current one)."""
         if after_epoch is None:
-            after_epoch = self.allocation.epoch if self.allocation else -1
+            after = self.allocation.order() if self.allocation else (-1, -1)
+        else:
+            after = ((self.allocation.term or 0) if self.allocation else 0, after_epoch)
 
         async def newer():
             async with self._changed:
                 await self._changed.wait_for(lambda: self.allocation is not None
-                                             and self.allocation.epoch > after_epoch)
+                                             and self.allocation.order() > after)
                 return self.allocation
 
         return await asyncio.wait_for(newer(), timeout)
@@ -133,8 +135,8 @@ class AsyncJob:
             allocation = Allocation.from_message(decode_published(msg.data))
         except Exception:  # a payload that is not an allocation: not ours to crash on
             return
-        if self.allocation is not None and allocation.epoch < self.allocation.epoch:
-            return
+        if self.allocation is not None and allocation.order() < self.allocation.order():
+            return  # older: from before (or from a deposed leader)
         self.allocation = allocation
         async with self._changed:
             self._changed.notify_all()

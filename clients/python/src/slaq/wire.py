@@ -71,14 +71,23 @@ class Allocation:
     epoch: int
     workers: List[str] = field(default_factory=list)
     batch_size: Optional[int] = None
+    #: The term of the scheduler that decided it (a replicated scheduler's lease, or a
+    #: restart's incarnation): a newer term counts its epochs from 1 again.
+    term: Optional[int] = None
 
     @classmethod
     def from_message(cls, message: dict) -> "Allocation":
+        term = message.get("term")
         return cls(
             epoch=int(message.get("epoch", 0)),
             workers=[str(w) for w in message.get("workers", [])],
             batch_size=message.get("batch_size"),
+            term=None if term is None else int(term),
         )
+
+    def order(self) -> tuple:
+        """Allocations follow one another in this order: by term, then by epoch."""
+        return (self.term or 0, self.epoch)
 
 
 def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
