@@ -157,6 +157,7 @@ pub async fn run(
                         .env("SLAQ_JOB", job)
                         .env("SLAQ_WORKER", &me)
                         .env("SLAQ_EPOCH", assignment.epoch.to_string())
+                        .env("SLAQ_TERM", assignment.term.unwrap_or(0).to_string())
                         .kill_on_drop(true)
                         .spawn();
                     match spawned {

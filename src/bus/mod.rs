@@ -68,6 +68,8 @@ pub struct NatsAuth {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
     pub tls_required: bool,
+    /// Connect only to the listed servers, never to those a cluster advertises.
+    pub ignore_discovered_servers: bool,
 }
 
 /// A user and password, or a token alone, found in a URL.
@@ -156,6 +158,9 @@ pub async fn connect_with(
     }
     if let Some(prefix) = &auth.inbox_prefix {
         options = options.custom_inbox_prefix(prefix);
+    }
+    if auth.ignore_discovered_servers {
+        options = options.ignore_discovered_servers();
     }
     let client = options
         .name(name)

@@ -93,6 +93,9 @@ pub struct RawNats {
     pub name: String,
     /// Messages a subscription may buffer before NATS drops (and we count) the rest.
     pub subscription_capacity: usize,
+    /// Whether to use the other servers a cluster advertises when the listed ones go
+    /// (`false`: only `urls`, for clusters whose advertised addresses are not reachable).
+    pub discover_servers: bool,
     pub auth: RawNatsAuth,
     pub tls: RawNatsTls,
 }
@@ -136,6 +139,7 @@ impl RawNats {
             tls_cert_file: over.tls_cert_file.clone().or_else(|| path(&t.cert_file)),
             tls_key_file: over.tls_key_file.clone().or_else(|| path(&t.key_file)),
             tls_required: over.tls_required || t.required,
+            ignore_discovered_servers: over.ignore_discovered_servers || !self.discover_servers,
         }
     }
 }
@@ -184,6 +188,7 @@ impl Default for RawNats {
             prefix: "slaq".into(),
             name: "slaq-scheduler".into(),
             subscription_capacity: 65_536,
+            discover_servers: true,
             auth: RawNatsAuth::default(),
             tls: RawNatsTls::default(),
         }

@@ -86,9 +86,13 @@ async fn lead(
     let led = loop {
         tokio::select! {
             result = &mut service => {
-                // The scheduler ended by itself (an error): give the lease back for another.
+                // The scheduler ended by itself (it could not start, or failed): give the lease
+                // back for another replica, and stand by again a little later.
+                if let Err(e) = result {
+                    warn!(error = %e, "the scheduler failed; giving the lease back");
+                }
                 lease.release(held).await;
-                result?;
+                tokio::time::sleep(lease.ttl()).await;
                 return Ok(Led::Deposed);
             }
             _ = shutdown.as_mut() => break Led::Stopped,

@@ -22,6 +22,8 @@ pub struct NatsServer {
     pub url: String,
     port: u16,
     dir: PathBuf,
+    /// The configuration file it was started with, if any (used again by `start_again`).
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
@@ -52,16 +54,43 @@ impl NatsServer {
             }
             cmd.arg("-js").arg("-sd").arg(dir.join("jetstream"));
         }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log")).expect("log");
         let child = cmd
             .args(["-a", "127.0.0.1", "-p", &port_arg, "--ports_file_dir"])
             .arg(&dir)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("nats-server must be installed (apt-get install -y nats-server)");
         let url = wait_for_ports_file(&dir, child.id());
         let port = url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the URL");
-        NatsServer { child, url, port, dir }
+        let config = config.filter(|c| !c.as_os_str().is_empty()).map(Path::to_path_buf);
+        NatsServer { child, url, port, dir, config }
+    }
+
+    /// `n` servers forming one cluster, each with JetStream in its own directory, on loopback:
+    /// free client ports, and route ports picked free before they start.
+    pub fn start_cluster(n: usize) -> Vec<NatsServer> {
+        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        (0..n)
+            .map(|i| {
+                let dir = temp_dir("nats-cluster");
+                let config = dir.join("node.conf");
+                let others: Vec<String> = routes
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(_, p)| format!("\"nats-route://127.0.0.1:{p}\""))
+                    .collect();
+                let text = format!(
+                    "server_name: n{i}\ncluster {{\n  name: slaq-test\n  listen: 127.0.0.1:{}\n  routes: [{}]\n}}\n",
+                    routes[i],
+                    others.join(", ")
+                );
+                std::fs::write(&config, text).expect("node config");
+                Self::start_on(dir, None, Some(&config))
+            })
+            .collect()
     }
 
     /// Kills the server (an outage).
@@ -73,8 +102,9 @@ impl NatsServer {
     /// Starts the server again after [`Self::stop`], on the same port and with the same data
     /// (JetStream's files survive, as on a real server's restart).
     pub fn start_again(&mut self, jetstream: bool) {
-        let marker = Path::new("");
-        let fresh = Self::start_on(self.dir.clone(), Some(self.port), jetstream.then_some(marker));
+        let marker = PathBuf::new();
+        let config = self.config.clone().unwrap_or(marker);
+        let fresh = Self::start_on(self.dir.clone(), Some(self.port), jetstream.then_some(config.as_path()));
         let old = std::mem::replace(self, fresh);
         std::mem::forget(old);
     }
@@ -110,7 +140,10 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // SLAQ_KEEP_NATS=1 keeps the server's directory (its log) for a look after a failure.
+        if std::env::var_os("SLAQ_KEEP_NATS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

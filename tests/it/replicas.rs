@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use slaq::agent::{self, AgentConfig};
 use slaq::bus;
 use slaq::bus::lease::Lease;
-use slaq::protocol::{Ack, Encoding, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
+use slaq::protocol::{Ack, Encoding, JobSpec, StatusSnapshot, Subjects, WorkerAssignment, WorkerSpec};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, loss_report, temp_dir, wait_for_file};
+use crate::harness::{NatsServer, Scheduler, client, eventually, loss_report, temp_dir, wait_for_file, wait_status};
 
 #[tokio::test]
 async fn the_lease_is_exclusive_and_every_term_is_larger_than_the_last() {
@@ -47,9 +47,15 @@ async fn the_lease_is_exclusive_and_every_term_is_larger_than_the_last() {
 
 /// Settings for replica `id`: half-second epochs, a one-second lease.
 fn replica_settings(id: &str) -> String {
+    replica_settings_with(id, 1)
+}
+
+/// The same with `copies` copies of the state in a cluster.
+fn replica_settings_with(id: &str, copies: usize) -> String {
     format!(
         "[scheduler]\npolicy = \"fair\"\nepoch_ms = 500\nworker_timeout_ms = 5000\nrefit_interval_ms = 20\n\n\
-         [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n\n[ha]\nenabled = true\nlease_ms = 1000\nreplica_id = \"{id}\"\n"
+         [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\nreplicas = {copies}\n\n\
+         [ha]\nenabled = true\nlease_ms = 1000\nreplica_id = \"{id}\"\n"
     )
 }
 
@@ -181,13 +187,7 @@ async fn a_leader_that_loses_its_lease_stops_allocating_until_it_wins_a_new_term
     loop {
         let answered = tokio::time::timeout(
             Duration::from_millis(200),
-            bus::request::<_, slaq::protocol::StatusSnapshot>(
-                &c,
-                s.ctl_status(),
-                Encoding::MsgPack,
-                &(),
-                Duration::from_millis(200),
-            ),
+            bus::request::<_, StatusSnapshot>(&c, s.ctl_status(), Encoding::MsgPack, &(), Duration::from_millis(200)),
         )
         .await;
         match answered {
@@ -203,4 +203,112 @@ async fn a_leader_that_loses_its_lease_stops_allocating_until_it_wins_a_new_term
     })
     .await;
     assert!(back.term > led.term);
+}
+
+/// Three NATS servers in one cluster (state and lease replicated three times) and three
+/// replicas, each connected to its own server. The leader's server goes (a network partition
+/// as the leader sees it): another replica leads with a larger term, the workers keep their
+/// job and follow only the new term, also after the old leader's server comes back and its
+/// client reconnects.
+#[tokio::test]
+async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes() {
+    let mut nodes = NatsServer::start_cluster(3);
+    let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+    // Observers, agents and the job use the third server.
+    let c = client(&urls[2]).await;
+    let s = Subjects::new("slaq").unwrap();
+    // JetStream's cluster is ready once a bucket with three copies can be made.
+    let formed = Instant::now();
+    loop {
+        match Lease::open(&c, "probe", "probe", Duration::from_secs(1), 3).await {
+            Ok(_) => break,
+            Err(e) => assert!(formed.elapsed() < Duration::from_secs(60), "no JetStream cluster: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("cluster formed in {:?}", formed.elapsed());
+
+    // Each replica talks to its own server only, so that a server going cuts its replica off
+    // (as a network partition would) rather than moving its connection to another server.
+    let pinned = |id: &str| format!("[nats]\ndiscover_servers = false\n\n{}", replica_settings_with(id, 3));
+    let mut replicas = vec![Scheduler::start(&urls[0], &pinned("a"))];
+    eventually(&c, &s, Duration::from_secs(30), "replica a leads", |st| st.leader.as_deref() == Some("a")).await;
+    replicas.push(Scheduler::start(&urls[1], &pinned("b")));
+    replicas.push(Scheduler::start(&urls[2], &pinned("c")));
+
+    let out = temp_dir("cluster");
+    let mut stops = Vec::new();
+    for w in ["w1", "w2"] {
+        let config = AgentConfig {
+            beat_every: Duration::from_millis(200),
+            exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_TERM $SLAQ_EPOCH\" >> {}", out.join(w).display())),
+            ..AgentConfig::new(s.clone(), WorkerSpec { worker: w.into(), machine: None, slots: 1, kind: None })
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(agent::run(client(&urls[2]).await, config, async move {
+            let _ = stop_rx.await;
+        }));
+        stops.push(stop_tx);
+    }
+    let ack: Ack = bus::request(&c, s.job_hello("j1"), Encoding::MsgPack, &JobSpec::new("j1"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(ack.ok);
+    let reporter = {
+        let (c, s) = (c.clone(), s.clone());
+        tokio::spawn(async move {
+            for iter in 1.. {
+                let _ = bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &loss_report("j1", iter)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let before = eventually(&c, &s, Duration::from_secs(20), "j1 holds both workers under a", |st| {
+        st.leader.as_deref() == Some("a") && st.workers.iter().filter(|w| w.job.as_deref() == Some("j1")).count() == 2
+    })
+    .await;
+
+    // a's server goes: a cannot renew, gives up, and b or c takes the lease once it expires.
+    nodes[0].stop();
+    let cut = Instant::now();
+    // JetStream elects new leaders for the streams that had theirs on the lost server (seconds
+    // on 2.9), and a replica's first start may time out reading its state meanwhile: then it
+    // gives the lease back and another tries. Status goes unanswered until one is up.
+    let after = loop {
+        let answer =
+            bus::request::<_, StatusSnapshot>(&c, s.ctl_status(), Encoding::MsgPack, &(), Duration::from_millis(500));
+        if let Ok(st) = answer.await
+            && matches!(st.leader.as_deref(), Some("b" | "c"))
+            && st.epoch >= 1
+        {
+            break st;
+        }
+        assert!(cut.elapsed() < Duration::from_secs(60), "no new leader within a minute");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!("new leader {:?} allocating {:?} after the leader's server stopped", after.leader, cut.elapsed());
+    assert!(after.term > before.term);
+    eventually(&c, &s, Duration::from_secs(10), "j1 keeps both workers", |st| {
+        st.term == after.term && st.workers.iter().filter(|w| w.job.as_deref() == Some("j1")).count() == 2
+    })
+    .await;
+
+    // The server comes back and a reconnects: it stands by, the new leader stays, and no
+    // worker follows anything of a's term from now on.
+    let followed = |w: &str| std::fs::read_to_string(out.join(w)).unwrap_or_default().lines().count();
+    let seen = [followed("w1"), followed("w2")];
+    nodes[0].start_again(true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = wait_status(&c, &s).await;
+    assert_eq!((later.leader.as_deref(), later.term), (after.leader.as_deref(), after.term));
+    let old_term = before.term.unwrap_or(0).to_string();
+    for (w, seen) in ["w1", "w2"].into_iter().zip(seen) {
+        let text = std::fs::read_to_string(out.join(w)).unwrap_or_default();
+        for line in text.lines().skip(seen) {
+            assert_ne!(line.split(' ').nth(1), Some(old_term.as_str()), "{w} followed the deposed leader: {text}");
+        }
+    }
+    reporter.abort();
+    drop(stops);
+    drop(replicas);
 }

@@ -130,6 +130,7 @@ impl NatsAuthArgs {
             tls_cert_file: self.nats_tls_cert_file.clone(),
             tls_key_file: self.nats_tls_key_file.clone(),
             tls_required: self.nats_tls_required,
+            ignore_discovered_servers: false,
         }
     }
 }

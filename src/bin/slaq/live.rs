@@ -98,6 +98,13 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         "epoch {}  policy {}  jobs {}  workers {}",
         snapshot.epoch, snapshot.policy, snapshot.num_jobs, snapshot.num_workers
     );
+    if snapshot.leader.is_some() || snapshot.term.is_some() {
+        println!(
+            "leader {}  term {}",
+            snapshot.leader.as_deref().unwrap_or("- (no replicas)"),
+            snapshot.term.map_or("-".to_string(), |t| t.to_string())
+        );
+    }
     if snapshot.truncated || args.jobs.is_some() {
         println!(
             "(showing {} jobs and {} workers{})",
