@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::bus::{self, BusError};
 use crate::protocol::{
@@ -35,14 +35,33 @@ pub struct EmulateConfig {
     pub beat_every: Duration,
 }
 
+/// A hello, asked again for up to 30 s while nobody answers (as during a replicated
+/// scheduler's take-over) or the answer is late.
+async fn hello<T: serde::Serialize>(
+    client: &async_nats::Client,
+    subject: String,
+    spec: &T,
+) -> Result<protocol::Ack, BusError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match bus::request(client, subject.clone(), Encoding::MsgPack, spec, Duration::from_secs(5)).await {
+            Ok(ack) => return Ok(ack),
+            Err(e) if std::time::Instant::now() < deadline => {
+                debug!(error = %e, subject, "hello not answered; asking again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
 pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
     let s = &config.subjects;
     let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
     for id in &worker_ids {
         let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
-        let ack: protocol::Ack =
-            bus::request(client, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await?;
+        let ack = hello(client, s.worker_hello(id), &spec).await?;
         if !ack.ok {
             warn!(worker = %id, error = ?ack.error, "worker refused");
         }
@@ -139,9 +158,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 family: Some(st.job.family.clone()),
                 ..JobSpec::new(&st.job.id)
             };
-            let ack: protocol::Ack =
-                bus::request(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec, Duration::from_secs(10))
-                    .await?;
+            let ack = hello(client, s.job_hello(&st.job.id), &spec).await?;
             if !ack.ok {
                 warn!(job = %st.job.id, error = ?ack.error, "job refused");
             }

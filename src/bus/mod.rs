@@ -117,6 +117,12 @@ pub async fn connect_with(
     let events = counters.clone();
     let (urls, from_url) = split_url_credentials(urls)?;
     let joined = urls.join(",");
+    // One address each: async-nats does not split a comma-joined string.
+    let addresses = urls
+        .iter()
+        .map(|u| u.parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BusError::Auth { what: "server URL".into(), detail: format!("{joined}: {e}") })?;
     let mut options = match &auth.credentials_file {
         Some(path) => async_nats::ConnectOptions::with_credentials_file(path).await.map_err(|e| BusError::Auth {
             what: "credentials file".into(),
@@ -191,7 +197,7 @@ pub async fn connect_with(
                 }
             }
         })
-        .connect(joined.as_str())
+        .connect(addresses.as_slice())
         .await
         .map_err(|source| BusError::Connect { urls: joined.clone(), source })?;
     Ok((client, counters))

@@ -28,9 +28,19 @@ pub async fn run_replica(
     let Some(ha) = config.ha.clone() else {
         return run(client, counters, config, shutdown, |_| {}).await;
     };
-    let lease = Lease::open(&client, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas).await?;
     let every = ha.lease / 4;
     tokio::pin!(shutdown);
+    // JetStream may not be up yet (a cluster still electing its leaders): wait for it.
+    let lease = loop {
+        match Lease::open(&client, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas).await {
+            Ok(lease) => break lease,
+            Err(e) => warn!(error = %e, "cannot open the lease bucket yet; retrying"),
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(ha.lease) => {}
+        }
+    };
     info!(replica = %ha.replica, lease = ?ha.lease, "standing by for the leader's lease");
     loop {
         let held = loop {

@@ -214,8 +214,8 @@ async fn a_leader_that_loses_its_lease_stops_allocating_until_it_wins_a_new_term
 async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes() {
     let mut nodes = NatsServer::start_cluster(3);
     let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
-    // Observers, agents and the job use the third server.
-    let c = client(&urls[2]).await;
+    // Observers, agents and the job use the third server (the observer lists all three).
+    let c = bus::connect(&[urls[2].clone(), urls[1].clone(), urls[0].clone()], "observer", 1024).await.unwrap().0;
     let s = Subjects::new("slaq").unwrap();
     // JetStream's cluster is ready once a bucket with three copies can be made.
     let formed = Instant::now();
