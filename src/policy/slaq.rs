@@ -171,9 +171,16 @@ struct Run {
 }
 
 impl Run {
-    /// Generates up to `count` more entries `(key bits, run)` into `out`; closes the run when
-    /// no more can follow.
-    fn extend<G: GainFn>(&mut self, job: &JobBid<G>, index: u32, count: usize, out: &mut Vec<(u64, u32)>) {
+    /// Generates up to `count` more entries `(key bits, run)` into `out`, stopping after the
+    /// first whose key is below `stop_below`; closes the run when no more can follow.
+    fn extend<G: GainFn>(
+        &mut self,
+        job: &JobBid<G>,
+        index: u32,
+        count: usize,
+        stop_below: u64,
+        out: &mut Vec<(u64, u32)>,
+    ) {
         let Some(g) = job.gain.as_ref() else {
             self.open = false;
             return;
@@ -200,6 +207,9 @@ impl Run {
             acc += marginal;
             key = k;
             w += 1;
+            if k.to_bits() < stop_below {
+                break;
+            }
         }
         self.open = open && w < job.max_workers;
         (self.w, self.acc, self.key) = (w, acc, key);
@@ -218,7 +228,10 @@ impl Run {
 /// keys only while they could still be above `τ` (or tied at it and reached in job order), in
 /// chunks that double. Every job takes its keys above `τ`; the rest go to keys equal to `τ`
 /// in job order. The cost is linear in the keys generated, about `left` plus a few per job,
-/// instead of `left · log(jobs)` heap operations each evaluating a gain.
+/// instead of `left · log(jobs)` heap operations each evaluating a gain. The first round
+/// generates each job's keys down to the previous decision's threshold on this thread, which
+/// usually leaves one selection to do; the property tests run thousands of unrelated problems
+/// on one thread, so every hint, good or bad, is tested to give the heap's answer.
 fn greedy_by_threshold<G: GainFn>(jobs: &[JobBid<G>], workers: &mut [u32], left: u32) -> u32 {
     if left == 0 {
         return 0;
@@ -238,6 +251,9 @@ struct Scratch {
     entries: Vec<(u64, u32)>,
     grow: Vec<u32>,
     per_run: Vec<(u32, u32)>,
+    /// The threshold of this thread's last decision: consecutive epochs are alike, so the first
+    /// round generates each job's keys down to it. Only a hint: any value gives the same answer.
+    last_tau: Option<u64>,
 }
 
 impl Scratch {
@@ -254,7 +270,7 @@ thread_local! {
 }
 
 fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &mut [u32], left: u32) -> u32 {
-    let Scratch { runs, entries, grow, per_run } = scratch;
+    let Scratch { runs, entries, grow, per_run, last_tau } = scratch;
     runs.extend(jobs.iter().enumerate().filter_map(|(ord, job)| {
         let g = job.gain.as_ref().filter(|_| workers[ord] < job.max_workers)?;
         let w = workers[ord];
@@ -266,12 +282,19 @@ fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &
     let want = left as usize;
     entries.reserve(want + 2 * runs.len());
     let mut chunk = want.div_ceil(runs.len()) + 1;
+    // First round: down to the last decision's threshold (at most four times the mean share),
+    // or the mean share when there is none.
+    let (mut count, mut stop_below) = match last_tau.take() {
+        Some(tau) => (4 * chunk, tau),
+        None => (chunk, 0),
+    };
     grow.extend(0..runs.len() as u32);
     loop {
         for &r in grow.iter() {
             let run = &mut runs[r as usize];
-            run.extend(&jobs[run.ord], r, chunk, entries);
+            run.extend(&jobs[run.ord], r, count, stop_below, entries);
         }
+        (count, stop_below) = (chunk, 0);
         chunk = chunk.saturating_mul(2);
         // The threshold: the `want`-th largest key, or none when every key generated fits.
         // (Selection reorders the entries; their order means nothing.)
@@ -331,6 +354,7 @@ fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &
         for (run, &(above, tied)) in runs.iter().zip(per_run.iter()) {
             workers[run.ord] += above + tied;
         }
+        *last_tau = Some(tau);
         return 0;
     }
 }

@@ -70,6 +70,8 @@ pub fn alloc(args: BenchAllocArgs) -> anyhow::Result<()> {
     let report = serde_json::json!({
         "jobs": args.jobs,
         "workers": args.workers,
+        // The first decision has no earlier threshold to start from (see `policy::slaq`).
+        "slaq_first_ms": slaq_ms.first().copied(),
         "slaq_ms": median(slaq_ms),
         "slaq_heap_ms": median(heap_ms),
         "slaq_gain_curves_ms": median(curves_ms),
