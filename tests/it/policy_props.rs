@@ -141,21 +141,24 @@ fn any_bids() -> impl Strategy<Value = (u32, Vec<AnyJob>)> {
     (0u32..200, prop::collection::vec(job, 0..40))
 }
 
+fn any_job_bids(jobs: &[AnyJob]) -> Vec<JobBid<impl Fn(u32) -> f64 + Clone>> {
+    jobs.iter()
+        .map(|(min, extra, service, table)| JobBid {
+            min_workers: *min,
+            max_workers: min + extra,
+            attained_service: service.floor(),
+            gain: table.clone().map(table_gain),
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     /// The threshold search hands out exactly what the heap pops, ties and all.
     #[test]
     fn slaq_equals_the_heap_greedy((capacity, jobs) in any_bids()) {
-        let bids: Vec<_> = jobs
-            .iter()
-            .map(|(min, extra, service, table)| JobBid {
-                min_workers: *min,
-                max_workers: min + extra,
-                attained_service: service.floor(),
-                gain: table.clone().map(table_gain),
-            })
-            .collect();
+        let bids = any_job_bids(&jobs);
         let problem = Problem { num_workers: capacity, jobs: &bids };
         prop_assert_eq!(slaq::policy::slaq::allocate(&problem), slaq::policy::slaq::allocate_by_heap(&problem));
     }
@@ -164,15 +167,7 @@ proptest! {
     /// tight loop and the curve past it): tables change no decision.
     #[test]
     fn slaq_on_tables_equals_the_heap_greedy_on_curves((capacity, jobs) in any_bids(), len in 1usize..12) {
-        let curves: Vec<_> = jobs
-            .iter()
-            .map(|(min, extra, service, table)| JobBid {
-                min_workers: *min,
-                max_workers: min + extra,
-                attained_service: service.floor(),
-                gain: table.clone().map(table_gain),
-            })
-            .collect();
+        let curves = any_job_bids(&jobs);
         let tabled: Vec<_> = curves
             .iter()
             .map(|b| JobBid {
