@@ -123,6 +123,25 @@ async fn writer(inner: std::sync::Weak<Inner>) {
     }
 }
 
+/// The stream behind a key-value bucket, as a KV bucket of one value per key would be made.
+/// Made by hand: async-nats' `create_key_value` fails on 2.9 servers. `max_age` zero keeps
+/// values for ever; `replicas` copies in a cluster.
+pub(super) fn kv_bucket_stream(bucket: &str, replicas: usize, max_age: Duration) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        max_age,
+        storage: stream::StorageType::File,
+        num_replicas: replicas.max(1),
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    }
+}
+
 impl Durable {
     /// Creates the stream and the bucket if missing. `Ok(None)`: the server has no JetStream.
     pub async fn open(
@@ -159,18 +178,7 @@ impl Durable {
             Ok(Ok(_)) => {}
         }
         let bucket = bucket_name(subjects.prefix());
-        let kv_stream = stream::Config {
-            name: format!("KV_{bucket}"),
-            subjects: vec![format!("$KV.{bucket}.>")],
-            max_messages_per_subject: 1,
-            storage: stream::StorageType::File,
-            num_replicas: settings.replicas.max(1),
-            allow_rollup: true,
-            deny_delete: true,
-            allow_direct: true,
-            discard: stream::DiscardPolicy::New,
-            ..Default::default()
-        };
+        let kv_stream = kv_bucket_stream(&bucket, settings.replicas, Duration::ZERO);
         tokio::time::timeout(settings.timeout, js.get_or_create_stream(kv_stream))
             .await
             .map_err(|_| setup("JetStream", &"no answer while creating the state bucket"))?

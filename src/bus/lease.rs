@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv, stream};
+use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};
 
 use super::BusError;
@@ -63,19 +63,7 @@ impl Lease {
         let err =
             |e: &dyn std::fmt::Display| BusError::JetStream { what: "lease bucket".into(), detail: e.to_string() };
         let bucket = bucket_name(prefix);
-        let config = stream::Config {
-            name: format!("KV_{bucket}"),
-            subjects: vec![format!("$KV.{bucket}.>")],
-            max_messages_per_subject: 1,
-            max_age: ttl,
-            storage: stream::StorageType::File,
-            num_replicas: replicas.max(1),
-            allow_rollup: true,
-            deny_delete: true,
-            allow_direct: true,
-            discard: stream::DiscardPolicy::New,
-            ..Default::default()
-        };
+        let config = super::durable::kv_bucket_stream(&bucket, replicas, ttl);
         js.get_or_create_stream(config).await.map_err(|e| err(&e))?;
         let kv = js.get_key_value(bucket).await.map_err(|e| err(&e))?;
         Ok(Lease { kv, replica: replica.to_string(), ttl })

@@ -55,9 +55,10 @@ pub async fn run_replica(
             }
         };
         info!(replica = %ha.replica, term = held.term, "leader: starting the scheduler");
-        match lead(&client, &counters, &config, &lease, held, &mut shutdown).await? {
+        match lead(&client, &counters, &config, &lease, held, &mut shutdown).await {
             Led::Stopped => return Ok(()),
             Led::Deposed => warn!(replica = %ha.replica, "lost the lease: scheduler stopped, standing by"),
+            Led::Failed => warn!(replica = %ha.replica, "gave the lease back: standing by"),
         }
     }
 }
@@ -67,6 +68,8 @@ enum Led {
     Stopped,
     /// The lease was lost or could not be renewed in time.
     Deposed,
+    /// The scheduler ended by itself (it could not start, or failed); the lease was given back.
+    Failed,
 }
 
 async fn lead(
@@ -76,7 +79,7 @@ async fn lead(
     lease: &Lease,
     mut held: Held,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Result<Led, ServiceError> {
+) -> Led {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = ServeConfig { term: Some(held.term), ..config.clone() };
     let service = run(
@@ -103,7 +106,7 @@ async fn lead(
                 }
                 lease.release(held).await;
                 tokio::time::sleep(lease.ttl()).await;
-                return Ok(Led::Deposed);
+                return Led::Failed;
             }
             _ = shutdown.as_mut() => break Led::Stopped,
             _ = renew.tick() => {
@@ -129,5 +132,5 @@ async fn lead(
     if matches!(led, Led::Stopped) {
         lease.release(held).await;
     }
-    Ok(led)
+    led
 }
