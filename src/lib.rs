@@ -7,6 +7,7 @@
 pub mod actors;
 pub mod agent;
 pub mod bus;
+pub mod cluster;
 pub mod emulate;
 pub mod policy;
 pub mod protocol;

@@ -38,6 +38,18 @@ impl<F: Fn(u32) -> f64> GainFn for F {
     }
 }
 
+/// Gains given as values `g(0), g(1), …, g(n)`, flat past `n` (the deep-learning planner's
+/// gains, `cluster::planner::gains`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gains(pub Vec<f64>);
+
+impl GainFn for Gains {
+    fn gain(&self, workers: u32) -> f64 {
+        let n = self.0.len();
+        if n == 0 { 0.0 } else { self.0[(workers as usize).min(n - 1)] }
+    }
+}
+
 /// A borrowed gain curve bids too (the planner raises bounds without copying curves).
 #[derive(Debug)]
 pub struct ByRef<'a, G>(pub &'a G);

@@ -378,6 +378,18 @@ pub(crate) struct SimulateArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Replay Pollux's workload CSV files (comma-separated) on Pollux's job model instead of loss
+    /// curves: 16 machines x 4 GPUs, placement and batch size decided too (policies fair, slaq,
+    /// slaq-no-placement, slaq-no-batch; all four unless --policy names some).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) pollux_workload: Vec<PathBuf>,
+    /// With --pollux-workload: every job gets an SLO on its iteration time of this many times the
+    /// step time of its user's choice (requested GPUs packed, requested batch).
+    #[arg(long)]
+    pub(crate) slo_factor: Option<f64>,
+    /// With --pollux-workload: the published results to compare with.
+    #[arg(long, default_value = "data/pollux/results")]
+    pub(crate) published: PathBuf,
 }
 
 #[derive(clap::Args)]
