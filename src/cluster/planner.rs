@@ -315,7 +315,9 @@ mod tests {
         let h = concave_hull(&[0.0, 1.0, 1.5, 1.2, 3.0, 3.1]);
         assert_eq!(h[0], 0.0);
         assert_eq!(h[4], 3.0);
-        assert!((h[2] - 2.0).abs() < 1e-12 && (h[3] - 2.5).abs() < 1e-12, "{h:?}");
+        // Vertices at 0, 1, 4, 5: 2 and 3 lie on the chord from (1, 1) to (4, 3).
+        assert_eq!(h[1], 1.0);
+        assert!((h[2] - 5.0 / 3.0).abs() < 1e-12 && (h[3] - 7.0 / 3.0).abs() < 1e-12, "{h:?}");
         let concave = [0.0, 1.0, 1.8, 2.4, 2.8];
         assert_eq!(concave_hull(&concave), concave.to_vec());
     }
