@@ -8,6 +8,7 @@
 //! - `planner`: one epoch's decision for such jobs (counts by the SLAQ greedy on locality- and
 //!   batch-aware gains, then placement with few moves, then batch sizes).
 
+pub mod bench;
 pub mod model;
 pub mod place;
 pub mod planner;

@@ -228,6 +228,25 @@ pub(crate) enum BenchCommand {
     Soak(BenchSoakArgs),
     /// CPU and memory of the scheduler holding many jobs that report nothing more.
     Idle(BenchIdleArgs),
+    /// Placement methods against the exact optimum on small instances, and time per decision.
+    Placement(BenchPlacementArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchPlacementArgs {
+    /// Random small instances solved exactly and by each method.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) cases: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Timed repetitions of each decision (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
+    /// Seconds the LP may take at the large size before it is reported as too slow.
+    #[arg(long, default_value_t = 30.0)]
+    pub(crate) lp_limit: f64,
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(clap::Args)]

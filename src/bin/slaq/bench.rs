@@ -12,7 +12,7 @@ use slaq::protocol::{self, Encoding, StatusSnapshot, Subjects, WorkerSpec};
 use slaq::quality::PredictorConfig;
 use slaq::service::{self, Overrides, RawConfig};
 
-use crate::args::{BenchAllocArgs, BenchEpochArgs, BenchIdleArgs, BenchIngestArgs, BenchSoakArgs};
+use crate::args::{BenchAllocArgs, BenchEpochArgs, BenchIdleArgs, BenchIngestArgs, BenchPlacementArgs, BenchSoakArgs};
 use crate::load_all;
 
 /// One allocation decision in memory. Each job's bid is its gain curve tabulated when the
@@ -477,5 +477,53 @@ pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
         }))
     })?;
     println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    Ok(())
+}
+
+/// `slaq bench placement`: the gap study and the time per decision at two sizes.
+pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
+    use slaq::cluster::bench;
+    anyhow::ensure!(args.cases > 0 && args.runs > 0, "--cases and --runs must be positive");
+    anyhow::ensure!(args.lp_limit > 0.0 && args.lp_limit.is_finite(), "--lp-limit must be positive");
+    let gaps = bench::gaps(args.cases, args.seed);
+    let limit = Duration::from_secs_f64(args.lp_limit);
+    let mut sizes = Vec::new();
+    for (jobs, machines) in [(64usize, 16usize), (4000, 4000)] {
+        let (lp, greedy, lp_vs_greedy) = bench::decision_times(jobs, machines, 4, args.runs, limit);
+        sizes.push(serde_json::json!({
+            "jobs": jobs, "machines": machines, "slots": 4,
+            "lp_rounding_ms": lp.map(|s| s * 1e3),
+            "greedy_ms": greedy * 1e3,
+            "lp_cost_vs_greedy_pct": lp.map(|_| lp_vs_greedy),
+        }));
+    }
+    let out = serde_json::json!({
+        "cases": gaps.cases,
+        "lp_rounding_gap_pct": gaps.lp_rounding_gap_pct,
+        "greedy_gap_pct": gaps.greedy_gap_pct,
+        "first_fit_gap_pct": gaps.first_fit_gap_pct,
+        "random_gap_pct": gaps.random_gap_pct,
+        "decision": sizes,
+        "lp_limit_s": args.lp_limit,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} instances (4 machines x 4 slots, partly taken), gap to the optimum of the summed predicted step time:",
+            gaps.cases
+        );
+        for (name, g) in [
+            ("lp rounding", gaps.lp_rounding_gap_pct),
+            ("greedy", gaps.greedy_gap_pct),
+            ("first fit", gaps.first_fit_gap_pct),
+            ("random", gaps.random_gap_pct),
+        ] {
+            println!("  {name:<12} mean {:>6.2}%  max {:>7.2}%", g.mean, g.max);
+        }
+        for s in &sizes {
+            println!("{s}");
+        }
+    }
     Ok(())
 }
