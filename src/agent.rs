@@ -17,7 +17,7 @@ pub struct AgentConfig {
     pub subjects: Subjects,
     pub spec: WorkerSpec,
     pub beat_every: Duration,
-    /// Run through `sh -c` whenever the worker is assigned a job, with `SLAQ_JOB`,
+    /// Run through `sh -c` whenever the worker is assigned a job, with `SLAQ_JOB`, `SLAQ_ROLE`,
     /// `SLAQ_WORKER` and `SLAQ_EPOCH` in its environment. The previous one is killed first.
     pub exec: Option<String>,
     /// How long one hello waits for the scheduler's answer before it is sent again.
@@ -158,6 +158,7 @@ pub async fn run(
                         .env("SLAQ_WORKER", &me)
                         .env("SLAQ_EPOCH", assignment.epoch.to_string())
                         .env("SLAQ_TERM", assignment.term.unwrap_or(0).to_string())
+                        .env("SLAQ_ROLE", if assignment.role == protocol::Role::Ps { "ps" } else { "worker" })
                         .kill_on_drop(true)
                         .spawn();
                     match spawned {

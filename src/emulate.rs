@@ -131,6 +131,10 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         for st in &mut states {
             let Some(done) = st.complete(now) else { continue };
             let report = LossReport {
+                machines: None,
+                sync_seconds: None,
+                grad_sqr: None,
+                grad_var: None,
                 job: st.job.id.clone(),
                 iter: done.iter,
                 loss: done.loss,
@@ -164,6 +168,10 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
             }
             for (i, &loss) in st.job.loss[..st.job.offset].iter().enumerate() {
                 let report = LossReport {
+                    machines: None,
+                    sync_seconds: None,
+                    grad_sqr: None,
+                    grad_var: None,
                     job: st.job.id.clone(),
                     iter: i as u64 + 1,
                     loss,

@@ -11,14 +11,18 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, info};
 
-use super::job::{Bid, BidUpdate, JobActor, WorkersChanged};
+use rand::SeedableRng;
+
+use super::job::{Bid, BidUpdate, JobActor, WorkersChanged, job_model};
 use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
+use crate::cluster::place::Layout;
+use crate::cluster::planner::{self, JobModel, PlaceSettings, Placer};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
-    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, StatusSnapshot, WorkerAssignment, WorkerSpec,
-    WorkerStatus,
+    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, Role, StatusSnapshot, WorkerAssignment,
+    WorkerSpec, WorkerStatus,
 };
 use crate::schedule::{self, FloorLedger, PlanSettings};
 use crate::service::metrics::Metrics;
@@ -50,6 +54,8 @@ struct JobEntry {
     pending: Option<PendingGain>,
     /// Attained service, entitled and granted worker-epochs when the plan was last saved.
     saved_plan: Option<(f64, f64, f64)>,
+    /// The batch size last published (jobs that declare `batch_sizes`).
+    batch: Option<u32>,
 }
 
 /// A job's loss when an epoch started, its bid's normaliser, and the drop the bid predicted
@@ -65,6 +71,10 @@ struct PendingGain {
 const EPOCH_HISTORY: usize = 1024;
 /// Seconds between saves of a job's service and floor ledger.
 const PLAN_SAVE_S: f64 = 30.0;
+/// What moving a job to other machines costs it (a restart), and the horizon over which a move
+/// must pay for it: the simulator's defaults (`sim::pollux::Config`).
+const PLACE_RESTART_S: f64 = 30.0;
+const PLACE_HORIZON_S: f64 = 120.0;
 /// An unknown worker is asked to say hello again at most this often.
 const PROMPT_EVERY_S: f64 = 5.0;
 /// Unknown workers asked at once, at most.
@@ -86,6 +96,8 @@ pub struct AllocatorActor {
     prompted: HashMap<String, f64>,
     /// The last job key handed out.
     next_key: u64,
+    /// The model of a job that has not bid yet.
+    default_model: Arc<JobModel>,
 }
 
 impl AllocatorActor {
@@ -108,6 +120,7 @@ impl AllocatorActor {
             was_disconnected: false,
             prompted: HashMap::new(),
             next_key: 0,
+            default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
         }
     }
 
@@ -183,7 +196,7 @@ impl AllocatorActor {
         let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &key)| (key, i)).collect();
         let current: Vec<Option<usize>> =
             self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect();
-        let next = placement::place(&allocation.workers, &current);
+        let (next, roles, batches) = self.place(&allocation.workers, &current);
         let epoch = self.epoch + 1;
 
         // Only workers that move, and jobs whose membership changed, cost anything here.
@@ -191,11 +204,14 @@ impl AllocatorActor {
         let num_jobs = ids.len();
         let mut job_changed = vec![false; num_jobs];
         let mut workers_moved = 0;
-        for (((worker, entry), &before), &after) in self.registry.iter_mut().zip(&current).zip(&next) {
-            // Same job, or no job and no stale name of a job that left.
-            if before == after && (after.is_some() || entry.job.is_none()) {
+        for ((((worker, entry), &before), &after), &role) in
+            self.registry.iter_mut().zip(&current).zip(&next).zip(&roles)
+        {
+            // Same job and role, or no job and no stale name of a job that left.
+            if before == after && role == entry.role && (after.is_some() || entry.job.is_none()) {
                 continue;
             }
+            entry.role = role;
             let now_job = after.map(|j| ids[j]);
             workers_moved += 1;
             for j in [before, after].into_iter().flatten() {
@@ -209,7 +225,7 @@ impl AllocatorActor {
                 worker: worker.clone(),
                 epoch,
                 job: now_job.map(str::to_string),
-                role: Default::default(),
+                role,
                 hello_again: false,
                 term: self.settings.term,
             };
@@ -242,9 +258,12 @@ impl AllocatorActor {
             if job_changed[j] && workers.len() != entry.workers.len() {
                 resized.push((entry.addr.clone(), workers.len() as u32));
             }
-            if job_changed[j] && workers != entry.workers {
+            let batch_changed = batches[j].is_some() && batches[j] != entry.batch;
+            if (job_changed[j] && workers != entry.workers) || batch_changed {
+                let workers = if job_changed[j] { workers } else { entry.workers.clone() };
+                entry.batch = batches[j];
                 let message =
-                    JobAllocation { job: id.clone(), epoch, workers, batch_size: None, term: self.settings.term };
+                    JobAllocation { job: id.clone(), epoch, workers, batch_size: batches[j], term: self.settings.term };
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
                 entry.workers = message.workers;
             }
@@ -282,6 +301,84 @@ impl AllocatorActor {
         }
         self.history.push_back(summary);
         self.epoch = epoch;
+    }
+
+    /// Counts to concrete workers (`cluster::planner`): workers are grouped by machine (a worker
+    /// without one is its own machine); jobs keep their machines where they can and are placed
+    /// with locality; a parameter-server job's last workers serve parameters; jobs that declare
+    /// batch sizes get Courier's batch for their new layout. With one slot per machine every
+    /// layout is equally local, and the fewest-moves mapping of `policy::placement` is used.
+    /// Returns each worker's job and role, and each job's batch.
+    fn place(&self, counts: &[u32], current: &[Option<usize>]) -> (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>) {
+        let mut machine_index: HashMap<&str, usize> = HashMap::new();
+        let machine_of: Vec<usize> = self
+            .registry
+            .iter()
+            .map(|(id, w)| {
+                let label = w.spec.machine.as_deref().unwrap_or(id.as_str());
+                let n = machine_index.len();
+                *machine_index.entry(label).or_insert(n)
+            })
+            .collect();
+        let mut capacity = vec![0u32; machine_index.len()];
+        for &m in &machine_of {
+            capacity[m] += 1;
+        }
+        let models: Vec<JobModel> = self
+            .jobs
+            .values()
+            .map(|e| e.bid.as_ref().map_or_else(|| self.default_model.as_ref().clone(), |b| b.model.as_ref().clone()))
+            .collect();
+        let next = if capacity.iter().all(|&c| c <= 1) {
+            placement::place(counts, current)
+        } else {
+            let mut models = models.clone();
+            for (&m, job) in machine_of.iter().zip(current) {
+                if let Some(model) = job.and_then(|j| models.get_mut(j)) {
+                    match model.current.iter_mut().find(|l| l.0 == m) {
+                        Some(l) => l.1 += 1,
+                        None => model.current.push((m, 1)),
+                    }
+                }
+            }
+            let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
+            let layouts = planner::place(&models, counts, &capacity, &self.place_settings(), &mut rng);
+            planner::assign_workers(&layouts, &machine_of, current)
+        };
+        // Each job's layout and workers as placed.
+        let mut layouts: Vec<Layout> = vec![Layout::new(); models.len()];
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
+        for (w, (&m, job)) in machine_of.iter().zip(&next).enumerate() {
+            if let Some(j) = *job {
+                members[j].push(w);
+                match layouts[j].iter_mut().find(|l| l.0 == m) {
+                    Some(l) => l.1 += 1,
+                    None => layouts[j].push((m, 1)),
+                }
+            }
+        }
+        let mut roles = vec![Role::Worker; next.len()];
+        let mut batches = vec![None; models.len()];
+        for (j, model) in models.iter().enumerate() {
+            let counts: Vec<u32> = layouts[j].iter().map(|l| l.1).collect();
+            if counts.is_empty() {
+                continue;
+            }
+            let choice = (!model.batches.is_empty()).then(|| planner::batch_to_run(model, &counts)).flatten();
+            batches[j] = choice.map(|c| c.config.batch);
+            if model.ps && members[j].len() >= 2 {
+                let local = choice.map_or(f64::from(model.limits.min_local), |c| f64::from(c.config.local_bsz));
+                let (_, servers) = planner::ps_split(model, members[j].len() as u32, local);
+                for &w in members[j].iter().rev().take(servers as usize) {
+                    roles[w] = Role::Ps;
+                }
+            }
+        }
+        (next, roles, batches)
+    }
+
+    fn place_settings(&self) -> PlaceSettings {
+        PlaceSettings { placer: Placer::Lp, restart_s: PLACE_RESTART_S, horizon_s: PLACE_HORIZON_S }
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and
@@ -386,6 +483,7 @@ impl Handler<JobStarted> for AllocatorActor {
                         bid: None,
                         pending: None,
                         saved_plan: None,
+                        batch: None,
                     },
                 );
             }

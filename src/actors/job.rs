@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
+use std::sync::Arc;
+
 use crate::bus::durable::Durable;
+use crate::cluster::model::{self, BatchLimits, Observation};
+use crate::cluster::planner::JobModel;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
@@ -37,6 +41,43 @@ pub struct JobActor {
     /// The last iteration of the predictor this actor was restored with: replayed reports up to
     /// it are already in the predictor (not duplicates).
     restored_iter: u64,
+    /// The shapes it ran in, for its iteration-time model (latest per shape and per-worker
+    /// batch, at most [`MAX_SHAPES`]), and its latest gradient statistics.
+    shapes: Vec<Observation>,
+    grads: Option<(f64, f64)>,
+}
+
+/// Shapes a job's iteration-time model remembers.
+const MAX_SHAPES: usize = 64;
+
+/// What the planner knows of a job with `spec`, from the shapes it ran in (`cluster::model`).
+pub fn job_model(spec: &JobSpec, shapes: &[Observation], grads: Option<(f64, f64)>) -> JobModel {
+    let mut batches = spec.batch_sizes.clone().unwrap_or_default();
+    batches.sort_unstable();
+    batches.dedup();
+    let limits = BatchLimits {
+        init_batch: batches.first().copied().unwrap_or(1),
+        max_batch: batches.last().copied().unwrap_or(u32::MAX),
+        min_local: 1,
+        max_local: spec.max_local_batch.unwrap_or(u32::MAX),
+    };
+    let seen = shapes.iter().map(|o| o.local_bsz as u32);
+    let seen_local = match shapes.first() {
+        Some(o) if shapes.iter().all(|p| p.local_bsz == o.local_bsz) => Some(o.local_bsz as u32),
+        _ => None,
+    };
+    JobModel {
+        perf: model::fit(shapes),
+        limits,
+        batches,
+        grads,
+        slo_iter_s: spec.slo_iter_seconds,
+        ps: spec.parameter_server,
+        current: Vec::new(),
+        seen_local,
+        start_batch: None,
+        local_range: seen.clone().min().zip(seen.max()).map(|(lo, hi)| (lo / 2, hi.saturating_mul(2))),
+    }
 }
 
 impl JobActor {
@@ -66,6 +107,8 @@ impl JobActor {
             durable: None,
             unsaved: false,
             last_saved: None,
+            shapes: Vec::new(),
+            grads: None,
         }
     }
 
@@ -116,6 +159,7 @@ impl JobActor {
         let gain = schedule::make_bid(&mut self.predictor, self.horizon_s, self.epoch_s, self.workers);
         let max_workers = self.spec.max_workers.unwrap_or(u32::MAX);
         Bid {
+            model: Arc::new(job_model(&self.spec, &self.shapes, self.grads)),
             min_workers: self.spec.min_workers,
             max_workers,
             // Tabulated here, at refit, so the allocator's decision reads numbers.
@@ -165,6 +209,12 @@ impl Handler<Report> for JobActor {
         self.counters.accepted.inc();
         if report.workers > 0 && report.iter_seconds > 0.0 {
             self.predictor.observe_time(report.workers, report.iter_seconds);
+            if let Some(machines) = report.machines {
+                self.observe_shape(&report, machines);
+            }
+        }
+        if report.grads.is_some() {
+            self.grads = report.grads;
         }
         self.unsaved = true;
         if !self.refit_scheduled {
@@ -175,6 +225,27 @@ impl Handler<Report> for JobActor {
                 act.save(false);
             });
         }
+    }
+}
+
+impl JobActor {
+    /// Remembers the shape a report was measured in (the latest report per shape).
+    fn observe_shape(&mut self, report: &LossPoint, machines: u32) {
+        let local = report.batch_size.map_or(1.0, |b| (f64::from(b) / f64::from(report.workers)).max(1.0));
+        let obs = Observation {
+            machines,
+            replicas: report.workers,
+            local_bsz: local.round(),
+            step: report.iter_seconds,
+            sync: report.sync_seconds.unwrap_or(0.0),
+        };
+        let same =
+            |o: &Observation| o.machines == obs.machines && o.replicas == obs.replicas && o.local_bsz == obs.local_bsz;
+        self.shapes.retain(|o| !same(o));
+        if self.shapes.len() == MAX_SHAPES {
+            self.shapes.remove(0);
+        }
+        self.shapes.push(obs);
     }
 }
 
@@ -223,6 +294,8 @@ impl Handler<WorkersChanged> for JobActor {
 /// A job's bid: its bounds, its gain curve and what `status` shows of it.
 #[derive(Clone, Debug)]
 pub struct Bid {
+    /// Its iteration-time model, batch limits and SLO, for placement and batch size.
+    pub model: Arc<JobModel>,
     pub min_workers: u32,
     pub max_workers: u32,
     /// The gain curve, tabulated for the first workers ([`Tabled`]).

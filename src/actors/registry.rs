@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::WorkerSpec;
+use crate::protocol::{Role, WorkerSpec};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerEntry {
@@ -11,6 +11,8 @@ pub struct WorkerEntry {
     /// Seconds (on the caller's monotonic clock) of the last hello or heartbeat.
     pub last_seen_s: f64,
     pub job: Option<JobRef>,
+    /// What it does for its job (a parameter-server job's servers are `Ps`).
+    pub role: Role,
 }
 
 /// The job a worker serves: its name, and the allocator's key for it (unique per job for the
@@ -31,13 +33,13 @@ impl WorkerRegistry {
     /// A worker says hello (again): it keeps its job if it had one.
     pub fn hello(&mut self, spec: WorkerSpec, now_s: f64) {
         let id = spec.worker.clone();
-        let job = self.workers.get(&id).and_then(|w| w.job.clone());
-        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job });
+        let (job, role) = self.workers.get(&id).map_or((None, Role::Worker), |w| (w.job.clone(), w.role));
+        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role });
     }
 
     /// A worker known from saved state, with the job it served.
     pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
-        self.workers.insert(spec.worker.clone(), WorkerEntry { spec, last_seen_s: now_s, job });
+        self.workers.insert(spec.worker.clone(), WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker });
     }
 
     /// Every worker counts as heard from now (after an outage of our own).

@@ -251,10 +251,55 @@ pub fn place(
     out
 }
 
+/// Concrete workers from layouts: worker `w` is on machine `machine_of[w]` and serves job
+/// `current[w]`; each job keeps, on each machine of its layout, the workers it has there (lowest
+/// worker order first), and is topped up from that machine's free workers. Returns each
+/// worker's job. Moves only what the layouts change.
+pub fn assign_workers(layouts: &[Layout], machine_of: &[usize], current: &[Option<usize>]) -> Vec<Option<usize>> {
+    let machines = machine_of.iter().copied().max().map_or(0, |m| m + 1);
+    // want[(job, machine)] slots still to fill.
+    let mut want: std::collections::HashMap<(usize, usize), u32> = std::collections::HashMap::new();
+    for (j, layout) in layouts.iter().enumerate() {
+        for &(m, c) in layout {
+            *want.entry((j, m)).or_default() += c;
+        }
+    }
+    let mut next: Vec<Option<usize>> = vec![None; machine_of.len()];
+    for (w, (&m, &job)) in machine_of.iter().zip(current).enumerate() {
+        if let Some(j) = job
+            && let Some(left) = want.get_mut(&(j, m)).filter(|l| **l > 0)
+        {
+            *left -= 1;
+            next[w] = Some(j);
+        }
+    }
+    let mut free: Vec<Vec<usize>> = vec![Vec::new(); machines];
+    for (w, &m) in machine_of.iter().enumerate().rev() {
+        if next[w].is_none() {
+            free[m].push(w);
+        }
+    }
+    let mut pending: Vec<((usize, usize), u32)> = want.into_iter().filter(|e| e.1 > 0).collect();
+    pending.sort_unstable();
+    for ((j, m), n) in pending {
+        for _ in 0..n {
+            match free[m].pop() {
+                Some(w) => next[w] = Some(j),
+                None => break,
+            }
+        }
+    }
+    next
+}
+
 /// The predicted step time of `job` on `counts`, at its smallest batch: the placement's cost.
+/// Equal predictions (a job with no reports yet predicts no synchronisation cost) are broken
+/// towards fewer machines, by a millionth per extra machine.
 fn step_cost(job: &JobModel, counts: &[u32]) -> f64 {
     let replicas = counts.iter().sum::<u32>().max(1);
-    iter_time(job, counts, &job.limits.configure(job.limits.init_batch, replicas))
+    let t = iter_time(job, counts, &job.limits.configure(job.limits.init_batch, replicas));
+    let machines = counts.iter().filter(|&&c| c > 0).count().max(1);
+    t * (1.0 + 1e-6 * (machines - 1) as f64)
 }
 
 /// Moves a spread job onto fewer machines when the time saved over the horizon pays for a
@@ -320,6 +365,20 @@ mod tests {
         assert!((h[2] - 5.0 / 3.0).abs() < 1e-12 && (h[3] - 7.0 / 3.0).abs() < 1e-12, "{h:?}");
         let concave = [0.0, 1.0, 1.8, 2.4, 2.8];
         assert_eq!(concave_hull(&concave), concave.to_vec());
+    }
+
+    #[test]
+    fn workers_stay_where_their_job_stays() {
+        // Workers 0-3 on machine 0, 4-7 on machine 1; job 0 has 0 and 5.
+        let machine_of = [0, 0, 0, 0, 1, 1, 1, 1];
+        let current = [Some(0), None, None, None, None, Some(0), None, None];
+        let next = assign_workers(&[vec![(0, 2)], vec![(1, 3)]], &machine_of, &current);
+        assert_eq!(next[0], Some(0), "kept");
+        assert_eq!(next[5], Some(1), "job 0 left machine 1");
+        assert_eq!(next.iter().filter(|j| **j == Some(0)).count(), 2);
+        assert!(next.iter().enumerate().all(|(w, j)| *j != Some(0) || machine_of[w] == 0));
+        assert!(next.iter().enumerate().all(|(w, j)| *j != Some(1) || machine_of[w] == 1));
+        assert_eq!(next.iter().filter(|j| **j == Some(1)).count(), 3);
     }
 
     #[test]

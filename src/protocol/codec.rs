@@ -74,6 +74,10 @@ mod tests {
     #[test]
     fn msgpack_is_named_and_tolerates_unknown_fields() {
         let report = LossReport {
+            machines: None,
+            sync_seconds: None,
+            grad_sqr: None,
+            grad_var: None,
             job: "j".into(),
             iter: 3,
             loss: 0.5,

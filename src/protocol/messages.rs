@@ -48,6 +48,13 @@ pub struct JobSpec {
     pub slo_iter_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_sizes: Option<Vec<u32>>,
+    /// A parameter-server job: the scheduler splits its slots into workers and servers
+    /// (`role: "ps"`). Default: all-reduce, workers only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parameter_server: bool,
+    /// The largest per-worker batch that fits; a larger one is accumulated over passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_local_batch: Option<u32>,
 }
 
 impl JobSpec {
@@ -63,6 +70,8 @@ impl JobSpec {
             target_loss: None,
             slo_iter_seconds: None,
             batch_sizes: None,
+            parameter_server: false,
+            max_local_batch: None,
         }
     }
 }
@@ -84,6 +93,9 @@ impl JobSpec {
             return invalid("target_loss must be finite");
         }
         let bad_size = |b: &u32| *b == 0 || *b > MAX_BATCH_SIZE;
+        if self.max_local_batch.as_ref().is_some_and(bad_size) {
+            return Err(ProtocolError::Invalid("max_local_batch out of range", RejectCause::Oversized));
+        }
         if self.batch_sizes.as_ref().is_some_and(|sizes| sizes.len() > 64 || sizes.iter().any(bad_size)) {
             return Err(ProtocolError::Invalid("batch_sizes out of range", RejectCause::Oversized));
         }
@@ -103,6 +115,17 @@ pub struct LossReport {
     pub batch_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_at: Option<f64>,
+    /// Machines its workers span (placement-aware iteration-time model, `cluster::model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machines: Option<u32>,
+    /// The part of `iter_seconds` spent synchronising gradients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_seconds: Option<f64>,
+    /// Squared norm and variance of the gradient (statistical efficiency of larger batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_sqr: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_var: Option<f64>,
 }
 
 impl LossReport {
@@ -115,6 +138,10 @@ impl LossReport {
             iter_seconds: self.iter_seconds,
             workers: self.workers,
             batch_size: self.batch_size,
+            machines: self.machines,
+            sync_seconds: self.sync_seconds,
+            grad_sqr: self.grad_sqr,
+            grad_var: self.grad_var,
         }
         .validate(subject_job)
     }
@@ -131,6 +158,14 @@ pub struct LossReportRef<'a> {
     pub workers: u32,
     #[serde(default)]
     pub batch_size: Option<u32>,
+    #[serde(default)]
+    pub machines: Option<u32>,
+    #[serde(default)]
+    pub sync_seconds: Option<f64>,
+    #[serde(default)]
+    pub grad_sqr: Option<f64>,
+    #[serde(default)]
+    pub grad_var: Option<f64>,
 }
 
 /// The numbers of one loss report, as the job actor needs them.
@@ -140,6 +175,11 @@ pub struct LossPoint {
     pub loss: f64,
     pub iter_seconds: f64,
     pub workers: u32,
+    pub batch_size: Option<u32>,
+    pub machines: Option<u32>,
+    pub sync_seconds: Option<f64>,
+    /// `(grad_sqr, grad_var)` when both were reported.
+    pub grads: Option<(f64, f64)>,
 }
 
 impl LossReportRef<'_> {
@@ -161,7 +201,29 @@ impl LossReportRef<'_> {
         if self.batch_size.is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE) {
             return Err(ProtocolError::Invalid("batch_size out of range", RejectCause::Oversized));
         }
-        Ok(LossPoint { iter: self.iter, loss: self.loss, iter_seconds: self.iter_seconds, workers: self.workers })
+        if self.machines.is_some_and(|m| m == 0 || m > self.workers.max(1)) {
+            return Err(ProtocolError::Invalid("machines must be 1 to workers", RejectCause::Oversized));
+        }
+        if self.sync_seconds.is_some_and(|s| !(s.is_finite() && s >= 0.0 && s <= self.iter_seconds)) {
+            return Err(ProtocolError::Invalid("sync_seconds must be in [0, iter_seconds]", RejectCause::NegativeTime));
+        }
+        let stat = |x: Option<f64>| x.is_some_and(|v| !(v.is_finite() && v >= 0.0));
+        if stat(self.grad_sqr) || stat(self.grad_var) {
+            return Err(ProtocolError::Invalid(
+                "gradient statistics must be finite and non-negative",
+                RejectCause::NonFiniteLoss,
+            ));
+        }
+        Ok(LossPoint {
+            iter: self.iter,
+            loss: self.loss,
+            iter_seconds: self.iter_seconds,
+            workers: self.workers,
+            batch_size: self.batch_size,
+            machines: self.machines,
+            sync_seconds: self.sync_seconds,
+            grads: self.grad_sqr.zip(self.grad_var),
+        })
     }
 }
 
@@ -236,13 +298,14 @@ impl Heartbeat {
     }
 }
 
-/// What a worker does for its job. v1 reserves `"ps"` (parameter server) for placement; this
-/// scheduler assigns only workers.
+/// What a worker does for its job: compute gradients, or serve parameters (a parameter-server
+/// job's servers, `JobSpec::parameter_server`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     #[default]
     Worker,
+    Ps,
 }
 
 /// Which job a worker serves now (`job: None` means idle).
@@ -390,6 +453,10 @@ mod tests {
     #[test]
     fn validation_names_the_cause() {
         let ok = LossReport {
+            machines: None,
+            sync_seconds: None,
+            grad_sqr: None,
+            grad_var: None,
             job: "j".into(),
             iter: 1,
             loss: 1.0,

@@ -77,6 +77,10 @@ async fn report_acked(
         let mut acks = Vec::with_capacity(jobs);
         for j in 0..jobs {
             let r = LossReport {
+                machines: None,
+                sync_seconds: None,
+                grad_sqr: None,
+                grad_var: None,
                 job: job_id(j),
                 iter,
                 loss: loss(j, iter),
@@ -234,6 +238,10 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
             for j in 0..N_JOBS {
                 let job = format!("oj{j:02}");
                 let r = LossReport {
+                    machines: None,
+                    sync_seconds: None,
+                    grad_sqr: None,
+                    grad_var: None,
                     job: job.clone(),
                     iter,
                     loss: loss(j, iter),

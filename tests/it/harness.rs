@@ -296,6 +296,10 @@ pub fn free_port() -> u16 {
 /// A loss report of a job whose loss falls as 1/iter, on one worker at 0.1 s an iteration.
 pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
     slaq::protocol::LossReport {
+        machines: None,
+        sync_seconds: None,
+        grad_sqr: None,
+        grad_var: None,
         job: job.into(),
         iter,
         loss: 1.0 / iter as f64,

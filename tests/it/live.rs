@@ -31,7 +31,19 @@ async fn beat(c: &async_nats::Client, id: &str) {
 }
 
 async fn report(c: &async_nats::Client, job: &str, iter: u64, loss: f64, workers: u32) {
-    let r = LossReport { job: job.into(), iter, loss, iter_seconds: 0.5, workers, batch_size: None, sent_at: None };
+    let r = LossReport {
+        machines: None,
+        sync_seconds: None,
+        grad_sqr: None,
+        grad_var: None,
+        job: job.into(),
+        iter,
+        loss,
+        iter_seconds: 0.5,
+        workers,
+        batch_size: None,
+        sent_at: None,
+    };
     bus::publish(c, subjects().job_loss(job), Encoding::MsgPack, &r).await.unwrap();
 }
 
@@ -156,6 +168,10 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
     c.publish(s.job_loss("j"), bytes::Bytes::new()).await.unwrap();
     // NaN and negative time (MessagePack carries NaN).
     let nan = LossReport {
+        machines: None,
+        sync_seconds: None,
+        grad_sqr: None,
+        grad_var: None,
         job: "j".into(),
         iter: 1,
         loss: f64::NAN,

@@ -7,6 +7,7 @@ mod harness;
 mod isolate;
 mod live;
 mod observe;
+mod placement;
 mod policy_props;
 mod protocol_fuzz;
 mod python;

@@ -30,7 +30,7 @@ proptest! {
 
     #[test]
     fn valid_reports_round_trip(iter in 1u64.., loss in -1e12f64..1e12, secs in 0.0f64..1e6, workers in any::<u32>()) {
-        let r = LossReport { job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None };
+        let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None };
         for encoding in [Encoding::MsgPack, Encoding::Json] {
             let bytes = protocol::encode(encoding, &r).unwrap();
             let back: LossReport = protocol::decode(encoding, &bytes, "loss report").unwrap();
@@ -56,6 +56,10 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     // Valid encodings of every message, to mutate.
     let valid: Vec<(Encoding, Vec<u8>)> = {
         let report = LossReport {
+            machines: None,
+            sync_seconds: None,
+            grad_sqr: None,
+            grad_var: None,
             job: "j1".into(),
             iter: 3,
             loss: 0.5,

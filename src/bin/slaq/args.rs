@@ -161,6 +161,10 @@ pub(crate) struct WorkerArgs {
     /// The machine this worker runs on.
     #[arg(long, env = "SLAQ_WORKER_MACHINE")]
     pub(crate) machine: Option<String>,
+    /// Slots (GPUs) this agent offers: with more than one it registers one worker per slot,
+    /// `<id>-0` ... `<id>-<n-1>`, all on --machine (which it then needs).
+    #[arg(long, default_value_t = 1, env = "SLAQ_WORKER_SLOTS")]
+    pub(crate) slots: u32,
     /// A command to run whenever the worker is assigned a job, with SLAQ_JOB, SLAQ_WORKER and
     /// SLAQ_EPOCH in its environment (run through `sh -c`; the previous one is killed first).
     #[arg(long, env = "SLAQ_WORKER_EXEC")]

@@ -143,6 +143,10 @@ fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<
             let (job, iter) = (i % jobs, i / jobs + 1);
             let id = format!("job{job}");
             let r = protocol::LossReport {
+                machines: None,
+                sync_seconds: None,
+                grad_sqr: None,
+                grad_var: None,
                 job: id.clone(),
                 iter,
                 loss: 1.0 / iter as f64,
@@ -259,6 +263,10 @@ pub fn epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
                 let id = format!("job{j}");
                 let loss = 0.2 + (1.0 + (j % 7) as f64) / (iter as f64).powf(0.5 + (j % 5) as f64 * 0.2);
                 let r = protocol::LossReport {
+                    machines: None,
+                    sync_seconds: None,
+                    grad_sqr: None,
+                    grad_var: None,
                     job: id.clone(),
                     iter,
                     loss,
@@ -361,6 +369,10 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
                             iter[j] += 1;
                             let k = iter[j] as f64;
                             let r = protocol::LossReport {
+                                machines: None,
+                                sync_seconds: None,
+                                grad_sqr: None,
+                                grad_var: None,
                                 job: format!("job{j}"),
                                 iter: iter[j],
                                 loss: 0.2 + (1.0 + (j % 7) as f64) / k.powf(0.5 + (j % 5) as f64 * 0.2),

@@ -64,17 +64,38 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
 pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(protocol::valid_id(&args.id), "--id must be 1-64 characters from [A-Za-z0-9_-]");
     anyhow::ensure!(args.beat_ms > 0, "--beat-ms must be positive");
-    let spec = WorkerSpec { worker: args.id.clone(), machine: args.machine, slots: 1, kind: None };
-    let config = AgentConfig {
-        beat_every: Duration::from_millis(args.beat_ms),
-        exec: args.exec,
-        ..AgentConfig::new(Subjects::new(&args.bus.prefix)?, spec)
+    anyhow::ensure!((1..=256).contains(&args.slots), "--slots must be 1 to 256");
+    anyhow::ensure!(args.slots == 1 || args.machine.is_some(), "--slots above 1 needs --machine");
+    let ids: Vec<String> = if args.slots == 1 {
+        vec![args.id.clone()]
+    } else {
+        (0..args.slots).map(|i| format!("{}-{i}", args.id)).collect()
     };
+    for id in &ids {
+        anyhow::ensure!(protocol::valid_id(id), "worker id {id:?} is too long: shorten --id");
+    }
+    let subjects = Subjects::new(&args.bus.prefix)?;
+    let configs: Vec<AgentConfig> = ids
+        .iter()
+        .map(|id| AgentConfig {
+            beat_every: Duration::from_millis(args.beat_ms),
+            exec: args.exec.clone(),
+            ..AgentConfig::new(
+                subjects.clone(),
+                WorkerSpec { worker: id.clone(), machine: args.machine.clone(), slots: 1, kind: None },
+            )
+        })
+        .collect();
     let auth = args.bus.auth.to_auth();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
+        use futures_util::FutureExt;
         let (client, _) = bus::connect_with(&args.bus.nats, &format!("slaq-worker-{}", args.id), 1024, &auth).await?;
-        agent::run(client, config, shutdown_signal()).await?;
+        let shutdown = shutdown_signal().shared();
+        let agents = configs.into_iter().map(|config| agent::run(client.clone(), config, shutdown.clone()));
+        for result in futures_util::future::join_all(agents).await {
+            result?;
+        }
         Ok(())
     })
 }
