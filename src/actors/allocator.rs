@@ -310,46 +310,60 @@ impl AllocatorActor {
     /// layout is equally local, and the fewest-moves mapping of `policy::placement` is used.
     /// Returns each worker's job and role, and each job's batch.
     fn place(&self, counts: &[u32], current: &[Option<usize>]) -> (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>) {
-        let mut machine_index: HashMap<&str, usize> = HashMap::new();
-        let machine_of: Vec<usize> = self
-            .registry
-            .iter()
-            .map(|(id, w)| {
-                let label = w.spec.machine.as_deref().unwrap_or(id.as_str());
-                let n = machine_index.len();
-                *machine_index.entry(label).or_insert(n)
-            })
-            .collect();
-        let mut capacity = vec![0u32; machine_index.len()];
-        for &m in &machine_of {
-            capacity[m] += 1;
-        }
-        let models: Vec<JobModel> = self
+        let models: Vec<&JobModel> = self
             .jobs
             .values()
-            .map(|e| e.bid.as_ref().map_or_else(|| self.default_model.as_ref().clone(), |b| b.model.as_ref().clone()))
+            .map(|e| e.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()))
             .collect();
-        let next = if capacity.iter().all(|&c| c <= 1) {
-            placement::place(counts, current)
-        } else {
-            let mut models = models.clone();
-            for (&m, job) in machine_of.iter().zip(current) {
-                if let Some(model) = job.and_then(|j| models.get_mut(j)) {
-                    match model.current.iter_mut().find(|l| l.0 == m) {
-                        Some(l) => l.1 += 1,
-                        None => model.current.push((m, 1)),
+        // Machines only matter where some worker shares its machine (checked without building
+        // anything: at 16,000 workers without machines this is the whole cost).
+        let machine_of: Option<Vec<usize>> = self.registry.iter().any(|(_, w)| w.spec.machine.is_some()).then(|| {
+            let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+            self.registry
+                .iter()
+                .map(|(id, w)| {
+                    let n = index.len();
+                    *index.entry(w.spec.machine.as_deref().unwrap_or(id.as_str())).or_insert(n)
+                })
+                .collect()
+        });
+        let next = match &machine_of {
+            Some(machine_of) => {
+                let mut capacity = vec![0u32; machine_of.iter().max().map_or(0, |m| m + 1)];
+                for &m in machine_of {
+                    capacity[m] += 1;
+                }
+                if capacity.iter().all(|&c| c <= 1) {
+                    placement::place(counts, current)
+                } else {
+                    let mut owned: Vec<JobModel> = models.iter().map(|&m| m.clone()).collect();
+                    for (&m, job) in machine_of.iter().zip(current) {
+                        if let Some(model) = job.and_then(|j| owned.get_mut(j)) {
+                            match model.current.iter_mut().find(|l| l.0 == m) {
+                                Some(l) => l.1 += 1,
+                                None => model.current.push((m, 1)),
+                            }
+                        }
                     }
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
+                    let layouts = planner::place(&owned, counts, &capacity, &self.place_settings(), &mut rng);
+                    planner::assign_workers(&layouts, machine_of, current)
                 }
             }
-            let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
-            let layouts = planner::place(&models, counts, &capacity, &self.place_settings(), &mut rng);
-            planner::assign_workers(&layouts, &machine_of, current)
+            None => placement::place(counts, current),
         };
-        // Each job's layout and workers as placed.
+        let mut roles = vec![Role::Worker; next.len()];
+        let mut batches = vec![None; models.len()];
+        // Roles and batches, for the jobs that have them: their layouts and workers as placed.
+        let special: Vec<bool> = models.iter().map(|m| m.ps || !m.batches.is_empty()).collect();
+        if !special.contains(&true) {
+            return (next, roles, batches);
+        }
         let mut layouts: Vec<Layout> = vec![Layout::new(); models.len()];
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
-        for (w, (&m, job)) in machine_of.iter().zip(&next).enumerate() {
-            if let Some(j) = *job {
+        for (w, job) in next.iter().enumerate() {
+            if let Some(j) = job.filter(|&j| special[j]) {
+                let m = machine_of.as_ref().map_or(w, |of| of[w]);
                 members[j].push(w);
                 match layouts[j].iter_mut().find(|l| l.0 == m) {
                     Some(l) => l.1 += 1,
@@ -357,13 +371,8 @@ impl AllocatorActor {
                 }
             }
         }
-        let mut roles = vec![Role::Worker; next.len()];
-        let mut batches = vec![None; models.len()];
-        for (j, model) in models.iter().enumerate() {
+        for (j, model) in models.iter().enumerate().filter(|(j, _)| special[*j] && !layouts[*j].is_empty()) {
             let counts: Vec<u32> = layouts[j].iter().map(|l| l.1).collect();
-            if counts.is_empty() {
-                continue;
-            }
             let choice = (!model.batches.is_empty()).then(|| planner::batch_to_run(model, &counts)).flatten();
             batches[j] = choice.map(|c| c.config.batch);
             if model.ps && members[j].len() >= 2 {
