@@ -93,3 +93,47 @@ fn bad_input_gets_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
 }
+
+#[test]
+fn simulate_pollux_workload_json_has_every_policy_and_the_published_figures() {
+    let out = Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "simulate",
+            "--pollux-workload",
+            "data/pollux/workloads-0.5/workload-3.csv",
+            "--slo-factor",
+            "1.5",
+            "--json",
+        ])
+        .output()
+        .expect("slaq runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for policy in ["fair", "slaq", "slaq-no-placement", "slaq-no-batch"] {
+        let p = &v["policies"][policy];
+        for key in ["mean_jct_s", "p99_jct_s", "restarts_per_job", "slo_met_pct", "busy_pct"] {
+            assert!(p[key].as_f64().is_some_and(f64::is_finite), "{policy}.{key}: {p}");
+        }
+        assert_eq!(p["unfinished_jobs"], 0, "{policy}");
+    }
+    // The published means of the three schedulers on that workload (results/, vendored).
+    for name in ["pollux", "tiresias", "optimus"] {
+        assert!(v["published_mean_jct_s"][name].as_f64().is_some_and(|x| x > 0.0), "{name}");
+    }
+    assert!(v["workloads"]["workload-3@0.5"]["jct_s"]["slaq"].as_object().is_some_and(|j| !j.is_empty()));
+    let bad = slaq(&["simulate", "--pollux-workload", "no/such/file.csv"]);
+    assert!(!bad.status.success());
+}
+
+#[test]
+fn bench_placement_json_has_the_documented_shape() {
+    let out = slaq(&["bench", "placement", "--cases", "20", "--runs", "1", "--lp-limit", "20", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cases"], 20);
+    for key in ["lp_rounding_gap_pct", "greedy_gap_pct", "first_fit_gap_pct", "random_gap_pct"] {
+        assert!(v[key]["mean"].as_f64().is_some_and(|x| x >= 0.0) && v[key]["max"].as_f64().is_some(), "{key}");
+    }
+    assert_eq!(v["decision"].as_array().map(Vec::len), Some(2));
+}

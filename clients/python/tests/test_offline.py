@@ -60,6 +60,15 @@ class Wire(unittest.TestCase):
     def test_spec_leaves_out_unset_fields(self):
         self.assertEqual(job_spec("j"), {"job": "j", "weight": 1.0, "min_workers": 0})
         self.assertEqual(job_spec("j", max_workers=4)["max_workers"], 4)
+        self.assertTrue(job_spec("j", parameter_server=True)["parameter_server"])
+
+    def test_reports_carry_optional_statistics(self):
+        report = loss_report("j", 1, 0.5, 0.2, 4, batch_size=64, machines=2, sync_seconds=0.05,
+                             grad_sqr=1.5, grad_var=3.0)
+        self.assertEqual((report["machines"], report["grad_var"]), (2, 3.0))
+        self.assertNotIn("machines", loss_report("j", 1, 0.5, 0.2, 4, machines=None))
+        with self.assertRaises(SlaqError):
+            loss_report("j", 1, 0.5, 0.2, 4, gradient=1.0)
 
     def test_allocation_from_message(self):
         a = Allocation.from_message({"job": "j", "epoch": 7, "workers": ["w1", "w2"], "batch_size": 128})

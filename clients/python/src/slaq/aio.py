@@ -84,9 +84,10 @@ class AsyncJob:
             raise SlaqError(f"slaq refused job {self.job}: {ack.get('error')}")
 
     async def report(self, iteration: int, loss: float, iter_seconds: float, workers: int,
-                     batch_size: Optional[int] = None):
-        """Reports one finished iteration (1-based, increasing)."""
-        message = loss_report(self.job, iteration, loss, iter_seconds, workers, batch_size, time.time())
+                     batch_size: Optional[int] = None, **stats):
+        """Reports one finished iteration (1-based, increasing); ``stats``: optional
+        ``machines``, ``sync_seconds``, ``grad_sqr``, ``grad_var``."""
+        message = loss_report(self.job, iteration, loss, iter_seconds, workers, batch_size, time.time(), **stats)
         payload = self.codec.encode(message)
         if self._js is not None:
             headers = dict(self.codec.headers or {})

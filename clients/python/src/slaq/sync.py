@@ -48,8 +48,8 @@ class Job:
         self._run(self._job.hello(**changes))
 
     def report(self, iteration: int, loss: float, iter_seconds: float, workers: int,
-               batch_size: Optional[int] = None):
-        self._run(self._job.report(iteration, loss, iter_seconds, workers, batch_size))
+               batch_size: Optional[int] = None, **stats):
+        self._run(self._job.report(iteration, loss, iter_seconds, workers, batch_size, **stats))
 
     def bye(self, reason: str = "finished"):
         self._run(self._job.bye(reason))

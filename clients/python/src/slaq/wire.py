@@ -91,16 +91,26 @@ class Allocation:
 
 
 def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
-             target_loss=None, slo_iter_seconds=None, batch_sizes=None) -> dict:
+             target_loss=None, slo_iter_seconds=None, batch_sizes=None, parameter_server=False,
+             max_local_batch=None) -> dict:
     spec = {"job": job, "weight": float(weight), "min_workers": int(min_workers)}
     optional = {"family": family, "tenant": tenant, "max_workers": max_workers, "target_loss": target_loss,
-                "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes}
+                "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes,
+                "max_local_batch": max_local_batch}
     spec.update({k: v for k, v in optional.items() if v is not None})
+    if parameter_server:
+        spec["parameter_server"] = True
     return spec
 
 
+# Optional statistics a report may carry (see the wire contract): the machines its workers span
+# and the part of the iteration spent synchronising (for the placement-aware iteration-time
+# model), and the gradient's squared norm and variance (statistical efficiency of larger batches).
+REPORT_STATS = {"machines": int, "sync_seconds": float, "grad_sqr": float, "grad_var": float}
+
+
 def loss_report(job: str, iteration: int, loss: float, iter_seconds: float, workers: int,
-                batch_size=None, sent_at=None) -> dict:
+                batch_size=None, sent_at=None, **stats) -> dict:
     iteration, loss, iter_seconds, workers = int(iteration), float(loss), float(iter_seconds), int(workers)
     if iteration < 1:
         raise SlaqError("iteration is 1-based")
@@ -113,6 +123,11 @@ def loss_report(job: str, iteration: int, loss: float, iter_seconds: float, work
         report["batch_size"] = int(batch_size)
     if sent_at is not None:
         report["sent_at"] = float(sent_at)
+    for key, value in stats.items():
+        if key not in REPORT_STATS:
+            raise SlaqError(f"unknown report field {key!r}; known: {', '.join(REPORT_STATS)}")
+        if value is not None:
+            report[key] = REPORT_STATS[key](value)
     return report
 
 

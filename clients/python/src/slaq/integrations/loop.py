@@ -28,13 +28,13 @@ class Reporter:
     def begin(self):
         self._started = self._clock()
 
-    def step(self, loss, workers: Optional[int] = None, batch_size: Optional[int] = None):
+    def step(self, loss, workers: Optional[int] = None, batch_size: Optional[int] = None, **stats):
         now = self._clock()
         seconds = max(0.0, now - (self._started if self._started is not None else self._last))
         self._last, self._started = now, None
         self.iteration += 1
         count = workers or self.workers or len(getattr(self.job, "workers", []) or []) or 1
-        self.job.report(self.iteration, as_float(loss), seconds, count, batch_size)
+        self.job.report(self.iteration, as_float(loss), seconds, count, batch_size, **stats)
 
 
 def as_float(value) -> float:
