@@ -410,6 +410,10 @@ pub(crate) struct SimulateArgs {
     /// step time of its user's choice (requested GPUs packed, requested batch).
     #[arg(long)]
     pub(crate) slo_factor: Option<f64>,
+    /// With --pollux-workload: seconds over which slaq's gains must pay for a restart
+    /// [default: 120, chosen on workloads 1-4 at load 1.0].
+    #[arg(long)]
+    pub(crate) restart_horizon: Option<f64>,
     /// With --pollux-workload: the published results to compare with.
     #[arg(long, default_value = "data/pollux/results")]
     pub(crate) published: PathBuf,

@@ -177,6 +177,10 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     let mut config =
         Config { slo_factor: args.slo_factor, seed: args.seed.first().copied().unwrap_or(1), ..Config::default() };
+    if let Some(h) = args.restart_horizon {
+        anyhow::ensure!(h.is_finite() && h > 0.0, "--restart-horizon must be positive");
+        config.restart_horizon_s = h;
+    }
     if let Some(&floor) = args.floor.first() {
         config.plan.floor = floor;
         config.plan.validate().map_err(anyhow::Error::msg)?;
