@@ -5,6 +5,7 @@ mod cli;
 mod durable;
 mod harness;
 mod isolate;
+mod layout;
 mod live;
 mod observe;
 mod placement;
