@@ -40,6 +40,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #[test]
+    fn placement_statistics_are_checked(
+        machines in proptest::option::of(any::<u32>()),
+        sync in proptest::option::of(proptest::num::f64::ANY),
+        sqr in proptest::option::of(proptest::num::f64::ANY),
+        var in proptest::option::of(proptest::num::f64::ANY),
+        workers in 0u32..64,
+        secs in 0.0f64..10.0,
+    ) {
+        let r = LossReport {
+            job: "j".into(), iter: 1, loss: 1.0, iter_seconds: secs, workers, batch_size: None, sent_at: None,
+            machines, sync_seconds: sync, grad_sqr: sqr, grad_var: var,
+        };
+        match r.validate("j") {
+            Ok(point) => {
+                prop_assert!(machines.is_none_or(|m| m >= 1 && m <= workers.max(1)));
+                prop_assert!(sync.is_none_or(|s| s.is_finite() && (0.0..=secs).contains(&s)));
+                prop_assert!(point.grads.is_none_or(|(a, b)| a.is_finite() && b.is_finite() && a >= 0.0 && b >= 0.0));
+                prop_assert_eq!(point.grads.is_some(), sqr.is_some() && var.is_some());
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+}
+
 /// A million random and mutated payloads over every subject kind go through the very function
 /// the ingest loop calls: each is accepted or refused with a cause, none panics, and nothing
 /// is both. (The scheduler over NATS gets 20,000 of them in `isolate.rs`.)
@@ -56,10 +82,10 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     // Valid encodings of every message, to mutate.
     let valid: Vec<(Encoding, Vec<u8>)> = {
         let report = LossReport {
-            machines: None,
-            sync_seconds: None,
-            grad_sqr: None,
-            grad_var: None,
+            machines: Some(2),
+            sync_seconds: Some(0.05),
+            grad_sqr: Some(1.5),
+            grad_var: Some(30.0),
             job: "j1".into(),
             iter: 3,
             loss: 0.5,
@@ -68,7 +94,14 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             batch_size: Some(64),
             sent_at: Some(1.0),
         };
-        let spec = JobSpec { max_workers: Some(4), batch_sizes: Some(vec![32, 64]), ..JobSpec::new("j1") };
+        let spec = JobSpec {
+            max_workers: Some(4),
+            batch_sizes: Some(vec![32, 64]),
+            parameter_server: true,
+            max_local_batch: Some(32),
+            slo_iter_seconds: Some(0.5),
+            ..JobSpec::new("j1")
+        };
         let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
         let worker = WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None };
         let beat = Heartbeat { worker: "j1".into(), at: Some(2.0) };
