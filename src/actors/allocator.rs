@@ -71,6 +71,10 @@ struct PendingGain {
 const EPOCH_HISTORY: usize = 1024;
 /// Seconds between saves of a job's service and floor ledger.
 const PLAN_SAVE_S: f64 = 30.0;
+/// Each worker's job and role, each job's batch, and (jobs with an SLO, of them predicted to
+/// miss it).
+type Placed = (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>, (usize, usize));
+
 /// What moving a job to other machines costs it (a restart), and the horizon over which a move
 /// must pay for it: the simulator's defaults (`sim::pollux::Config`).
 const PLACE_RESTART_S: f64 = 30.0;
@@ -196,7 +200,7 @@ impl AllocatorActor {
         let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &key)| (key, i)).collect();
         let current: Vec<Option<usize>> =
             self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect();
-        let (next, roles, batches) = self.place(&allocation.workers, &current);
+        let (next, roles, batches, slo) = self.place(&allocation.workers, &current);
         let epoch = self.epoch + 1;
 
         // Only workers that move, and jobs whose membership changed, cost anything here.
@@ -283,6 +287,8 @@ impl AllocatorActor {
             publish_ms: 0.0,
             total_ms: 0.0,
             gains,
+            slo_jobs: slo.0,
+            slo_missed: slo.1,
         };
         self.publisher.send_all(outgoing.into_iter().flatten().collect());
         let done = Instant::now();
@@ -309,7 +315,7 @@ impl AllocatorActor {
     /// batch sizes get Courier's batch for their new layout. With one slot per machine every
     /// layout is equally local, and the fewest-moves mapping of `policy::placement` is used.
     /// Returns each worker's job and role, and each job's batch.
-    fn place(&self, counts: &[u32], current: &[Option<usize>]) -> (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>) {
+    fn place(&self, counts: &[u32], current: &[Option<usize>]) -> Placed {
         let models: Vec<&JobModel> = self
             .jobs
             .values()
@@ -357,8 +363,9 @@ impl AllocatorActor {
         // Roles and batches, for the jobs that have them: their layouts and workers as placed.
         let special: Vec<bool> = models.iter().map(|m| m.ps || !m.batches.is_empty()).collect();
         if !special.contains(&true) {
-            return (next, roles, batches);
+            return (next, roles, batches, (0, 0));
         }
+        let mut slo = (0, 0);
         let mut layouts: Vec<Layout> = vec![Layout::new(); models.len()];
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
         for (w, job) in next.iter().enumerate() {
@@ -375,6 +382,10 @@ impl AllocatorActor {
             let counts: Vec<u32> = layouts[j].iter().map(|l| l.1).collect();
             let choice = (!model.batches.is_empty()).then(|| planner::batch_to_run(model, &counts)).flatten();
             batches[j] = choice.map(|c| c.config.batch);
+            if let (Some(c), Some(_)) = (choice, model.slo_iter_s) {
+                slo.0 += 1;
+                slo.1 += usize::from(!c.meets_slo);
+            }
             if model.ps && members[j].len() >= 2 {
                 let local = choice.map_or(f64::from(model.limits.min_local), |c| f64::from(c.config.local_bsz));
                 let (_, servers) = planner::ps_split(model, members[j].len() as u32, local);
@@ -383,7 +394,7 @@ impl AllocatorActor {
                 }
             }
         }
-        (next, roles, batches)
+        (next, roles, batches, slo)
     }
 
     fn place_settings(&self) -> PlaceSettings {
@@ -433,6 +444,7 @@ impl AllocatorActor {
                     workers: e.workers.len() as u32,
                     points: e.bid.as_ref().map_or(0, |b| b.points),
                     dropped: 0,
+                    batch_size: e.batch,
                 })
                 .collect(),
             workers: self
@@ -441,6 +453,8 @@ impl AllocatorActor {
                 .map(|(id, w)| WorkerStatus {
                     worker: id.clone(),
                     job: w.job.as_ref().map(|j| j.id.clone()),
+                    machine: w.spec.machine.clone(),
+                    role: w.role,
                     silent_s: now_s - w.last_seen_s,
                 })
                 .collect(),

@@ -361,6 +361,9 @@ pub struct JobStatus {
     /// Its reports refused for its rate or a full queue (its own excess).
     #[serde(default)]
     pub dropped: u64,
+    /// The batch size last published to it (jobs that declare `batch_sizes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
 }
 
 /// One worker in a status snapshot.
@@ -369,6 +372,10 @@ pub struct WorkerStatus {
     pub worker: String,
     #[serde(default)]
     pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    #[serde(default)]
+    pub role: Role,
     /// Seconds since its last heartbeat.
     pub silent_s: f64,
 }
@@ -432,6 +439,12 @@ pub struct EpochSummary {
     /// Predicted against realised loss reduction over the previous epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gains: Option<EpochGains>,
+    /// Running jobs with an SLO on their iteration time, and those whose batch, the fastest
+    /// allowed, is still predicted to miss it.
+    #[serde(default)]
+    pub slo_jobs: usize,
+    #[serde(default)]
+    pub slo_missed: usize,
 }
 
 /// How good the last epoch's predictions were: over the jobs that bid both before and after

@@ -23,6 +23,7 @@ pub struct Metrics {
     pub workers_assigned: IntGauge,
     pub workers_moved: IntCounter,
     pub last_epoch_moved: IntGauge,
+    pub slo_jobs: prometheus::IntGaugeVec,
     pub predicted_gain: prometheus::Gauge,
     pub realised_gain: prometheus::Gauge,
     pub predicted_gain_total: prometheus::Counter,
@@ -76,6 +77,14 @@ impl Metrics {
                 .expect("valid metric"),
             last_epoch_moved: IntGauge::new("slaq_last_epoch_workers_moved", "Workers moved in the last epoch")
                 .expect("valid metric"),
+            slo_jobs: prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "slaq_slo_jobs",
+                    "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
+                ),
+                &["state"],
+            )
+            .expect("valid metric"),
             predicted_gain: prometheus::Gauge::new(
                 "slaq_epoch_predicted_gain",
                 "Normalised loss reduction the bids predicted for the last completed epoch, summed over jobs",
@@ -142,6 +151,7 @@ impl Metrics {
             Box::new(self.workers_assigned.clone()),
             Box::new(self.workers_moved.clone()),
             Box::new(self.last_epoch_moved.clone()),
+            Box::new(self.slo_jobs.clone()),
             Box::new(self.predicted_gain.clone()),
             Box::new(self.realised_gain.clone()),
             Box::new(self.predicted_gain_total.clone()),
@@ -183,6 +193,10 @@ impl Metrics {
         self.workers_assigned.set(summary.workers_assigned as i64);
         self.workers_moved.inc_by(summary.workers_moved as u64);
         self.last_epoch_moved.set(summary.workers_moved as i64);
+        self.slo_jobs
+            .with_label_values(&["met"])
+            .set((summary.slo_jobs - summary.slo_missed.min(summary.slo_jobs)) as i64);
+        self.slo_jobs.with_label_values(&["missed"]).set(summary.slo_missed as i64);
         if let Some(gains) = &summary.gains {
             self.predicted_gain.set(gains.predicted);
             self.realised_gain.set(gains.realised);

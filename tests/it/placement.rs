@@ -189,4 +189,15 @@ async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
         }
     }
     assert!(truth(batch["slo"]) <= 0.05);
+    // Status and metrics show it: the batch per job, and one SLO job predicted to meet it.
+    eventually(&c, &s, WAIT, "status shows the batches", |st| {
+        st.jobs.iter().any(|j| j.job == "slo" && j.batch_size == Some(128))
+            && st.jobs.iter().any(|j| j.job == "free" && j.batch_size.is_some_and(|b| b > 128))
+            && st.workers.iter().all(|w| w.machine.is_some())
+    })
+    .await;
+    let mut epochs = c.subscribe("slaq.v1.ctl.epoch").await.unwrap();
+    let msg = tokio::time::timeout(WAIT, epochs.next()).await.unwrap().unwrap();
+    let e: protocol::EpochSummary = protocol::decode(Encoding::MsgPack, &msg.payload, "epoch").unwrap();
+    assert_eq!((e.slo_jobs, e.slo_missed), (1, 0), "{e:?}");
 }

@@ -134,22 +134,34 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             if snapshot.truncated { "; cut to the limit or to fit one NATS message" } else { "" }
         );
     }
-    println!("\n{:<24} {:>8} {:>14} {:>14} {:>8} {:>8}", "job", "iter", "loss", "gain", "workers", "dropped");
+    println!(
+        "\n{:<24} {:>8} {:>14} {:>14} {:>8} {:>8} {:>8}",
+        "job", "iter", "loss", "gain", "workers", "batch", "dropped"
+    );
     for j in &snapshot.jobs {
         let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
         println!(
-            "{:<24} {:>8} {:>14} {:>14} {:>8} {:>8}",
+            "{:<24} {:>8} {:>14} {:>14} {:>8} {:>8} {:>8}",
             j.job,
             j.last_iter.map_or("-".into(), |i| i.to_string()),
             opt(j.last_loss),
             opt(j.predicted_gain),
             j.workers,
+            j.batch_size.map_or("-".into(), |b| b.to_string()),
             j.dropped
         );
     }
-    println!("\n{:<24} {:<24} {:>10}", "worker", "job", "silent s");
+    println!("\n{:<24} {:<16} {:<24} {:<6} {:>10}", "worker", "machine", "job", "role", "silent s");
     for w in &snapshot.workers {
-        println!("{:<24} {:<24} {:>10.1}", w.worker, w.job.as_deref().unwrap_or("-"), w.silent_s);
+        let role = if w.role == protocol::Role::Ps { "ps" } else { "worker" };
+        println!(
+            "{:<24} {:<16} {:<24} {:<6} {:>10.1}",
+            w.worker,
+            w.machine.as_deref().unwrap_or("-"),
+            w.job.as_deref().unwrap_or("-"),
+            role,
+            w.silent_s
+        );
     }
     println!("\naccepted: {:?}", snapshot.accepted);
     println!("rejected: {:?}", snapshot.rejected);
