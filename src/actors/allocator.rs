@@ -18,7 +18,7 @@ use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
 use crate::cluster::place::Layout;
-use crate::cluster::planner::{self, JobModel, PlaceSettings, Placer};
+use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
     EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, Role, StatusSnapshot, WorkerAssignment,
@@ -33,6 +33,8 @@ pub struct AllocatorSettings {
     pub epoch: Duration,
     pub policy: PolicyKind,
     pub plan: PlanSettings,
+    /// Placement: the method, and what a move costs and must pay back.
+    pub place: PlaceSettings,
     pub worker_timeout: Duration,
     /// The term every assignment carries (the leader's lease, or this start's incarnation):
     /// agents ignore a term older than one they have obeyed.
@@ -75,10 +77,6 @@ const PLAN_SAVE_S: f64 = 30.0;
 /// miss it).
 type Placed = (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>, (usize, usize));
 
-/// What moving a job to other machines costs it (a restart), and the horizon over which a move
-/// must pay for it: the simulator's defaults (`sim::pollux::Config`).
-const PLACE_RESTART_S: f64 = 30.0;
-const PLACE_HORIZON_S: f64 = 120.0;
 /// An unknown worker is asked to say hello again at most this often.
 const PROMPT_EVERY_S: f64 = 5.0;
 /// Unknown workers asked at once, at most.
@@ -352,7 +350,7 @@ impl AllocatorActor {
                         }
                     }
                     let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
-                    let layouts = planner::place(&owned, counts, &capacity, &self.place_settings(), &mut rng);
+                    let layouts = planner::place(&owned, counts, &capacity, &self.settings.place, &mut rng);
                     planner::assign_workers(&layouts, machine_of, current)
                 }
             }
@@ -395,10 +393,6 @@ impl AllocatorActor {
             }
         }
         (next, roles, batches, slo)
-    }
-
-    fn place_settings(&self) -> PlaceSettings {
-        PlaceSettings { placer: Placer::Lp, restart_s: PLACE_RESTART_S, horizon_s: PLACE_HORIZON_S }
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and

@@ -179,6 +179,10 @@ pub struct RawScheduler {
     pub idle_job_timeout_ms: u64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
+    /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
+    /// which a move must pay for it (placement; `cluster::planner`).
+    pub restart_s: f64,
+    pub move_horizon_s: f64,
 }
 
 impl Default for RawNats {
@@ -215,6 +219,8 @@ impl Default for RawScheduler {
             report_burst: 2_000,
             idle_job_timeout_ms: 600_000,
             max_min_workers: 1_024,
+            restart_s: 30.0,
+            move_horizon_s: 120.0,
         }
     }
 }
@@ -238,6 +244,7 @@ pub struct ServeConfig {
     pub job_threads: usize,
     pub refit_interval: Duration,
     pub plan: crate::schedule::PlanSettings,
+    pub place: crate::cluster::planner::PlaceSettings,
     pub predictor: PredictorConfig,
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
@@ -387,6 +394,14 @@ impl RawConfig {
         }
         let plan = crate::schedule::PlanSettings { floor: s.floor, floor_window: s.floor_window };
         plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
+            return invalid("restart_s must be at least 0 and move_horizon_s positive");
+        }
+        let place = crate::cluster::planner::PlaceSettings {
+            placer: crate::cluster::planner::Placer::Lp,
+            restart_s: s.restart_s,
+            horizon_s: s.move_horizon_s,
+        };
         let subjects = Subjects::new(&self.nats.prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let job_threads = s.job_threads;
         let http_listen = match self.http.listen.trim() {
@@ -429,6 +444,7 @@ impl RawConfig {
             return invalid("max_reports_per_s and report_burst must be positive");
         };
         Ok(ServeConfig {
+            place,
             max_iter_jump: s.max_iter_jump.max(1),
             report_quota: governor::Quota::per_second(rate).allow_burst(burst),
             idle_job_timeout: (s.idle_job_timeout_ms > 0).then(|| Duration::from_millis(s.idle_job_timeout_ms)),

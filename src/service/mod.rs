@@ -133,6 +133,7 @@ pub async fn run(
         epoch: config.epoch,
         policy: config.policy,
         plan: config.plan,
+        place: config.place,
         worker_timeout: config.worker_timeout,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
