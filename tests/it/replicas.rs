@@ -278,7 +278,9 @@ async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes()
         {
             break st;
         }
-        assert!(cut.elapsed() < Duration::from_secs(60), "no new leader within a minute");
+        // Two minutes: on a loaded 2-core machine JetStream on 2.9 has taken over a minute to elect
+        // new stream leaders (the take-over figure is measured on a quiet machine and printed).
+        assert!(cut.elapsed() < Duration::from_secs(120), "no new leader within two minutes");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     eprintln!("new leader {:?} allocating {:?} after the leader's server stopped", after.leader, cut.elapsed());
