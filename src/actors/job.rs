@@ -50,6 +50,30 @@ pub struct JobActor {
 /// Shapes a job's iteration-time model remembers.
 const MAX_SHAPES: usize = 64;
 
+/// What a job actor saves to the durable state: its predictor, and what its iteration-time
+/// model is fitted from.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SavedJob {
+    pub predictor: JobPredictor,
+    #[serde(default)]
+    pub shapes: Vec<Observation>,
+    #[serde(default)]
+    pub grads: Option<(f64, f64)>,
+}
+
+impl SavedJob {
+    /// Decodes a saved job; a state written before shapes were saved holds the predictor alone.
+    pub fn decode(bytes: &[u8]) -> Result<SavedJob, rmp_serde::decode::Error> {
+        rmp_serde::from_slice::<SavedJob>(bytes).or_else(|_| {
+            rmp_serde::from_slice::<JobPredictor>(bytes).map(|predictor| SavedJob {
+                predictor,
+                shapes: Vec::new(),
+                grads: None,
+            })
+        })
+    }
+}
+
 /// What the planner knows of a job with `spec`, from the shapes it ran in (`cluster::model`).
 pub fn job_model(spec: &JobSpec, shapes: &[Observation], grads: Option<(f64, f64)>) -> JobModel {
     let mut batches = spec.batch_sizes.clone().unwrap_or_default();
@@ -120,6 +144,14 @@ impl JobActor {
         self
     }
 
+    /// Starts from saved shapes and gradient statistics (a restart).
+    pub fn with_model(mut self, shapes: Vec<Observation>, grads: Option<(f64, f64)>) -> Self {
+        self.shapes = shapes;
+        self.shapes.truncate(MAX_SHAPES);
+        self.grads = grads;
+        self
+    }
+
     /// Saves the predictor to `durable` at most every `interval` while points arrive.
     pub fn saving_to(mut self, durable: Durable, interval: Duration) -> Self {
         self.durable = Some((durable, interval));
@@ -135,7 +167,8 @@ impl JobActor {
             return;
         }
         self.last_saved = Some(std::time::Instant::now());
-        match rmp_serde::to_vec_named(&self.predictor) {
+        let saved = SavedJob { predictor: self.predictor.clone(), shapes: self.shapes.clone(), grads: self.grads };
+        match rmp_serde::to_vec_named(&saved) {
             Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),
             Err(e) => tracing::warn!(job = %self.spec.job, error = %e, "cannot encode the predictor"),
         }
@@ -354,5 +387,28 @@ impl Handler<CountPoints> for JobActor {
     type Result = u64;
     fn handle(&mut self, _: CountPoints, _: &mut Self::Context) -> u64 {
         self.predictor.num_points()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_jobs_round_trip_and_old_saves_still_decode() {
+        let mut predictor = JobPredictor::new(Default::default());
+        for k in 1..=5u64 {
+            predictor.observe(k, 1.0 / k as f64).unwrap();
+        }
+        let shape = Observation { machines: 1, replicas: 2, local_bsz: 32.0, step: 0.2, sync: 0.01 };
+        let saved = SavedJob { predictor: predictor.clone(), shapes: vec![shape], grads: Some((1.0, 2.0)) };
+        let back = SavedJob::decode(&rmp_serde::to_vec_named(&saved).unwrap()).unwrap();
+        assert_eq!((back.shapes, back.grads), (vec![shape], Some((1.0, 2.0))));
+        assert_eq!(back.predictor.last_iter(), Some(5));
+        // The format before shapes were saved: the predictor alone.
+        let old = SavedJob::decode(&rmp_serde::to_vec_named(&predictor).unwrap()).unwrap();
+        assert!(old.shapes.is_empty() && old.grads.is_none());
+        assert_eq!(old.predictor.last_iter(), Some(5));
+        assert!(SavedJob::decode(b"garbage").is_err());
     }
 }

@@ -254,6 +254,17 @@ impl AppTrace {
         if epochs == 0 { 0.0 } else { self.progress[(epochs - 1).min(self.progress.len() - 1)] }
     }
 
+    /// Its batch limits: progress counted at the initial batch, totals up to the largest traced,
+    /// per-GPU batches within what was measured (and what fits).
+    pub fn limits(&self) -> super::model::BatchLimits {
+        super::model::BatchLimits {
+            init_batch: self.init_batch,
+            max_batch: self.max_batch,
+            min_local: self.min_local_bsz,
+            max_local: self.max_local_bsz,
+        }
+    }
+
     /// The progress at which a job of this application is complete.
     pub fn target_progress(&self) -> f64 {
         self.progress_at(self.max_epochs)

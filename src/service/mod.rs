@@ -30,7 +30,7 @@ use crate::actors::allocator::{
     AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, StopAllocator,
     WorkerBeat, WorkerHello,
 };
-use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, Stop, UpdateSpec};
+use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, Publisher};
 use crate::protocol::{
@@ -309,7 +309,7 @@ impl Ingest {
     fn restore(&mut self, saved: SavedState) {
         let (num_jobs, num_workers) = (saved.jobs.len(), saved.workers.len());
         for (spec, predictor) in saved.jobs {
-            let predictor = predictor.and_then(|bytes| match rmp_serde::from_slice::<JobPredictor>(&bytes) {
+            let predictor = predictor.and_then(|bytes| match SavedJob::decode(&bytes) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     warn!(job = %spec.job, error = %e, "saved predictor does not decode; starting afresh");
@@ -496,14 +496,17 @@ impl Ingest {
         }
     }
 
-    fn start_job(&mut self, spec: JobSpec, predictor: Option<JobPredictor>) -> Result<Addr<JobActor>, ProtocolError> {
+    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>) -> Result<Addr<JobActor>, ProtocolError> {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
         }
         let id = spec.job.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
-        let predictor = predictor.unwrap_or_else(|| JobPredictor::new(self.config.predictor));
+        let (predictor, shapes, grads) = match saved {
+            Some(s) => (s.predictor, s.shapes, s.grads),
+            None => (JobPredictor::new(self.config.predictor), Vec::new(), None),
+        };
         let (refit, mailbox) = (self.config.refit_interval, self.config.job_mailbox);
         let saving = self.durable.clone().map(|d| (d, self.config.snapshot_interval));
         let (counters, max_iter_jump) = (self.report_counters.clone(), self.config.max_iter_jump);
@@ -513,8 +516,9 @@ impl Ingest {
         // runs on its own thread, and actix's default mailbox holds only 16.
         let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
             ctx.set_mailbox_capacity(mailbox);
-            let actor =
-                JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s).counting(counters, max_iter_jump);
+            let actor = JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s)
+                .counting(counters, max_iter_jump)
+                .with_model(shapes, grads);
             match saving {
                 Some((durable, every)) => actor.saving_to(durable, every),
                 None => actor,

@@ -298,12 +298,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         .iter()
         .map(|spec| {
             let app = spec.app;
-            let limits = BatchLimits {
-                init_batch: app.init_batch,
-                max_batch: app.max_batch,
-                min_local: app.min_local_bsz,
-                max_local: app.max_local_bsz,
-            };
+            let limits = app.limits();
             let slo = config.slo_factor.and_then(|f| {
                 let replicas = spec.replicas.max(1);
                 let c = limits.configure(spec.batch, replicas);
@@ -482,13 +477,7 @@ mod tests {
     /// The completion time straight from the traces: one job on a fixed placement and batch.
     fn direct(job: &WorkloadJob, counts: &[u32], restart_s: f64) -> f64 {
         let app = job.app;
-        let limits = BatchLimits {
-            init_batch: app.init_batch,
-            max_batch: app.max_batch,
-            min_local: app.min_local_bsz,
-            max_local: app.max_local_bsz,
-        };
-        let c = limits.configure(job.batch, counts.iter().sum());
+        let c = app.limits().configure(job.batch, counts.iter().sum());
         let (step, sync) = app.step_time(counts, f64::from(c.local_bsz)).unwrap();
         let iter_s = step + (step - sync) * f64::from(c.accum);
         let mut t = restart_s;

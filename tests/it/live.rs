@@ -31,19 +31,7 @@ async fn beat(c: &async_nats::Client, id: &str) {
 }
 
 async fn report(c: &async_nats::Client, job: &str, iter: u64, loss: f64, workers: u32) {
-    let r = LossReport {
-        machines: None,
-        sync_seconds: None,
-        grad_sqr: None,
-        grad_var: None,
-        job: job.into(),
-        iter,
-        loss,
-        iter_seconds: 0.5,
-        workers,
-        batch_size: None,
-        sent_at: None,
-    };
+    let r = LossReport { loss, iter_seconds: 0.5, workers, ..crate::harness::loss_report(job, iter) };
     bus::publish(c, subjects().job_loss(job), Encoding::MsgPack, &r).await.unwrap();
 }
 

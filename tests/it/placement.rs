@@ -51,19 +51,7 @@ async fn hello(c: &async_nats::Client, spec: &JobSpec) {
 }
 
 fn report(job: &str, iter: u64, workers: u32) -> LossReport {
-    LossReport {
-        job: job.into(),
-        iter,
-        loss: 1.0 / iter as f64,
-        iter_seconds: 0.1,
-        workers,
-        batch_size: None,
-        sent_at: None,
-        machines: None,
-        sync_seconds: None,
-        grad_sqr: None,
-        grad_var: None,
-    }
+    LossReport { workers, ..crate::harness::loss_report(job, iter) }
 }
 
 async fn send(c: &async_nats::Client, r: &LossReport) {
@@ -137,19 +125,16 @@ async fn a_parameter_server_job_gets_its_servers() {
     }
 }
 
-#[tokio::test]
-async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
-    let nats = NatsServer::start();
-    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
-    let mut allocs = c.subscribe("slaq.v1.job.*.alloc").await.unwrap();
-    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
-    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
-    // Iteration time 0.01 s + 1 ms per example on each of 4 workers on one machine, and noisy
-    // gradients (larger batches progress more per example). Within 0.05 s: a per-worker batch
-    // of at most 40, so a total of at most 160 of the allowed sizes: 128.
+/// Iteration time 0.01 s + 1 ms per example on each of 4 workers on one machine.
+fn truth(batch: u32) -> f64 {
+    0.01 + 0.001 * f64::from(batch) / 4.0
+}
+
+/// Jobs "slo" (iterations within 0.05 s) and "free", both able to run at 32 to 512, reporting
+/// their true iteration times at 32 and 256 on four workers of one machine, and noisy gradients
+/// (larger batches progress more per example). Within 0.05 s: a per-worker batch of at most 40,
+/// so a total of at most 160 of the allowed sizes: 128.
+async fn slo_and_free_jobs(c: &async_nats::Client) {
     let sizes = vec![32, 64, 128, 256, 512];
     let slo = JobSpec {
         max_workers: Some(4),
@@ -158,9 +143,8 @@ async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
         ..JobSpec::new("slo")
     };
     let free = JobSpec { max_workers: Some(4), batch_sizes: Some(sizes), ..JobSpec::new("free") };
-    hello(&c, &slo).await;
-    hello(&c, &free).await;
-    let truth = |batch: u32| 0.01 + 0.001 * f64::from(batch) / 4.0;
+    hello(c, &slo).await;
+    hello(c, &free).await;
     for k in 1..=40u64 {
         for job in ["slo", "free"] {
             let batch = if k % 2 == 0 { 32 } else { 256 };
@@ -173,9 +157,28 @@ async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
                 grad_var: Some(1000.0),
                 ..report(job, k, 4)
             };
-            send(&c, &r).await;
+            send(c, &r).await;
         }
     }
+}
+
+/// The status shows the batches the SLO rule gives "slo" and "free".
+fn batches_shown(st: &protocol::StatusSnapshot) -> bool {
+    st.jobs.iter().any(|j| j.job == "slo" && j.batch_size == Some(128))
+        && st.jobs.iter().any(|j| j.job == "free" && j.batch_size.is_some_and(|b| b > 128))
+}
+
+#[tokio::test]
+async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
+    let nats = NatsServer::start();
+    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    wait_status(&c, &s).await;
+    let mut allocs = c.subscribe("slaq.v1.job.*.alloc").await.unwrap();
+    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
+    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
+    slo_and_free_jobs(&c).await;
     let mut batch: HashMap<String, u32> = HashMap::new();
     let deadline = Instant::now() + WAIT;
     while !(batch.get("slo") == Some(&128) && batch.get("free").is_some_and(|&b| b > 128)) {
@@ -191,13 +194,31 @@ async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
     assert!(truth(batch["slo"]) <= 0.05);
     // Status and metrics show it: the batch per job, and one SLO job predicted to meet it.
     eventually(&c, &s, WAIT, "status shows the batches", |st| {
-        st.jobs.iter().any(|j| j.job == "slo" && j.batch_size == Some(128))
-            && st.jobs.iter().any(|j| j.job == "free" && j.batch_size.is_some_and(|b| b > 128))
-            && st.workers.iter().all(|w| w.machine.is_some())
+        batches_shown(st) && st.workers.iter().all(|w| w.machine.is_some())
     })
     .await;
     let mut epochs = c.subscribe("slaq.v1.ctl.epoch").await.unwrap();
     let msg = tokio::time::timeout(WAIT, epochs.next()).await.unwrap().unwrap();
     let e: protocol::EpochSummary = protocol::decode(Encoding::MsgPack, &msg.payload, "epoch").unwrap();
     assert_eq!((e.slo_jobs, e.slo_missed), (1, 0), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_restarted_scheduler_keeps_what_it_learned_of_a_jobs_iteration_time() {
+    let nats = NatsServer::start_jetstream();
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
+    {
+        let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+        wait_status(&c, &s).await;
+        eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
+        slo_and_free_jobs(&c).await;
+        eventually(&c, &s, WAIT, "the SLO rule's batches", batches_shown).await;
+    }
+    // A new scheduler on the same state, and no new report: the batches come from the
+    // iteration-time models it restored (the reports replayed from the stream are already in
+    // the saved predictors, so they teach it nothing).
+    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    eventually(&c, &s, WAIT, "the same batches after the restart", |st| batches_shown(st) && st.epoch >= 1).await;
 }
