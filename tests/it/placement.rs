@@ -59,6 +59,29 @@ async fn send(c: &async_nats::Client, r: &LossReport) {
     bus::publish(c, s.job_loss(&r.job), Encoding::MsgPack, r).await.unwrap();
 }
 
+/// A scheduler on a fresh nats-server, a client subscribed to `subscribe` before any worker
+/// registers, and two machines of four slots each (worker order m0-0..3, m1-0..3).
+struct Cluster {
+    _nats: NatsServer,
+    _scheduler: InProcessScheduler,
+    _agents: Agents,
+    c: async_nats::Client,
+    s: Subjects,
+    watched: async_nats::Subscriber,
+}
+
+async fn two_machines(subscribe: &str) -> Cluster {
+    let nats = NatsServer::start();
+    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    wait_status(&c, &s).await;
+    let watched = c.subscribe(subscribe.to_string()).await.unwrap();
+    let agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
+    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
+    Cluster { _nats: nats, _scheduler: scheduler, _agents: agents, c, s, watched }
+}
+
 /// The machine of a slot worker `<machine>-<i>`.
 fn machine(worker: &str) -> &str {
     worker.rsplit_once('-').map_or(worker, |p| p.0)
@@ -66,24 +89,17 @@ fn machine(worker: &str) -> &str {
 
 #[tokio::test]
 async fn a_jobs_workers_land_on_one_machine_when_they_fit() {
-    let nats = NatsServer::start();
-    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
-    // Two machines of four slots; worker order is m0-0..3, m1-0..3, so mapping counts to workers
-    // in worker order would split the second job over both machines.
-    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
-    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
+    // Mapping counts to workers in worker order would split the second job over both machines.
+    let Cluster { c, s, .. } = &two_machines("slaq.v1.ctl.epoch").await;
     for job in ["a", "b"] {
-        hello(&c, &JobSpec { max_workers: Some(3), ..JobSpec::new(job) }).await;
+        hello(c, &JobSpec { max_workers: Some(3), ..JobSpec::new(job) }).await;
     }
     for k in 1..=20 {
         for job in ["a", "b"] {
-            send(&c, &report(job, k, 1)).await;
+            send(c, &report(job, k, 1)).await;
         }
     }
-    let st = eventually(&c, &s, WAIT, "both jobs run on three workers", |st| {
+    let st = eventually(c, s, WAIT, "both jobs run on three workers", |st| {
         ["a", "b"].iter().all(|j| st.workers.iter().filter(|w| w.job.as_deref() == Some(j)).count() == 3)
     })
     .await;
@@ -96,17 +112,10 @@ async fn a_jobs_workers_land_on_one_machine_when_they_fit() {
 
 #[tokio::test]
 async fn a_parameter_server_job_gets_its_servers() {
-    let nats = NatsServer::start();
-    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
-    let mut assignments = c.subscribe("slaq.v1.worker.*.assign").await.unwrap();
-    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
-    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
-    hello(&c, &JobSpec { parameter_server: true, max_workers: Some(6), ..JobSpec::new("ps-job") }).await;
+    let Cluster { c, watched: assignments, .. } = &mut two_machines("slaq.v1.worker.*.assign").await;
+    hello(c, &JobSpec { parameter_server: true, max_workers: Some(6), ..JobSpec::new("ps-job") }).await;
     for k in 1..=20 {
-        send(&c, &report("ps-job", k, 6)).await;
+        send(c, &report("ps-job", k, 6)).await;
     }
     let mut roles: HashMap<String, (Option<String>, Role)> = HashMap::new();
     let deadline = Instant::now() + WAIT;
@@ -170,15 +179,8 @@ fn batches_shown(st: &protocol::StatusSnapshot) -> bool {
 
 #[tokio::test]
 async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
-    let nats = NatsServer::start();
-    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
-    let mut allocs = c.subscribe("slaq.v1.job.*.alloc").await.unwrap();
-    let _agents = Agents::start(&nats.url, &[("m0", 4), ("m1", 4)]);
-    eventually(&c, &s, WAIT, "eight slots register", |st| st.workers.len() == 8).await;
-    slo_and_free_jobs(&c).await;
+    let Cluster { c, s, watched: allocs, .. } = &mut two_machines("slaq.v1.job.*.alloc").await;
+    slo_and_free_jobs(c).await;
     let mut batch: HashMap<String, u32> = HashMap::new();
     let deadline = Instant::now() + WAIT;
     while !(batch.get("slo") == Some(&128) && batch.get("free").is_some_and(|&b| b > 128)) {
@@ -193,7 +195,7 @@ async fn a_job_with_an_slo_gets_a_batch_that_meets_it() {
     }
     assert!(truth(batch["slo"]) <= 0.05);
     // Status and metrics show it: the batch per job, and one SLO job predicted to meet it.
-    eventually(&c, &s, WAIT, "status shows the batches", |st| {
+    eventually(c, s, WAIT, "status shows the batches", |st| {
         batches_shown(st) && st.workers.iter().all(|w| w.machine.is_some())
     })
     .await;
