@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::bus::durable::Durable;
 use crate::cluster::model::{self, BatchLimits, Observation};
-use crate::cluster::planner::JobModel;
+use crate::cluster::planner::{self, JobModel};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
@@ -85,11 +85,7 @@ pub fn job_model(spec: &JobSpec, shapes: &[Observation], grads: Option<(f64, f64
         min_local: 1,
         max_local: spec.max_local_batch.unwrap_or(u32::MAX),
     };
-    let seen = shapes.iter().map(|o| o.local_bsz as u32);
-    let seen_local = match shapes.first() {
-        Some(o) if shapes.iter().all(|p| p.local_bsz == o.local_bsz) => Some(o.local_bsz as u32),
-        _ => None,
-    };
+    let (seen_local, local_range) = planner::seen_batches(shapes);
     JobModel {
         perf: model::fit(shapes),
         limits,
@@ -100,7 +96,7 @@ pub fn job_model(spec: &JobSpec, shapes: &[Observation], grads: Option<(f64, f64
         current: Vec::new(),
         seen_local,
         start_batch: None,
-        local_range: seen.clone().min().zip(seen.max()).map(|(lo, hi)| (lo / 2, hi.saturating_mul(2))),
+        local_range,
     }
 }
 

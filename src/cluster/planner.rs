@@ -45,6 +45,18 @@ pub struct JobModel {
     pub local_range: Option<(u32, u32)>,
 }
 
+/// What the shapes a job ran in say about the per-GPU batches its model knows: the one batch it
+/// was seen at while there is only one (`JobModel::seen_local`), and the range it is trusted at
+/// (`JobModel::local_range`).
+pub fn seen_batches(shapes: &[super::model::Observation]) -> (Option<u32>, Option<(u32, u32)>) {
+    let seen = shapes.iter().map(|o| o.local_bsz as u32);
+    let only = match shapes.first() {
+        Some(o) if shapes.iter().all(|p| p.local_bsz == o.local_bsz) => Some(o.local_bsz as u32),
+        _ => None,
+    };
+    (only, seen.clone().min().zip(seen.max()).map(|(lo, hi)| (lo / 2, hi.saturating_mul(2))))
+}
+
 /// How placement is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,9 +111,7 @@ pub fn ps_split(job: &JobModel, slots: u32, local_bsz: f64) -> (u32, u32) {
 /// Courier's batch for `job` on `counts` (the replicas are its workers), among the allowed
 /// batches whose per-GPU batch its model is trusted at (all, if none is).
 pub fn batch_for(job: &JobModel, counts: &[u32]) -> Option<BatchChoice> {
-    let shape = Shape::of(counts);
-    let replicas =
-        if job.ps { ps_split(job, shape.replicas, f64::from(job.limits.min_local)).0 } else { shape.replicas };
+    let replicas = replicas(job, counts);
     let trusted: Vec<u32> = match job.local_range {
         Some((lo, hi)) => job
             .batches
@@ -111,36 +121,38 @@ pub fn batch_for(job: &JobModel, counts: &[u32]) -> Option<BatchChoice> {
             .collect(),
         None => Vec::new(),
     };
-    let batches = if trusted.is_empty() { &job.batches } else { &trusted };
-    choose_batch(batches, replicas, &job.limits, job.grads, job.slo_iter_s, |c| iter_time(job, counts, c))
+    choose_among(job, counts, if trusted.is_empty() { &job.batches } else { &trusted })
+}
+
+/// The job's workers on `counts` slots (a parameter-server job's other slots serve).
+fn replicas(job: &JobModel, counts: &[u32]) -> u32 {
+    let slots = Shape::of(counts).replicas;
+    if job.ps { ps_split(job, slots, f64::from(job.limits.min_local)).0 } else { slots }
+}
+
+/// Courier's rule for `job` on `counts` over `batches`.
+fn choose_among(job: &JobModel, counts: &[u32], batches: &[u32]) -> Option<BatchChoice> {
+    choose_batch(batches, replicas(job, counts), &job.limits, job.grads, job.slo_iter_s, |c| iter_time(job, counts, c))
 }
 
 /// The batch a job runs at: Courier's choice ([`batch_for`]), except that a job that has not run
-/// yet starts at its user's batch (`start_batch`), and a job whose compute
-/// was seen at one per-GPU batch only (`seen_local`), and would run at it again, runs at the
-/// allowed batch whose per-GPU batch is nearest twice that (within the SLO, if any): one epoch
-/// spent learning how its compute grows with the batch, which the prior cannot know.
+/// yet starts at its user's batch (`start_batch`), and a job whose compute was seen at one
+/// per-GPU batch only (`seen_local`), and would run at it again, runs at the allowed batch whose
+/// per-GPU batch is nearest twice that (within the SLO, if any): one epoch spent learning how its
+/// compute grows with the batch, which the prior cannot know.
 pub fn batch_to_run(job: &JobModel, counts: &[u32]) -> Option<BatchChoice> {
     if let Some(b) = job.start_batch {
-        return batch_for(&JobModel { batches: vec![b], start_batch: None, ..job.clone() }, counts);
+        return choose_among(job, counts, &[b]);
     }
     let best = batch_for(job, counts)?;
-    let Some(seen) = job.seen_local else { return Some(best) };
-    if best.config.local_bsz != seen {
-        return Some(best);
-    }
-    let explore = JobModel { seen_local: None, local_range: None, ..job.clone() };
-    let mut options: Vec<BatchChoice> = job
+    let Some(seen) = job.seen_local.filter(|&s| s == best.config.local_bsz) else { return Some(best) };
+    let explore = job
         .batches
         .iter()
-        .filter_map(|&b| {
-            let one = JobModel { batches: vec![b], ..explore.clone() };
-            batch_for(&one, counts)
-        })
+        .filter_map(|&b| choose_among(job, counts, &[b]))
         .filter(|c| c.config.local_bsz > seen && c.meets_slo)
-        .collect();
-    options.sort_by_key(|c| c.config.local_bsz.abs_diff(2 * seen));
-    Some(options.first().copied().unwrap_or(best))
+        .min_by_key(|c| c.config.local_bsz.abs_diff(2 * seen));
+    Some(explore.unwrap_or(best))
 }
 
 /// Predicted progress per second with `k` slots packed on machines of `slots` each, at the best

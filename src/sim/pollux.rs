@@ -207,6 +207,7 @@ impl Job<'_> {
 
     fn model(&self, policy: Policy) -> JobModel {
         let fixed = matches!(policy, Policy::Fair | Policy::SlaqNoBatch);
+        let (seen_local, local_range) = planner::seen_batches(&self.observations);
         JobModel {
             perf: self.perf,
             limits: self.limits,
@@ -215,15 +216,9 @@ impl Job<'_> {
             slo_iter_s: self.slo,
             ps: false,
             current: self.layout.clone(),
-            seen_local: match self.observations.first() {
-                Some(o) if self.observations.iter().all(|p| p.local_bsz == o.local_bsz) => Some(o.local_bsz as u32),
-                _ => None,
-            },
+            seen_local,
             start_batch: self.observations.is_empty().then_some(self.spec.batch),
-            local_range: {
-                let seen = self.observations.iter().map(|o| o.local_bsz as u32);
-                seen.clone().min().zip(seen.max()).map(|(lo, hi)| (lo / 2, hi.saturating_mul(2)))
-            },
+            local_range,
         }
     }
 
@@ -354,12 +349,10 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         }
         // 1. Counts.
         let models: Vec<JobModel> = active.iter().map(|&j| jobs[j].model(policy)).collect();
-        let mut rates: Vec<Vec<f64>> = Vec::with_capacity(active.len());
         let bids: Vec<JobBid<Gains>> = active
             .iter()
             .zip(&models)
-            .enumerate()
-            .map(|(i, (&j, m))| {
+            .map(|(&j, m)| {
                 let job = &jobs[j];
                 let cur = job.count();
                 // Fair sharing has no gains to weigh a restart against: it keeps a job's slots for
@@ -371,14 +364,9 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                 };
                 let remaining = job.spec.app.target_progress() - job.progress;
                 let (min, max) = if pinned { (cur, cur) } else { (0, cap) };
-                rates.push(if policy == Policy::Fair {
-                    vec![0.0; cap as usize + 1]
-                } else {
-                    planner::rates(m, cap, config.slots)
-                });
                 let gain = (policy != Policy::Fair).then(|| {
-                    let horizon = place_settings.horizon_s;
-                    let g = planner::gains(&rates[i][..=max as usize], remaining, horizon, cur, config.restart_s);
+                    let rates = planner::rates(m, max, config.slots);
+                    let g = planner::gains(&rates, remaining, place_settings.horizon_s, cur, config.restart_s);
                     Gains(planner::concave_hull(&g))
                 });
                 JobBid { min_workers: min, max_workers: max, attained_service: job.attained, gain }
@@ -411,8 +399,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             job.config = if job.layout.is_empty() {
                 None
             } else {
-                planner::batch_to_run(&JobModel { current: job.layout.clone(), ..model.clone() }, &job.counts())
-                    .map(|c| c.config)
+                planner::batch_to_run(model, &job.counts()).map(|c| c.config)
             };
         }
         // 4. Run the epoch.

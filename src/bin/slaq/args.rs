@@ -348,8 +348,9 @@ pub(crate) struct SimulateArgs {
     /// below override it.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
-    /// Policies to compare: slaq, slaq-paper, fair, oracle.
-    #[arg(long, value_delimiter = ',', default_value = "slaq,fair")]
+    /// Policies to compare: slaq, slaq-paper, fair, oracle [default: slaq,fair]; with
+    /// --pollux-workload: fair, slaq, slaq-no-placement, slaq-no-batch [default: all four].
+    #[arg(long, value_delimiter = ',')]
     pub(crate) policy: Vec<String>,
     /// Number of jobs [default: 160].
     #[arg(long)]
@@ -402,8 +403,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Replay Pollux's workload CSV files (comma-separated) on Pollux's job model instead of loss
-    /// curves: 16 machines x 4 GPUs, placement and batch size decided too (policies fair, slaq,
-    /// slaq-no-placement, slaq-no-batch; all four unless --policy names some).
+    /// curves: 16 machines x 4 GPUs, placement and batch size decided too.
     #[arg(long, value_delimiter = ',')]
     pub(crate) pollux_workload: Vec<PathBuf>,
     /// With --pollux-workload: every job gets an SLO on its iteration time of this many times the

@@ -39,8 +39,8 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         return pollux(&args);
     }
     let curves = load_all(&args.curves)?;
-    let policies = args
-        .policy
+    let names = if args.policy.is_empty() { vec!["slaq".to_string(), "fair".to_string()] } else { args.policy.clone() };
+    let policies = names
         .iter()
         .map(|name| {
             PolicySpec::named(name)
@@ -153,8 +153,7 @@ fn load_of(path: &std::path::Path) -> String {
 fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     use slaq::sim::pollux::{self, Config, Policy, Summary};
     use std::collections::BTreeMap;
-    let defaults = ["slaq", "fair"];
-    let policies: Vec<Policy> = if args.policy.iter().map(String::as_str).eq(defaults) {
+    let policies: Vec<Policy> = if args.policy.is_empty() {
         Policy::ALL.to_vec()
     } else {
         args.policy
