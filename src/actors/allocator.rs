@@ -17,7 +17,6 @@ use super::job::{Bid, BidUpdate, JobActor, WorkersChanged, job_model};
 use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
-use crate::cluster::place::Layout;
 use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
@@ -340,15 +339,9 @@ impl AllocatorActor {
                 if capacity.iter().all(|&c| c <= 1) {
                     placement::place(counts, current)
                 } else {
-                    let mut owned: Vec<JobModel> = models.iter().map(|&m| m.clone()).collect();
-                    for (&m, job) in machine_of.iter().zip(current) {
-                        if let Some(model) = job.and_then(|j| owned.get_mut(j)) {
-                            match model.current.iter_mut().find(|l| l.0 == m) {
-                                Some(l) => l.1 += 1,
-                                None => model.current.push((m, 1)),
-                            }
-                        }
-                    }
+                    let held = planner::layouts_of(models.len(), machine_of, current);
+                    let owned: Vec<JobModel> =
+                        models.iter().zip(held).map(|(&m, current)| JobModel { current, ..m.clone() }).collect();
                     let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
                     let layouts = planner::place(&owned, counts, &capacity, &self.settings.place, &mut rng);
                     planner::assign_workers(&layouts, machine_of, current)
@@ -364,16 +357,19 @@ impl AllocatorActor {
             return (next, roles, batches, (0, 0));
         }
         let mut slo = (0, 0);
-        let mut layouts: Vec<Layout> = vec![Layout::new(); models.len()];
+        let own_machines: Vec<usize>;
+        let of = match &machine_of {
+            Some(of) => of.as_slice(),
+            None => {
+                own_machines = (0..next.len()).collect();
+                &own_machines
+            }
+        };
+        let layouts = planner::layouts_of(models.len(), of, &next);
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
         for (w, job) in next.iter().enumerate() {
-            if let Some(j) = job.filter(|&j| special[j]) {
-                let m = machine_of.as_ref().map_or(w, |of| of[w]);
+            if let Some(j) = job.filter(|&j| models[j].ps) {
                 members[j].push(w);
-                match layouts[j].iter_mut().find(|l| l.0 == m) {
-                    Some(l) => l.1 += 1,
-                    None => layouts[j].push((m, 1)),
-                }
             }
         }
         for (j, model) in models.iter().enumerate().filter(|(j, _)| special[*j] && !layouts[*j].is_empty()) {

@@ -263,6 +263,21 @@ pub fn place(
     out
 }
 
+/// Each job's layout (of `jobs`) when worker `w`, on machine `machine_of[w]`, serves job
+/// `assignment[w]`: the inverse of [`assign_workers`].
+pub fn layouts_of(jobs: usize, machine_of: &[usize], assignment: &[Option<usize>]) -> Vec<Layout> {
+    let mut layouts = vec![Layout::new(); jobs];
+    for (&m, job) in machine_of.iter().zip(assignment) {
+        if let Some(layout) = job.and_then(|j| layouts.get_mut(j)) {
+            match layout.iter_mut().find(|l| l.0 == m) {
+                Some(l) => l.1 += 1,
+                None => layout.push((m, 1)),
+            }
+        }
+    }
+    layouts
+}
+
 /// Concrete workers from layouts: worker `w` is on machine `machine_of[w]` and serves job
 /// `current[w]`; each job keeps, on each machine of its layout, the workers it has there (lowest
 /// worker order first), and is topped up from that machine's free workers. Returns each
@@ -391,6 +406,8 @@ mod tests {
         assert!(next.iter().enumerate().all(|(w, j)| *j != Some(0) || machine_of[w] == 0));
         assert!(next.iter().enumerate().all(|(w, j)| *j != Some(1) || machine_of[w] == 1));
         assert_eq!(next.iter().filter(|j| **j == Some(1)).count(), 3);
+        assert_eq!(layouts_of(2, &machine_of, &next), vec![vec![(0, 2)], vec![(1, 3)]]);
+        assert_eq!(layouts_of(2, &machine_of, &current), vec![vec![(0, 1), (1, 1)], vec![]]);
     }
 
     #[test]
