@@ -43,6 +43,15 @@ impl Shape {
         Shape { machines: replicas.div_ceil(slots.max(1)).max(1), replicas }
     }
 
+    /// `replicas` packed on machines of `slots` each, as counts per machine: full machines, then
+    /// the rest.
+    pub fn packed_counts(replicas: u32, slots: u32) -> Vec<u32> {
+        let machines = Shape::packed(replicas, slots).machines;
+        let mut counts = vec![slots.max(1); (machines - 1) as usize];
+        counts.push(replicas - slots.max(1) * (machines - 1));
+        counts
+    }
+
     /// The shape of per-machine counts (zeros ignored).
     pub fn of(counts: &[u32]) -> Shape {
         Shape { machines: counts.iter().filter(|&&c| c > 0).count() as u32, replicas: counts.iter().sum() }

@@ -163,10 +163,7 @@ pub fn rates(job: &JobModel, max: u32, slots: u32) -> Vec<f64> {
             if k == 0 || (job.ps && k < 2) {
                 return 0.0;
             }
-            let shape = Shape::packed(k, slots);
-            let mut counts = vec![slots; (shape.machines - 1) as usize];
-            counts.push(k - slots * (shape.machines - 1));
-            batch_for(job, &counts).map_or(0.0, |c| c.rate)
+            batch_for(job, &Shape::packed_counts(k, slots)).map_or(0.0, |c| c.rate)
         })
         .collect()
 }

@@ -297,9 +297,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             let slo = config.slo_factor.and_then(|f| {
                 let replicas = spec.replicas.max(1);
                 let c = limits.configure(spec.batch, replicas);
-                let shape = Shape::packed(replicas, config.slots);
-                let mut counts = vec![config.slots; (shape.machines - 1) as usize];
-                counts.push(replicas - config.slots * (shape.machines - 1));
+                let counts = Shape::packed_counts(replicas, config.slots);
                 app.step_time(&counts, f64::from(c.local_bsz)).map(|(s, y)| f * (s + (s - y) * f64::from(c.accum)))
             });
             Job {
