@@ -45,6 +45,8 @@ pub struct JobActor {
     /// batch, at most [`MAX_SHAPES`]), and its latest gradient statistics.
     shapes: Vec<Observation>,
     grads: Option<(f64, f64)>,
+    /// Its model as last fitted; `None` once its spec, shapes or gradients change.
+    model: Option<Arc<JobModel>>,
 }
 
 /// Shapes a job's iteration-time model remembers.
@@ -52,13 +54,21 @@ const MAX_SHAPES: usize = 64;
 
 /// What a job actor saves to the durable state: its predictor, and what its iteration-time
 /// model is fitted from.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 pub struct SavedJob {
     pub predictor: JobPredictor,
     #[serde(default)]
     pub shapes: Vec<Observation>,
     #[serde(default)]
     pub grads: Option<(f64, f64)>,
+}
+
+/// [`SavedJob`] as written, borrowing the actor's state (same fields, so it decodes as one).
+#[derive(serde::Serialize)]
+struct SavedJobRef<'a> {
+    predictor: &'a JobPredictor,
+    shapes: &'a [Observation],
+    grads: Option<(f64, f64)>,
 }
 
 impl SavedJob {
@@ -129,6 +139,7 @@ impl JobActor {
             last_saved: None,
             shapes: Vec::new(),
             grads: None,
+            model: None,
         }
     }
 
@@ -145,6 +156,7 @@ impl JobActor {
         self.shapes = shapes;
         self.shapes.truncate(MAX_SHAPES);
         self.grads = grads;
+        self.model = None;
         self
     }
 
@@ -163,7 +175,7 @@ impl JobActor {
             return;
         }
         self.last_saved = Some(std::time::Instant::now());
-        let saved = SavedJob { predictor: self.predictor.clone(), shapes: self.shapes.clone(), grads: self.grads };
+        let saved = SavedJobRef { predictor: &self.predictor, shapes: &self.shapes, grads: self.grads };
         match rmp_serde::to_vec_named(&saved) {
             Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),
             Err(e) => tracing::warn!(job = %self.spec.job, error = %e, "cannot encode the predictor"),
@@ -188,7 +200,9 @@ impl JobActor {
         let gain = schedule::make_bid(&mut self.predictor, self.horizon_s, self.epoch_s, self.workers);
         let max_workers = self.spec.max_workers.unwrap_or(u32::MAX);
         Bid {
-            model: Arc::new(job_model(&self.spec, &self.shapes, self.grads)),
+            model: Arc::clone(
+                self.model.get_or_insert_with(|| Arc::new(job_model(&self.spec, &self.shapes, self.grads))),
+            ),
             min_workers: self.spec.min_workers,
             max_workers,
             // Tabulated here, at refit, so the allocator's decision reads numbers.
@@ -244,6 +258,7 @@ impl Handler<Report> for JobActor {
         }
         if report.grads.is_some() {
             self.grads = report.grads;
+            self.model = None;
         }
         self.unsaved = true;
         if !self.refit_scheduled {
@@ -275,6 +290,7 @@ impl JobActor {
             self.shapes.remove(0);
         }
         self.shapes.push(obs);
+        self.model = None;
     }
 }
 
@@ -288,6 +304,7 @@ impl Handler<UpdateSpec> for JobActor {
 
     fn handle(&mut self, UpdateSpec(spec): UpdateSpec, _: &mut Self::Context) {
         self.spec = spec;
+        self.model = None;
         self.push_bid();
     }
 }
@@ -397,7 +414,7 @@ mod tests {
             predictor.observe(k, 1.0 / k as f64).unwrap();
         }
         let shape = Observation { machines: 1, replicas: 2, local_bsz: 32.0, step: 0.2, sync: 0.01 };
-        let saved = SavedJob { predictor: predictor.clone(), shapes: vec![shape], grads: Some((1.0, 2.0)) };
+        let saved = SavedJobRef { predictor: &predictor, shapes: &[shape], grads: Some((1.0, 2.0)) };
         let back = SavedJob::decode(&rmp_serde::to_vec_named(&saved).unwrap()).unwrap();
         assert_eq!((back.shapes, back.grads), (vec![shape], Some((1.0, 2.0))));
         assert_eq!(back.predictor.last_iter(), Some(5));
