@@ -6,10 +6,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::bus::{self, BusError};
-use crate::protocol::{self, Ack, Encoding, Heartbeat, Subjects, WorkerAssignment, WorkerSpec};
+use crate::protocol::{self, Ack, Encoding, Heartbeat, Running, Subjects, WorkerAssignment, WorkerSpec};
 
 /// What the agent is and does.
 #[derive(Clone, Debug)]
@@ -84,6 +84,7 @@ pub async fn run(
         .await
         .map_err(|source| BusError::Subscribe { subject: assign_subject, source })?;
     tokio::pin!(shutdown);
+    // The term of the scheduler that answered, when it answered.
     let hello = || async {
         match bus::request::<_, Ack>(
             &client,
@@ -94,36 +95,42 @@ pub async fn run(
         )
         .await
         {
-            Ok(ack) if ack.ok => true,
+            Ok(ack) if ack.ok => Some(ack.term.unwrap_or(0)),
             Ok(ack) => {
                 warn!(error = ack.error.unwrap_or_default(), "the scheduler refused the worker; retrying");
-                false
+                None
             }
             Err(e) => {
                 warn!(error = %e, "hello not answered yet; retrying");
-                false
+                None
             }
         }
     };
-    loop {
+    // The largest term a scheduler has answered with: an assignment of a larger term is
+    // followed only once a hello confirms it, so a forged one (any term, up to 2^64 − 1) cannot
+    // make the agent ignore the real scheduler.
+    let mut confirmed_term = loop {
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
-            registered = hello() => if registered { break },
+            answered = hello() => if let Some(term) = answered { break term },
         }
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-    }
-    info!(worker = %me, "registered");
+    };
+    info!(worker = %me, term = confirmed_term, "registered");
     let mut beat = tokio::time::interval(config.beat_every);
     let mut child: Option<tokio::process::Child> = None;
     let mut last = (0, 0);
+    // What it runs, as its heartbeats tell the scheduler.
+    let mut running = Running { job: None, term: 0, epoch: 0 };
+    let mut role = protocol::Role::Worker;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = beat.tick() => {
-                let beat = Heartbeat { worker: me.clone(), at: None };
+                let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
                 if let Err(e) = bus::publish(&client, subjects.worker_beat(&me), Encoding::MsgPack, &beat).await {
                     warn!(error = %e, "heartbeat failed");
                 }
@@ -138,14 +145,35 @@ pub async fn run(
                     // The scheduler lost track of us (a restart without state): register again.
                     // The job we run goes on until an assignment says otherwise.
                     info!(worker = %me, "the scheduler asked for a new hello");
-                    hello().await;
+                    if let Some(term) = hello().await {
+                        confirmed_term = confirmed_term.max(term);
+                    }
                     continue;
                 }
                 if let Err(why) = check_assignment(&assignment, &me, last) {
                     warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, "ignoring an assignment");
                     continue;
                 }
+                let term = order(&assignment).0;
+                if term > confirmed_term {
+                    match hello().await {
+                        Some(answered) if answered >= term => confirmed_term = answered,
+                        answered => {
+                            warn!(term, answered = ?answered, "ignoring an assignment of a term no scheduler confirms");
+                            continue;
+                        }
+                    }
+                }
                 last = order(&assignment);
+                let same = assignment.job == running.job && assignment.role == role;
+                running = Running { job: assignment.job.clone(), term, epoch: assignment.epoch };
+                if same {
+                    // Told again what it runs (a new term's first epoch, or a correction that
+                    // crossed a move): the process goes on untouched.
+                    debug!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment unchanged");
+                    continue;
+                }
+                role = assignment.role;
                 info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment");
                 if let Some(mut old) = child.take() {
                     let _ = old.kill().await;

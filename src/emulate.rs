@@ -56,6 +56,9 @@ async fn hello<T: serde::Serialize>(
 }
 
 /// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
+/// A job that sent nothing for this long says hello again.
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+
 pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
     let s = &config.subjects;
     let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
@@ -71,7 +74,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         tokio::spawn(async move {
             loop {
                 for id in &ids {
-                    let hb = Heartbeat { worker: id.clone(), at: None };
+                    let hb = Heartbeat::new(id);
                     let _ = bus::publish(&client, subjects.worker_beat(id), Encoding::MsgPack, &hb).await;
                 }
                 tokio::time::sleep(every).await;
@@ -95,6 +98,9 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
     let mut now = 0.0f64;
     let mut next_sample = 0.0f64;
     let mut num_finished = 0;
+    // When each job last sent anything: a job parked without workers sends no reports, and
+    // says hello again now and then so the scheduler does not forget it (`idle_job_timeout`).
+    let mut last_sent: Vec<Instant> = vec![started; jobs.len()];
 
     while num_finished < jobs.len() && started.elapsed() < config.max_duration {
         let mut next_event = next_sample;
@@ -144,6 +150,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 sent_at: None,
             };
             bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
+            last_sent[by_id[st.job.id.as_str()]] = Instant::now();
             if done.finished {
                 num_finished += 1;
                 let end = JobEnd { job: st.job.id.clone(), reason: EndReason::Finished };
@@ -183,6 +190,17 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
             }
             st.arrive(now);
+        }
+        for (j, st) in states.iter().enumerate().filter(|(_, st)| st.active) {
+            if last_sent[j].elapsed() >= KEEP_ALIVE {
+                last_sent[j] = Instant::now();
+                let spec = JobSpec {
+                    min_workers: config.min_workers_per_job,
+                    family: Some(st.job.family.clone()),
+                    ..JobSpec::new(&st.job.id)
+                };
+                bus::publish(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec).await?;
+            }
         }
         if now >= next_sample {
             tracker.sample(now, states.iter().filter(|s| s.active).map(ReplayJob::view));

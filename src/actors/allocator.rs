@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use rand::SeedableRng;
 
@@ -20,7 +20,7 @@ use crate::bus::durable::Durable;
 use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
-    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, Role, StatusSnapshot, WorkerAssignment,
+    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, Role, Running, StatusSnapshot, WorkerAssignment,
     WorkerSpec, WorkerStatus,
 };
 use crate::schedule::{self, FloorLedger, PlanSettings};
@@ -35,11 +35,15 @@ pub struct AllocatorSettings {
     /// Placement: the method, and what a move costs and must pay back.
     pub place: PlaceSettings,
     pub worker_timeout: Duration,
+    /// A job that holds workers and has been quiet this long bids for none (see `JobQuiet`).
+    pub stale_job: Option<Duration>,
     /// The term every assignment carries (the leader's lease, or this start's incarnation):
     /// agents ignore a term older than one they have obeyed.
     pub term: Option<u64>,
     /// This replica's name when replicas share a lease (for `status`).
     pub replica: Option<String>,
+    /// Epochs run only while it holds (the leader's lease).
+    pub fence: crate::bus::lease::Fence,
 }
 
 struct JobEntry {
@@ -57,6 +61,28 @@ struct JobEntry {
     saved_plan: Option<(f64, f64, f64)>,
     /// The batch size last published (jobs that declare `batch_sizes`).
     batch: Option<u32>,
+    /// It has sent nothing for `stale_job` (the ingest loop says so).
+    quiet: bool,
+    /// When its workers last changed (seconds on the allocator's clock).
+    workers_since_s: f64,
+}
+
+impl JobEntry {
+    fn new(key: u64, addr: Addr<JobActor>, now_s: f64) -> Self {
+        JobEntry {
+            key,
+            addr,
+            workers: Vec::new(),
+            attained_service: 0.0,
+            ledger: FloorLedger::default(),
+            bid: None,
+            pending: None,
+            saved_plan: None,
+            batch: None,
+            quiet: false,
+            workers_since_s: now_s,
+        }
+    }
 }
 
 /// A job's loss when an epoch started, its bid's normaliser, and the drop the bid predicted
@@ -75,6 +101,10 @@ const PLAN_SAVE_S: f64 = 30.0;
 /// Each worker's job and role, each job's batch, and (jobs with an SLO, of them predicted to
 /// miss it).
 type Placed = (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>, (usize, usize));
+
+/// A worker whose heartbeat shows another job than recorded is told again at most this often
+/// (an assignment just published may still be on its way).
+const RETELL_AFTER_S: f64 = 2.0;
 
 /// An unknown worker is asked to say hello again at most this often.
 const PROMPT_EVERY_S: f64 = 5.0;
@@ -99,6 +129,11 @@ pub struct AllocatorActor {
     next_key: u64,
     /// The model of a job that has not bid yet.
     default_model: Arc<JobModel>,
+    /// The next epoch publishes every worker's assignment, changed or not: the first epoch of
+    /// a term (a restart or a fail-over), so that assignments lost in a crash are made good.
+    tell_all: bool,
+    /// Epochs skipped in a row because the lease was not certainly held.
+    skipped: u64,
 }
 
 impl AllocatorActor {
@@ -122,11 +157,33 @@ impl AllocatorActor {
             prompted: HashMap::new(),
             next_key: 0,
             default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
+            tell_all: true,
+            skipped: 0,
         }
     }
 
     fn now_s(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
+    }
+
+    /// Runs an epoch, then schedules the next one a period later. After a stall (the process
+    /// paused) one late epoch runs, never a burst of catch-up epochs, and none while the lease
+    /// is not certainly held.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.settings.fence.holds() {
+            if self.skipped > 0 {
+                info!(skipped = self.skipped, "the lease is held again: epochs resume");
+                self.skipped = 0;
+            }
+            self.epoch();
+        } else {
+            if self.skipped == 0 {
+                warn!("the lease is not certainly held: no epoch");
+            }
+            self.skipped += 1;
+            self.metrics.epochs_skipped.inc();
+        }
+        ctx.run_later(self.settings.epoch, |act, ctx| act.tick(ctx));
     }
 
     fn epoch(&mut self) {
@@ -164,14 +221,22 @@ impl AllocatorActor {
         let mut ledgers: Vec<FloorLedger> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.ledger)).collect();
         let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
-        // A job that has not bid yet keeps exactly the workers it has.
+        // A job that has not bid yet keeps exactly the workers it has. A job that has held
+        // workers and said nothing for `stale_job` bids for none until it reports again: a dead
+        // job's last prediction must not keep winning workers.
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
-        let job_bids: Vec<JobBid<_>> = self
+        let now_s = self.now_s();
+        let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        let mut job_bids: Vec<JobBid<_>> = self
             .jobs
             .values()
             .map(|entry| {
                 let have = entry.workers.len() as u32;
+                let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 match &entry.bid {
+                    _ if stale => {
+                        JobBid { min_workers: 0, max_workers: 0, attained_service: entry.attained_service, gain: None }
+                    }
                     Some(b) => JobBid {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
@@ -188,6 +253,15 @@ impl AllocatorActor {
             })
             .collect();
         let num_workers = self.registry.len();
+        // A job's own minimum is honoured within its fair share only: one hello asking for
+        // 1,024 workers must not take the cluster (the no-bid rule above is the scheduler's
+        // own, and stays).
+        let honoured = schedule::honoured_minimums(num_workers as u32, &job_bids);
+        for ((bid, entry), min) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured) {
+            if entry.bid.is_some() {
+                bid.min_workers = min;
+            }
+        }
         let allocation =
             schedule::plan(self.settings.policy, &self.settings.plan, num_workers as u32, &job_bids, &mut ledgers);
         let policy_done = Instant::now();
@@ -205,13 +279,29 @@ impl AllocatorActor {
         let num_jobs = ids.len();
         let mut job_changed = vec![false; num_jobs];
         let mut workers_moved = 0;
+        let tell_all = std::mem::take(&mut self.tell_all);
         for ((((worker, entry), &before), &after), &role) in
             self.registry.iter_mut().zip(&current).zip(&next).zip(&roles)
         {
             // Same job and role, or no job and no stale name of a job that left.
-            if before == after && role == entry.role && (after.is_some() || entry.job.is_none()) {
+            let same = before == after && role == entry.role && (after.is_some() || entry.job.is_none());
+            if same && tell_all {
+                // The first epoch of a term tells every worker what it serves, changed or not.
+                let message = WorkerAssignment {
+                    worker: worker.clone(),
+                    epoch,
+                    job: after.map(|j| ids[j].to_string()),
+                    role,
+                    hello_again: false,
+                    term: self.settings.term,
+                };
+                entry.told_s = now_s;
+                outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+            }
+            if same {
                 continue;
             }
+            entry.told_s = now_s;
             entry.role = role;
             let now_job = after.map(|j| ids[j]);
             workers_moved += 1;
@@ -258,6 +348,7 @@ impl AllocatorActor {
             }
             if job_changed[j] && workers.len() != entry.workers.len() {
                 resized.push((entry.addr.clone(), workers.len() as u32));
+                entry.workers_since_s = now_s;
             }
             let batch_changed = batches[j].is_some() && batches[j] != entry.batch;
             if (job_changed[j] && workers != entry.workers) || batch_changed {
@@ -467,7 +558,7 @@ impl Actor for AllocatorActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         // Control messages and bids arrive with `do_send`; epochs are timer-driven.
-        ctx.run_interval(self.settings.epoch, |act, _| act.epoch());
+        ctx.run_later(self.settings.epoch, |act, ctx| act.tick(ctx));
     }
 }
 
@@ -481,24 +572,12 @@ pub struct JobStarted {
 impl Handler<JobStarted> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: JobStarted, _: &mut Self::Context) {
+        let now_s = self.now_s();
         match self.jobs.get_mut(&msg.job) {
             Some(entry) => entry.addr = msg.addr,
             None => {
                 self.next_key += 1;
-                self.jobs.insert(
-                    msg.job,
-                    JobEntry {
-                        key: self.next_key,
-                        addr: msg.addr,
-                        workers: Vec::new(),
-                        attained_service: 0.0,
-                        ledger: FloorLedger::default(),
-                        bid: None,
-                        pending: None,
-                        saved_plan: None,
-                        batch: None,
-                    },
-                );
+                self.jobs.insert(msg.job, JobEntry::new(self.next_key, msg.addr, now_s));
             }
         }
     }
@@ -510,6 +589,23 @@ impl Handler<BidUpdate> for AllocatorActor {
         // A bid from a job that has left (still in flight) is dropped.
         if let Some(entry) = self.jobs.get_mut(&msg.job) {
             entry.bid = Some(msg.bid);
+        }
+    }
+}
+
+/// A job went quiet (nothing heard for `stale_job`), or spoke again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct JobQuiet {
+    pub job: String,
+    pub quiet: bool,
+}
+
+impl Handler<JobQuiet> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: JobQuiet, _: &mut Self::Context) {
+        if let Some(entry) = self.jobs.get_mut(&msg.job) {
+            entry.quiet = msg.quiet;
         }
     }
 }
@@ -575,6 +671,7 @@ impl Handler<Restore> for AllocatorActor {
         }
         for entry in self.jobs.values_mut() {
             entry.workers.sort();
+            entry.workers_since_s = now;
             if !entry.workers.is_empty() {
                 entry.addr.do_send(WorkersChanged(entry.workers.len() as u32));
             }
@@ -582,15 +679,51 @@ impl Handler<Restore> for AllocatorActor {
     }
 }
 
+/// A worker's heartbeat, with what its agent says it runs.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct WorkerBeat(pub String);
+pub struct WorkerBeat {
+    pub worker: String,
+    pub running: Option<Running>,
+}
+
+impl AllocatorActor {
+    /// A heartbeat says the agent runs another job than recorded, and its assignment is not
+    /// on its way (told more than `RETELL_AFTER_S` ago): it is told again, and counted. An
+    /// agent following a newer term (a new leader) is not this scheduler's to correct.
+    fn reconcile(&mut self, worker: &str, running: &Running, now_s: f64) {
+        let term = self.settings.term.unwrap_or(0);
+        let Some(entry) = self.registry.get_mut(worker) else { return };
+        let recorded = entry.job.as_ref().map(|j| j.id.as_str());
+        if recorded == running.job.as_deref() || running.term > term || now_s - entry.told_s < RETELL_AFTER_S {
+            return;
+        }
+        entry.told_s = now_s;
+        self.metrics.assignment_mismatches.inc();
+        debug!(worker, recorded = ?recorded, runs = ?running.job, "an agent runs another job than recorded: told again");
+        let message = WorkerAssignment {
+            worker: worker.to_string(),
+            epoch: self.epoch.max(1),
+            job: recorded.map(str::to_string),
+            role: entry.role,
+            hello_again: false,
+            term: self.settings.term,
+        };
+        let subject = self.publisher.subjects().worker_assign(worker);
+        self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
+    }
+}
 
 impl Handler<WorkerBeat> for AllocatorActor {
     type Result = ();
-    fn handle(&mut self, WorkerBeat(worker): WorkerBeat, _: &mut Self::Context) {
+    fn handle(&mut self, WorkerBeat { worker, running }: WorkerBeat, _: &mut Self::Context) {
         let now = self.now_s();
-        if !self.registry.beat(&worker, now) {
+        if self.registry.beat(&worker, now) {
+            self.metrics.accepted("worker_beat").inc();
+            if let Some(running) = &running {
+                self.reconcile(&worker, running, now);
+            }
+        } else {
             self.metrics.rejected(RejectCause::UnknownWorker).inc();
             // Ask it to say hello again (as after a restart without state), at most once per
             // PROMPT_EVERY_S per worker and for at most MAX_PROMPTED workers at a time, so forged

@@ -13,6 +13,8 @@ pub struct WorkerEntry {
     pub job: Option<JobRef>,
     /// What it does for its job (a parameter-server job's servers are `Ps`).
     pub role: Role,
+    /// When its assignment was last published (seconds on the caller's clock); `-inf`: never.
+    pub told_s: f64,
 }
 
 /// The job a worker serves: its name, and the allocator's key for it (unique per job for the
@@ -33,13 +35,17 @@ impl WorkerRegistry {
     /// A worker says hello (again): it keeps its job if it had one.
     pub fn hello(&mut self, spec: WorkerSpec, now_s: f64) {
         let id = spec.worker.clone();
-        let (job, role) = self.workers.get(&id).map_or((None, Role::Worker), |w| (w.job.clone(), w.role));
-        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role });
+        let (job, role, told_s) = self
+            .workers
+            .get(&id)
+            .map_or((None, Role::Worker, f64::NEG_INFINITY), |w| (w.job.clone(), w.role, w.told_s));
+        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role, told_s });
     }
 
     /// A worker known from saved state, with the job it served.
     pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
-        self.workers.insert(spec.worker.clone(), WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker });
+        let entry = WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker, told_s: f64::NEG_INFINITY };
+        self.workers.insert(entry.spec.worker.clone(), entry);
     }
 
     /// Every worker counts as heard from now (after an outage of our own).
@@ -63,6 +69,10 @@ impl WorkerRegistry {
         let gone: Vec<String> =
             self.workers.iter().filter(|(_, w)| now_s - w.last_seen_s > timeout_s).map(|(id, _)| id.clone()).collect();
         gone.into_iter().filter_map(|id| self.workers.remove(&id).map(|w| (id, w.job))).collect()
+    }
+
+    pub fn get_mut(&mut self, worker: &str) -> Option<&mut WorkerEntry> {
+        self.workers.get_mut(worker)
     }
 
     pub fn len(&self) -> usize {

@@ -1,32 +1,43 @@
 //! The scheduler's durable state in JetStream (works on nats-server 2.9 and 2.10+).
 //!
 //! - Stream `<prefix>_reports` (dots in the prefix become `_`) on the subjects
-//!   `<prefix>.v1.job.*.loss`: every loss report, the last `report_history` per job (older ones
-//!   are discarded), file storage, a 2-minute duplicate window (`Nats-Msg-Id: <job>:<iter>`
-//!   makes a job's re-publish harmless). The scheduler reads reports from it with an ordered
-//!   consumer, so after a restart it first replays what it missed.
+//!   `<prefix>.v1.job.*.loss` and `<prefix>.v1.job.*.bye`: every loss report and every bye,
+//!   the last `report_history` per job and subject (older ones are discarded), messages no larger
+//!   than the scheduler accepts, file storage. The scheduler reads it with an ordered consumer,
+//!   so after a restart it first replays what it missed, byes included. The duplicate window is
+//!   the server's smallest (100 ms): `Nats-Msg-Id` is stream-wide, so a job could otherwise
+//!   squat another job's ids; the job actors' own idempotence (a repeated `iter` is a
+//!   duplicate) is what de-duplicates.
 //! - Key-value bucket `<prefix>_state`: `job.<id>` (the `JobSpec`), `pred.<id>` (the job's
 //!   predictor, saved every few seconds), `plan.<id>` (its service and fairness-floor ledger,
-//!   saved about every 30 s when it changed), `worker.<id>` (the `WorkerSpec`) and `assign.<id>` (the job a worker
-//!   serves; empty: idle). Values are MessagePack.
+//!   saved about every 30 s when it changed), `worker.<id>` (the `WorkerSpec`) and
+//!   `assign.<id>` (the job a worker serves; empty: idle). Values are MessagePack.
 //!
-//! Writes are fire-and-forget on spawned tasks (an actor never waits on JetStream); failures
-//! are logged and counted. 2.9's pitfall: async-nats' `create_key_value` fails there, so the
-//! bucket's stream is created directly and bound with `get_key_value`.
+//! Writes never block an actor: they are queued (the latest per key) for one writer task. The
+//! writer is **fenced**: it writes only while the scheduler certainly holds its lease
+//! ([`Fence`]), every write expects the key's last revision as this scheduler knows it (so a
+//! write over someone else's is refused, not lost: a conflict), carries the writer's term in a
+//! `Slaq-Term` header, and a write that fails is retried with backoff until it is written or
+//! superseded by a newer value for its key. A deposed scheduler's queue is dropped.
+//!
+//! 2.9's pitfall: async-nats' `create_key_value` fails there, so the bucket's stream is created
+//! directly and bound with `get_key_value`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, kv, stream};
+use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::BusError;
+use super::lease::Fence;
 use crate::protocol::{self, Encoding, JobSpec, Subjects, WorkerSpec};
 
 /// What the stream and the bucket are called, and how much they keep.
@@ -34,6 +45,8 @@ use crate::protocol::{self, Encoding, JobSpec, Subjects, WorkerSpec};
 pub struct DurableSettings {
     /// Loss reports kept per job (enough for the reports between two predictor saves).
     pub report_history: i64,
+    /// The largest message the reports stream keeps (the scheduler's `max_payload_bytes`).
+    pub max_message_bytes: usize,
     /// Copies of the stream and the bucket in a cluster.
     pub replicas: usize,
     /// How long to wait for JetStream when setting up.
@@ -42,7 +55,12 @@ pub struct DurableSettings {
 
 impl Default for DurableSettings {
     fn default() -> Self {
-        DurableSettings { report_history: 512, replicas: 1, timeout: Duration::from_secs(5) }
+        DurableSettings {
+            report_history: 512,
+            max_message_bytes: 64 * 1024,
+            replicas: 1,
+            timeout: Duration::from_secs(5),
+        }
     }
 }
 
@@ -54,6 +72,12 @@ pub fn stream_name(prefix: &str) -> String {
 pub fn bucket_name(prefix: &str) -> String {
     format!("{}_state", prefix.replace('.', "_"))
 }
+
+/// The header every state write carries: the term of the scheduler that wrote it.
+pub const TERM_HEADER: &str = "Slaq-Term";
+
+/// The smallest duplicate window a server accepts.
+const DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
 
 /// Everything the bucket held at start-up.
 #[derive(Debug, Default)]
@@ -68,57 +92,237 @@ pub struct SavedState {
     pub undecodable: usize,
 }
 
+/// What the writer counts (the service's metrics read them).
+#[derive(Debug, Default)]
+pub struct DurableCounters {
+    /// Write attempts that failed (each is retried until written or superseded).
+    pub failed: AtomicU64,
+    /// Writes refused because someone else had written the key since this scheduler knew it.
+    pub conflicts: AtomicU64,
+    /// Writes dropped because this scheduler was deposed.
+    pub fenced: AtomicU64,
+    /// Writes made.
+    pub written: AtomicU64,
+}
+
 /// A handle to the durable state; cheap to clone (one per job actor: the JetStream handles
 /// inside carry the stream's cached info, kilobytes, so they are shared, not copied).
 #[derive(Clone)]
 pub struct Durable(Arc<Inner>);
 
+/// One queued write.
+#[derive(Clone, Debug)]
+enum Op {
+    Put(Bytes),
+    Delete,
+    /// Purge a job's messages from the reports stream, those before this stream sequence.
+    Purge(u64),
+}
+
+#[derive(Debug)]
+struct Pending {
+    op: Op,
+    attempts: u32,
+    /// Not before this (backoff after a failure).
+    not_before: Option<Instant>,
+    /// After a conflict: not before the lease was renewed past this count (proof that this
+    /// scheduler still leads before it writes over the other writer).
+    after_renewal: Option<u64>,
+}
+
+impl Pending {
+    fn new(op: Op) -> Self {
+        Pending { op, attempts: 0, not_before: None, after_renewal: None }
+    }
+}
+
 struct Inner {
     js: jetstream::Context,
     kv: kv::Store,
+    bucket: String,
     stream: String,
     subjects: Subjects,
-    /// Writes that failed.
-    failed_writes: AtomicU64,
-    /// Bucket writes not yet made, latest per key (`None`: delete). One writer task drains it,
-    /// a bounded number at a time, so a burst (200,000 jobs registering) costs one value per key,
-    /// not one task per write.
-    pending: std::sync::Mutex<HashMap<String, Option<Bytes>>>,
+    fence: Fence,
+    /// The term written in every write's header (0: none yet).
+    term: AtomicU64,
+    counters: Arc<DurableCounters>,
+    /// Writes not yet made, latest per key (purges under `purge.<job>`). One writer task
+    /// drains it, a bounded number at a time, so a burst (200,000 jobs registering) costs one
+    /// value per key, not one task per write.
+    pending: std::sync::Mutex<HashMap<String, Pending>>,
+    /// Writes handed to JetStream and not answered yet.
+    in_flight: AtomicUsize,
+    /// The last revision of each key as this scheduler knows it (absent: the key does not
+    /// exist); keys in `stale` must be read again before they are written.
+    revisions: std::sync::Mutex<(HashMap<String, u64>, HashSet<String>)>,
     wake: Arc<tokio::sync::Notify>,
 }
 
 /// Bucket writes in flight at once.
 const WRITES_IN_FLIGHT: usize = 128;
+/// Backoff after a failed write: doubling from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// How long a single write may take.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What became of one write.
+enum Outcome {
+    Written,
+    Conflict,
+    Failed(String),
+}
 
 /// Drains `pending` for as long as the handle lives.
 async fn writer(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(this) = inner.upgrade() else { return };
-        let batch: Vec<(String, Option<Bytes>)> = {
+        if this.fence.deposed() {
+            let dropped = std::mem::take(&mut *this.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            if !dropped.is_empty() {
+                this.counters.fenced.fetch_add(dropped.len() as u64, Ordering::Relaxed);
+                warn!(writes = dropped.len(), "deposed: state writes dropped");
+            }
+        }
+        let now = Instant::now();
+        let batch: Vec<(String, Pending)> = if this.fence.holds() {
+            let renewals = this.fence.renewals();
             let mut pending = this.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.drain().collect()
+            let due: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| p.not_before.is_none_or(|t| t <= now))
+                .filter(|(_, p)| p.after_renewal.is_none_or(|r| this.fence.is_unfenced() || renewals > r))
+                .map(|(k, _)| k.clone())
+                .collect();
+            due.into_iter().filter_map(|k| pending.remove(&k).map(|p| (k, p))).collect()
+        } else {
+            Vec::new()
         };
         if batch.is_empty() {
             let wake = this.wake.clone();
+            let idle = this.pending.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
             drop(this);
-            // Woken by a write, or checks again after a while (the handle may be gone).
-            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
+            // Woken by a write; with writes waiting (backoff, the lease), look again soon.
+            let wait = if idle { Duration::from_secs(1) } else { Duration::from_millis(50) };
+            let _ = tokio::time::timeout(wait, wake.notified()).await;
             continue;
         }
-        let kv = &this.kv;
-        let results: Vec<Result<(), String>> = futures_util::stream::iter(batch)
-            .map(|(key, value)| async move {
-                match value {
-                    Some(bytes) => kv.put(key, bytes).await.map(drop).map_err(|e| e.to_string()),
-                    None => kv.delete(key).await.map_err(|e| e.to_string()),
-                }
+        this.in_flight.fetch_add(batch.len(), Ordering::Relaxed);
+        let this_ref = &this;
+        let results: Vec<(String, Pending, Outcome)> = futures_util::stream::iter(batch)
+            .map(|(key, pending)| async move {
+                let outcome = this_ref.apply(&key, &pending.op).await;
+                this_ref.in_flight.fetch_sub(1, Ordering::Relaxed);
+                (key, pending, outcome)
             })
             .buffer_unordered(WRITES_IN_FLIGHT)
             .collect()
             .await;
-        for e in results.into_iter().filter_map(Result::err) {
-            this.failed_writes.fetch_add(1, Ordering::Relaxed);
-            warn!(error = %e, "saving state to JetStream failed");
+        let mut logged = false;
+        for (key, mut pending, outcome) in results {
+            let retry = match outcome {
+                Outcome::Written => {
+                    this.counters.written.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Outcome::Conflict => {
+                    this.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    if !logged {
+                        warn!(key, "a state key was written by someone else: read again before writing");
+                        logged = true;
+                    }
+                    pending.after_renewal = Some(this.fence.renewals());
+                    pending
+                }
+                Outcome::Failed(e) => {
+                    this.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    if !logged {
+                        warn!(key, error = %e, attempts = pending.attempts + 1, "saving state failed; retrying");
+                        logged = true;
+                    }
+                    pending
+                }
+            };
+            let mut retry = retry;
+            retry.attempts += 1;
+            let backoff = BACKOFF.0.saturating_mul(1 << retry.attempts.min(10)).min(BACKOFF.1);
+            retry.not_before = Some(Instant::now() + backoff);
+            // A newer value for the key supersedes the one that failed.
+            this.pending.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(retry);
+        }
+    }
+}
+
+impl Inner {
+    fn is_conflict(kind: PublishErrorKind) -> bool {
+        matches!(kind, PublishErrorKind::WrongLastSequence)
+    }
+
+    /// The revision a write of `key` must expect, reading it again if it is stale.
+    async fn expected_revision(&self, key: &str) -> Result<u64, String> {
+        let stale = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).1.contains(key);
+        if stale {
+            let entry = self.kv.entry(key).await.map_err(|e| e.to_string())?;
+            let revision = entry.map_or(0, |e| e.revision);
+            let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+            revisions.1.remove(key);
+            revisions.0.insert(key.to_string(), revision);
+            return Ok(revision);
+        }
+        Ok(self.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.get(key).copied().unwrap_or(0))
+    }
+
+    async fn apply(&self, key: &str, op: &Op) -> Outcome {
+        if let Op::Purge(before) = op {
+            let job = key.strip_prefix("purge.").unwrap_or(key);
+            let result = tokio::time::timeout(WRITE_TIMEOUT, async {
+                let stream = self.js.get_stream(&self.stream).await.map_err(|e| e.to_string())?;
+                for subject in [self.subjects.job_loss(job), self.subjects.job_bye(job)] {
+                    stream.purge().filter(subject).sequence(*before).await.map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            })
+            .await;
+            return match result {
+                Ok(Ok(())) => Outcome::Written,
+                Ok(Err(e)) => Outcome::Failed(e),
+                Err(_) => Outcome::Failed("timed out".into()),
+            };
+        }
+        let expected = match self.expected_revision(key).await {
+            Ok(r) => r,
+            Err(e) => return Outcome::Failed(e),
+        };
+        let mut message = jetstream::message::PublishMessage::build()
+            .header(TERM_HEADER, self.term.load(Ordering::Relaxed).to_string().as_str())
+            .expected_last_subject_sequence(expected);
+        message = match op {
+            Op::Put(bytes) => message.payload(bytes.clone()),
+            _ => message.header("KV-Operation", "DEL"),
+        };
+        // The last check before the write leaves: a scheduler paused since the batch began
+        // (SIGSTOP) must not write once it may have lost its lease.
+        if !self.fence.holds() {
+            return Outcome::Failed("the lease is not certainly held".into());
+        }
+        let subject = format!("$KV.{}.{key}", self.bucket);
+        let sent = tokio::time::timeout(WRITE_TIMEOUT, async {
+            let ack = self.js.send_publish(subject, message).await?;
+            ack.await
+        })
+        .await;
+        match sent {
+            Ok(Ok(ack)) => {
+                self.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.insert(key.to_string(), ack.sequence);
+                Outcome::Written
+            }
+            Ok(Err(e)) if Self::is_conflict(e.kind()) => {
+                let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+                revisions.0.remove(key);
+                revisions.1.insert(key.to_string());
+                Outcome::Conflict
+            }
+            Ok(Err(e)) => Outcome::Failed(e.to_string()),
+            Err(_) => Outcome::Failed("timed out".into()),
         }
     }
 }
@@ -142,28 +346,37 @@ pub(super) fn kv_bucket_stream(bucket: &str, replicas: usize, max_age: Duration)
     }
 }
 
+/// The reports stream as this version wants it.
+fn reports_stream(subjects: &Subjects, settings: &DurableSettings) -> stream::Config {
+    let prefix = subjects.prefix();
+    stream::Config {
+        name: stream_name(prefix),
+        subjects: vec![format!("{prefix}.v1.job.*.loss"), format!("{prefix}.v1.job.*.bye")],
+        max_messages_per_subject: settings.report_history,
+        max_message_size: i32::try_from(settings.max_message_bytes).unwrap_or(i32::MAX),
+        storage: stream::StorageType::File,
+        num_replicas: settings.replicas.max(1),
+        duplicate_window: DUPLICATE_WINDOW,
+        ..Default::default()
+    }
+}
+
 impl Durable {
-    /// Creates the stream and the bucket if missing. `Ok(None)`: the server has no JetStream.
+    /// Creates the stream and the bucket if missing, and brings an existing stream made by an
+    /// earlier version to this one's limits. `Ok(None)`: the server has no JetStream. Writes
+    /// are made while `fence` holds.
     pub async fn open(
         client: &async_nats::Client,
         subjects: &Subjects,
         settings: &DurableSettings,
+        fence: Fence,
     ) -> Result<Option<Durable>, BusError> {
         let js = jetstream::new(client.clone());
         let setup =
             |what: &str, e: &dyn std::fmt::Display| BusError::JetStream { what: what.into(), detail: e.to_string() };
-        let name = stream_name(subjects.prefix());
-        let config = stream::Config {
-            name: name.clone(),
-            subjects: vec![format!("{}.v1.job.*.loss", subjects.prefix())],
-            max_messages_per_subject: settings.report_history,
-            storage: stream::StorageType::File,
-            num_replicas: settings.replicas.max(1),
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        };
-        let created = tokio::time::timeout(settings.timeout, js.get_or_create_stream(config)).await;
-        match created {
+        let config = reports_stream(subjects, settings);
+        let created = tokio::time::timeout(settings.timeout, js.get_or_create_stream(config.clone())).await;
+        let mut stream = match created {
             Err(_) => {
                 warn!(timeout = ?settings.timeout, "JetStream did not answer (not enabled on this server?)");
                 return Ok(None);
@@ -175,7 +388,17 @@ impl Durable {
                 return Ok(None);
             }
             Ok(Err(e)) => return Err(setup("JetStream reports stream", &e)),
-            Ok(Ok(_)) => {}
+            Ok(Ok(stream)) => stream,
+        };
+        let current = stream.info().await.map_err(|e| setup("JetStream reports stream", &e))?.config.clone();
+        if current.subjects != config.subjects
+            || current.max_message_size != config.max_message_size
+            || current.max_messages_per_subject != config.max_messages_per_subject
+            || current.duplicate_window != config.duplicate_window
+        {
+            let updated = stream::Config { num_replicas: current.num_replicas, ..config };
+            js.update_stream(&updated).await.map_err(|e| setup("updating the reports stream", &e))?;
+            debug!("reports stream brought to this version's limits");
         }
         let bucket = bucket_name(subjects.prefix());
         let kv_stream = kv_bucket_stream(&bucket, settings.replicas, Duration::ZERO);
@@ -183,21 +406,41 @@ impl Durable {
             .await
             .map_err(|_| setup("JetStream", &"no answer while creating the state bucket"))?
             .map_err(|e| setup("JetStream state bucket", &e))?;
-        let kv = js.get_key_value(bucket).await.map_err(|e| setup("JetStream state bucket", &e))?;
+        let kv = js.get_key_value(&bucket).await.map_err(|e| setup("JetStream state bucket", &e))?;
         let inner = Arc::new(Inner {
             js,
             kv,
-            stream: name,
+            bucket,
+            stream: stream_name(subjects.prefix()),
             subjects: subjects.clone(),
-            failed_writes: AtomicU64::new(0),
+            fence,
+            term: AtomicU64::new(0),
+            counters: Arc::default(),
             pending: std::sync::Mutex::new(HashMap::new()),
+            in_flight: AtomicUsize::new(0),
+            revisions: std::sync::Mutex::new((HashMap::new(), HashSet::new())),
             wake: Arc::new(tokio::sync::Notify::new()),
         });
         tokio::spawn(writer(Arc::downgrade(&inner)));
         Ok(Some(Durable(inner)))
     }
 
-    /// Reads the whole bucket (concurrently, 64 keys at a time).
+    /// The term every later write carries.
+    pub fn set_term(&self, term: u64) {
+        self.0.term.store(term, Ordering::Relaxed);
+    }
+
+    pub fn counters(&self) -> Arc<DurableCounters> {
+        self.0.counters.clone()
+    }
+
+    /// Writes queued and not yet made.
+    pub fn pending(&self) -> usize {
+        self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).len() + self.0.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Reads the whole bucket (concurrently, 64 keys at a time), and remembers each key's
+    /// revision for the writes that follow.
     pub async fn load(&self) -> Result<SavedState, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "reading the state bucket".into(),
@@ -207,20 +450,27 @@ impl Durable {
             Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
             Err(e) => return Err(err(&e)),
         };
-        let entries: Vec<(String, Option<Bytes>)> = futures_util::stream::iter(keys)
-            .map(|key| async move {
-                let value = self.0.kv.get(key.clone()).await;
-                (key, value)
-            })
+        let entries: Vec<kv::Entry> = futures_util::stream::iter(keys)
+            .map(|key| async move { self.0.kv.entry(key).await })
             .buffer_unordered(64)
-            .map(|(key, value)| value.map(|v| (key, v)).map_err(|e| err(&e)))
+            .filter_map(|entry| async move { entry.transpose() })
             .try_collect()
-            .await?;
+            .await
+            .map_err(|e| err(&e))?;
         let mut state = SavedState::default();
         let mut predictors: HashMap<String, Bytes> = HashMap::new();
         let mut specs: Vec<JobSpec> = Vec::new();
-        for (key, value) in entries {
-            let Some(value) = value else { continue };
+        {
+            let mut revisions = self.0.revisions.lock().unwrap_or_else(|p| p.into_inner());
+            for entry in &entries {
+                revisions.0.insert(entry.key.clone(), entry.revision);
+            }
+        }
+        for entry in entries {
+            if entry.operation != kv::Operation::Put {
+                continue;
+            }
+            let (key, value) = (entry.key, entry.value);
             let Some((kind, id)) = key.split_once('.') else { continue };
             match kind {
                 "job" => match decode::<JobSpec>(&value) {
@@ -279,7 +529,8 @@ impl Durable {
             .map_err(|e| BusError::JetStream { what: "the state bucket".into(), detail: e.to_string() })
     }
 
-    /// The loss reports, oldest first: those kept in the stream, then new ones as they come.
+    /// The loss reports and byes, oldest first: those kept in the stream, then new ones as
+    /// they come.
     pub async fn reports(&self) -> Result<consumer::push::Ordered, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "the reports stream".into(),
@@ -295,21 +546,6 @@ impl Durable {
         consumer.messages().await.map_err(|e| err(&e))
     }
 
-    /// Writes that failed so far.
-    pub fn failed_writes(&self) -> u64 {
-        self.0.failed_writes.load(Ordering::Relaxed)
-    }
-
-    fn spawn_write(&self, what: &'static str, write: impl Future<Output = Result<(), String>> + Send + 'static) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = write.await {
-                this.0.failed_writes.fetch_add(1, Ordering::Relaxed);
-                warn!(what, error = %e, "saving state to JetStream failed");
-            }
-        });
-    }
-
     fn put<T: Serialize>(&self, key: String, value: &T) {
         let bytes = match protocol::encode(Encoding::MsgPack, value) {
             Ok(b) => Bytes::from(b),
@@ -318,28 +554,28 @@ impl Durable {
                 return;
             }
         };
-        self.put_bytes(key, bytes);
+        self.write(key, Op::Put(bytes));
     }
 
-    fn write(&self, key: String, value: Option<Bytes>) {
-        self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(key, value);
+    fn write(&self, key: String, op: Op) {
+        if self.0.fence.deposed() {
+            self.0.counters.fenced.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut pending = self.0.pending.lock().unwrap_or_else(|p| p.into_inner());
+        // A newer value replaces the one waiting, but not the wait for a renewal after a
+        // conflict: the key still needs reading again under a lease known to be held.
+        let after_renewal = pending.get(&key).and_then(|p| p.after_renewal);
+        pending.insert(key, Pending { after_renewal, ..Pending::new(op) });
+        drop(pending);
         self.0.wake.notify_one();
     }
 
-    fn put_bytes(&self, key: String, bytes: Bytes) {
-        self.write(key, Some(bytes));
-    }
-
-    fn delete(&self, key: String) {
-        self.write(key, None);
-    }
-
-    /// Waits (up to `timeout`) until every write queued so far has been handed to JetStream.
+    /// Waits (up to `timeout`) until every write queued so far has been made (or given up
+    /// because the lease was lost).
     pub async fn flush(&self, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while !self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-            && tokio::time::Instant::now() < deadline
-        {
+        let deadline = Instant::now() + timeout;
+        while self.pending() > 0 && Instant::now() < deadline && !self.0.fence.deposed() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -349,7 +585,7 @@ impl Durable {
     }
 
     pub fn save_predictor(&self, job: &str, predictor: Bytes) {
-        self.put_bytes(format!("pred.{job}"), predictor);
+        self.write(format!("pred.{job}"), Op::Put(predictor));
     }
 
     /// A job's attained service and floor ledger (the allocator spreads these over epochs).
@@ -357,16 +593,15 @@ impl Durable {
         self.put(format!("plan.{job}"), &(attained_service, ledger));
     }
 
-    /// A job left: its spec, predictor, plan and reports go.
-    pub fn forget_job(&self, job: &str) {
-        self.delete(format!("job.{job}"));
-        self.delete(format!("pred.{job}"));
-        self.delete(format!("plan.{job}"));
-        let (js, stream, subject) = (self.0.js.clone(), self.0.stream.clone(), self.0.subjects.job_loss(job));
-        self.spawn_write("purge", async move {
-            let stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
-            stream.purge().filter(subject).await.map(drop).map_err(|e| e.to_string())
-        });
+    /// A job left: its spec, predictor and plan go, and so do its reports and byes up to the
+    /// stream sequence `before` (exclusive; what a later incarnation of the job sends stays).
+    pub fn forget_job(&self, job: &str, before: u64) {
+        self.write(format!("job.{job}"), Op::Delete);
+        self.write(format!("pred.{job}"), Op::Delete);
+        self.write(format!("plan.{job}"), Op::Delete);
+        if before > 0 {
+            self.write(format!("purge.{job}"), Op::Purge(before));
+        }
     }
 
     pub fn save_worker(&self, spec: &WorkerSpec) {
@@ -374,12 +609,12 @@ impl Durable {
     }
 
     pub fn forget_worker(&self, worker: &str) {
-        self.delete(format!("worker.{worker}"));
-        self.delete(format!("assign.{worker}"));
+        self.write(format!("worker.{worker}"), Op::Delete);
+        self.write(format!("assign.{worker}"), Op::Delete);
     }
 
     pub fn save_assignment(&self, worker: &str, job: Option<&str>) {
-        self.put_bytes(format!("assign.{worker}"), Bytes::from(job.unwrap_or_default().to_string()));
+        self.write(format!("assign.{worker}"), Op::Put(Bytes::from(job.unwrap_or_default().to_string())));
     }
 }
 

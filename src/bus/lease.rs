@@ -9,10 +9,16 @@
 //!   else wrote it, it expired and was taken) means the lease is lost.
 //! - **Give up**: a leader that has not renewed for `ttl / 2` stops acting as one, before the
 //!   key can expire at `ttl` and another replica take it.
-//! - **Fencing**: assignments carry the term; workers ignore a term older than one they have
-//!   seen (`agent`), so a deposed leader that still publishes is not obeyed.
+//! - **Fencing**: the leader acts only while its [`Fence`] holds: from each renewal it knows it
+//!   holds the lease until `ttl / 2` after it sent that renewal, by its monotonic clock (which
+//!   runs on while the process is stopped, so a leader paused past its lease finds its fence
+//!   open when it resumes and does nothing). Epochs, publishes and state writes check it. State
+//!   writes also expect each key's revision (`durable`), and assignments carry the term: workers
+//!   ignore a term older than one they have seen (`agent`).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
 use serde::{Deserialize, Serialize};
@@ -115,5 +121,104 @@ impl Lease {
         serde_json::to_vec(&holder)
             .map(Into::into)
             .map_err(|e| BusError::JetStream { what: "lease".into(), detail: e.to_string() })
+    }
+}
+
+/// Whether this scheduler may act as the leader now: shared by the replica loop (which opens it
+/// at each renewal and closes it when deposed), the allocator (epochs), the publisher and the
+/// state writer. Cheap to clone and to check.
+#[derive(Clone, Debug)]
+pub struct Fence(Arc<FenceState>);
+
+#[derive(Debug)]
+struct FenceState {
+    base: Instant,
+    /// Milliseconds after `base` until which the lease is certainly held; `u64::MAX`: for ever
+    /// (a scheduler without replicas).
+    valid_until_ms: AtomicU64,
+    deposed: AtomicBool,
+    /// Renewals made, to tell that the lease was held after some event.
+    renewals: AtomicU64,
+}
+
+impl Fence {
+    /// A fence that always holds: a scheduler without replicas.
+    pub fn unfenced() -> Fence {
+        Fence::with_valid_until(Instant::now(), u64::MAX)
+    }
+
+    /// A lease just taken (the create was sent at `sent`), held for `valid` after it.
+    pub fn held(sent: Instant, valid: Duration) -> Fence {
+        let fence = Fence::with_valid_until(sent, 0);
+        fence.renewed(sent, valid);
+        fence
+    }
+
+    fn with_valid_until(base: Instant, ms: u64) -> Fence {
+        Fence(Arc::new(FenceState {
+            base,
+            valid_until_ms: AtomicU64::new(ms),
+            deposed: AtomicBool::new(false),
+            renewals: AtomicU64::new(0),
+        }))
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.0.base).as_millis() as u64
+    }
+
+    /// A renewal sent at `sent` succeeded: the lease is held until `sent + valid`.
+    pub fn renewed(&self, sent: Instant, valid: Duration) {
+        let until = self.ms(sent) + valid.as_millis() as u64;
+        self.0.valid_until_ms.fetch_max(until, Ordering::SeqCst);
+        self.0.renewals.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The lease is lost: nothing more is done under it.
+    pub fn depose(&self) {
+        self.0.deposed.store(true, Ordering::SeqCst);
+        self.0.valid_until_ms.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether the lease is certainly held now.
+    pub fn holds(&self) -> bool {
+        !self.deposed() && self.ms(Instant::now()) < self.0.valid_until_ms.load(Ordering::SeqCst)
+    }
+
+    pub fn deposed(&self) -> bool {
+        self.0.deposed.load(Ordering::SeqCst)
+    }
+
+    /// Whether this fence always holds (no lease).
+    pub fn is_unfenced(&self) -> bool {
+        self.0.valid_until_ms.load(Ordering::SeqCst) == u64::MAX
+    }
+
+    /// Successful renewals so far.
+    pub fn renewals(&self) -> u64 {
+        self.0.renewals.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_holds_until_half_a_lease_after_the_last_renewal_and_never_once_deposed() {
+        assert!(Fence::unfenced().holds());
+        let sent = Instant::now();
+        let fence = Fence::held(sent, Duration::from_millis(200));
+        assert!(fence.holds());
+        // A renewal sent long ago does not extend it past now.
+        let stale = Fence::held(sent - Duration::from_secs(1), Duration::from_millis(200));
+        assert!(!stale.holds(), "a renewal sent a second ago gives no lease now");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!fence.holds(), "expired");
+        fence.renewed(Instant::now(), Duration::from_millis(200));
+        assert!(fence.holds() && fence.renewals() == 2);
+        fence.depose();
+        fence.renewed(Instant::now(), Duration::from_millis(200));
+        assert!(!fence.holds(), "a deposed fence stays closed");
     }
 }

@@ -23,6 +23,9 @@ pub struct BusCounters {
     /// `SlowConsumer` event per dropped message, so this counts messages (a lower bound if its
     /// own event queue overflowed).
     pub dropped_messages: AtomicU64,
+    /// When a slow consumer was last logged (milliseconds since the Unix epoch): one line per
+    /// 10 s, with the count, however many messages are dropped.
+    slow_logged_ms: AtomicU64,
     pub disconnects: AtomicU64,
     /// Connections made again after one was lost.
     pub reconnects: AtomicU64,
@@ -114,7 +117,24 @@ pub async fn connect_with(
     auth: &NatsAuth,
 ) -> Result<(async_nats::Client, Arc<BusCounters>), BusError> {
     let counters = Arc::new(BusCounters::default());
-    let events = counters.clone();
+    let client = connect_counting(urls, name, subscription_capacity, auth, counters.clone()).await?;
+    Ok((client, counters))
+}
+
+/// Milliseconds since the Unix epoch (for rate-limiting log lines).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// [`connect_with`], counting its events in `counters` (shared by several connections).
+pub async fn connect_counting(
+    urls: &[String],
+    name: &str,
+    subscription_capacity: usize,
+    auth: &NatsAuth,
+    counters: Arc<BusCounters>,
+) -> Result<async_nats::Client, BusError> {
+    let events = counters;
     let (urls, from_url) = split_url_credentials(urls)?;
     let joined = urls.join(",");
     // One address each: async-nats does not split a comma-joined string.
@@ -168,7 +188,7 @@ pub async fn connect_with(
     if auth.ignore_discovered_servers {
         options = options.ignore_discovered_servers();
     }
-    let client = options
+    options
         .name(name)
         .subscription_capacity(subscription_capacity)
         .retry_on_initial_connect()
@@ -178,8 +198,20 @@ pub async fn connect_with(
             async move {
                 match event {
                     async_nats::Event::SlowConsumer(sid) => {
-                        events.dropped_messages.fetch_add(1, Ordering::Relaxed);
-                        warn!(sid, "slow consumer: NATS dropped messages for a subscription");
+                        let dropped = events.dropped_messages.fetch_add(1, Ordering::Relaxed) + 1;
+                        let (now, last) = (now_ms(), events.slow_logged_ms.load(Ordering::Relaxed));
+                        if now.saturating_sub(last) >= 10_000
+                            && events
+                                .slow_logged_ms
+                                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                                .is_ok()
+                        {
+                            warn!(
+                                sid,
+                                dropped,
+                                "slow consumer: NATS dropped messages for a subscription (logged once every 10 s)"
+                            );
+                        }
                     }
                     async_nats::Event::Disconnected => {
                         events.disconnects.fetch_add(1, Ordering::Relaxed);
@@ -199,8 +231,7 @@ pub async fn connect_with(
         })
         .connect(addresses.as_slice())
         .await
-        .map_err(|source| BusError::Connect { urls: joined.clone(), source })?;
-    Ok((client, counters))
+        .map_err(|source| BusError::Connect { urls: joined.clone(), source })
 }
 
 #[cfg(test)]
@@ -229,11 +260,18 @@ pub struct Publisher {
     client: async_nats::Client,
     subjects: Subjects,
     encoding: Encoding,
+    /// Nothing is published once this scheduler may have lost its lease.
+    fence: lease::Fence,
 }
 
 impl Publisher {
     pub fn new(client: async_nats::Client, subjects: Subjects) -> Self {
-        Publisher { client, subjects, encoding: Encoding::MsgPack }
+        Publisher { client, subjects, encoding: Encoding::MsgPack, fence: lease::Fence::unfenced() }
+    }
+
+    /// Publishes only while `fence` holds.
+    pub fn fenced(self, fence: lease::Fence) -> Self {
+        Publisher { fence, ..self }
     }
 
     /// Whether the connection to NATS is up now.
@@ -261,9 +299,13 @@ impl Publisher {
         if messages.is_empty() {
             return;
         }
-        let client = self.client.clone();
+        let (client, fence) = (self.client.clone(), self.fence.clone());
         tokio::task::spawn_local(async move {
             for (subject, payload) in messages {
+                if !fence.holds() {
+                    debug!("the lease is not certainly held: publishing stopped");
+                    return;
+                }
                 if let Err(e) = client.publish(subject.clone(), payload).await {
                     warn!(error = %e, subject, "publish failed");
                 }

@@ -17,6 +17,8 @@ pub enum RejectCause {
     Duplicate,
     Overloaded,
     RateLimited,
+    /// A reply subject that is not an inbox (see `valid_reply`): never answered.
+    BadReply,
 }
 
 impl RejectCause {
@@ -36,6 +38,7 @@ impl RejectCause {
             RejectCause::Duplicate => "duplicate",
             RejectCause::Overloaded => "overloaded",
             RejectCause::RateLimited => "rate_limited",
+            RejectCause::BadReply => "bad_reply",
         }
     }
 }

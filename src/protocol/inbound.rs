@@ -3,8 +3,8 @@
 //! acts on the result; the fuzz tests call this very function.
 
 use super::{
-    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReportRef, ProtocolError, RejectCause, StatusRequest,
-    Subjects, WorkerSpec, decode, decode_borrowed,
+    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReportRef, ProtocolError, RejectCause, Running,
+    StatusRequest, Subjects, WorkerSpec, decode, decode_borrowed,
 };
 
 /// A valid message for the scheduler, borrowing its id from the subject.
@@ -19,6 +19,8 @@ pub enum Inbound<'a> {
     WorkerHello(WorkerSpec),
     WorkerBeat {
         worker: &'a str,
+        /// What the agent says it runs (newer agents).
+        running: Option<Running>,
     },
     /// A status request (any payload; a `StatusRequest` narrows it).
     Status(StatusRequest),
@@ -86,7 +88,7 @@ pub fn inbound<'a>(
         Kind::WorkerBeat => {
             let beat: Heartbeat = decode(encoding, payload, "heartbeat")?;
             beat.validate(id)?;
-            Inbound::WorkerBeat { worker: id }
+            Inbound::WorkerBeat { worker: id, running: beat.running }
         }
         Kind::CtlStatus => Inbound::Status(decode(encoding, payload, "status request").unwrap_or_default()),
         // What the scheduler itself publishes is not for it to receive.

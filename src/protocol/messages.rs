@@ -290,11 +290,38 @@ pub struct Heartbeat {
     pub worker: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<f64>,
+    /// What the agent runs now: the assignment it follows. The scheduler compares it with what
+    /// it recorded for the worker and sends its assignment again where they differ (an
+    /// assignment lost in a crash). Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+}
+
+/// The assignment an agent follows, as its heartbeat tells it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    /// The job it runs (absent: idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The term and epoch of the assignment (0 and 0 before its first).
+    #[serde(default)]
+    pub term: u64,
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 impl Heartbeat {
+    /// A heartbeat that says nothing of what the worker runs.
+    pub fn new(worker: &str) -> Self {
+        Heartbeat { worker: worker.to_string(), at: None, running: None }
+    }
+
     pub fn validate(&self, subject_worker: &str) -> Result<(), ProtocolError> {
-        check_id(&self.worker, subject_worker)
+        check_id(&self.worker, subject_worker)?;
+        if self.running.as_ref().and_then(|r| r.job.as_deref()).is_some_and(|j| !valid_id(j)) {
+            return Err(ProtocolError::InvalidId);
+        }
+        Ok(())
     }
 }
 
@@ -334,14 +361,23 @@ pub struct Ack {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The term of the scheduler that answered (see `WorkerAssignment::term`): an agent or a job
+    /// confirms a term it has not seen before with a hello, so a forged assignment with a huge
+    /// term cannot lock it. Absent from a scheduler without terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
 }
 
 impl Ack {
     pub fn ok() -> Self {
-        Ack { ok: true, error: None }
+        Ack { ok: true, error: None, term: None }
     }
     pub fn error(message: impl Into<String>) -> Self {
-        Ack { ok: false, error: Some(message.into()) }
+        Ack { ok: false, error: Some(message.into()), term: None }
+    }
+    /// The answer carries the answering scheduler's term.
+    pub fn with_term(self, term: Option<u64>) -> Self {
+        Ack { term, ..self }
     }
 }
 

@@ -16,4 +16,4 @@ pub use codec::{Encoding, decode, decode_borrowed, encode};
 pub use errors::{ProtocolError, RejectCause};
 pub use inbound::{Inbound, InboundLimits, inbound};
 pub use messages::*;
-pub use subjects::{Kind, MAX_ID_LEN, Subjects, valid_id};
+pub use subjects::{Kind, MAX_ID_LEN, MAX_REPLY_LEN, Subjects, valid_id, valid_reply};

@@ -10,6 +10,35 @@ pub fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Longest reply subject the scheduler answers on.
+pub const MAX_REPLY_LEN: usize = 256;
+
+/// Whether the scheduler may answer on `reply`: a client's inbox, that is a subject whose first
+/// token starts with one of `inbox_prefixes` (NATS clients' `_INBOX`, or a custom inbox prefix
+/// such as `_INBOX_job-a` or `_INBOX.job-a`), made of non-empty tokens without wildcards or
+/// white space, and not under one of `own_inboxes` (the scheduler's own reply subjects).
+///
+/// A reply subject is chosen by whoever sends the request, and the answer is published with the
+/// scheduler's permissions: answering on `$JS.API.STREAM.PURGE.…` purges a stream, answering on
+/// `$KV.….job.x` overwrites a key, answering on `slaq.v1.worker.w1.assign` speaks as the
+/// scheduler. Only inboxes are answered; everything else is refused (`bad_reply`).
+pub fn valid_reply(reply: &str, inbox_prefixes: &[String], own_inboxes: &[String]) -> bool {
+    if reply.is_empty() || reply.len() > MAX_REPLY_LEN {
+        return false;
+    }
+    let clean = reply
+        .split('.')
+        .all(|token| !token.is_empty() && token != "*" && token != ">" && token.bytes().all(|b| b > b' ' && b != 0x7f));
+    let first = reply.split('.').next().unwrap_or_default();
+    let under = |prefix: &String| {
+        !prefix.is_empty()
+            && reply.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    clean
+        && inbox_prefixes.iter().any(|p| !p.is_empty() && first.starts_with(p.as_str()))
+        && !own_inboxes.iter().any(under)
+}
+
 /// What a subject is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -135,6 +164,34 @@ mod tests {
         assert!(!valid_id("a*"));
         assert!(!valid_id(&"x".repeat(65)));
         assert!(valid_id(&"x".repeat(64)));
+    }
+
+    #[test]
+    fn only_inboxes_are_answered() {
+        let inbox = vec!["_INBOX".to_string()];
+        let own = vec!["_INBOX_scheduler".to_string(), "_INBOX.slaq-state".to_string()];
+        for ok in ["_INBOX.abc.1", "_INBOX_job-a.xyz.7", "_INBOX.job-a.q"] {
+            assert!(valid_reply(ok, &inbox, &own), "{ok}");
+        }
+        for bad in [
+            "$JS.API.STREAM.PURGE.slaq_reports",
+            "$KV.slaq_state.job.b",
+            "$KV.slaq_lease.leader",
+            "slaq.v1.worker.w1.assign",
+            "_INBOX_scheduler.abc",
+            "_INBOX.slaq-state.abc",
+            "_INBOX.*",
+            "_INBOX.>",
+            "_INBOX..a",
+            "_INBOX. a",
+            "",
+            "inbox.x",
+        ] {
+            assert!(!valid_reply(bad, &inbox, &own), "{bad:?}");
+        }
+        assert!(!valid_reply(&format!("_INBOX.{}", "x".repeat(300)), &inbox, &own));
+        // A deployment with its own inbox naming lists it.
+        assert!(valid_reply("inbox.tenant1.x", &["inbox".to_string()], &own));
     }
 
     #[test]

@@ -123,6 +123,22 @@ pub fn fair_shares<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<f64> {
     bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
 }
 
+/// The minimums a plan can honour: each job's own `min_workers`, up to its fair share of the
+/// cluster counted as if nobody had a minimum (rounded down). A minimum is a request, not a
+/// claim on the cluster: one job asking for 1,024 workers gets at most what fair sharing would
+/// give it, and a job whose minimum fits its share gets it whatever the others ask.
+pub fn honoured_minimums<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<u32> {
+    let unbounded: Vec<JobBid<()>> = bids
+        .iter()
+        .map(|b| JobBid { min_workers: 0, max_workers: b.max_workers, attained_service: 0.0, gain: None })
+        .collect();
+    fair_shares(num_workers, &unbounded)
+        .into_iter()
+        .zip(bids)
+        .map(|(share, b)| b.min_workers.min((share + 1e-9).floor() as u32))
+        .collect()
+}
+
 /// Worker counts for this epoch: the floor first, then `policy`; books every job's entitlement
 /// and grant in `ledgers` (one per bid, same order). Fair sharing needs no floor (it is the
 /// floor at 1); its ledgers are kept all the same.
@@ -259,6 +275,28 @@ mod tests {
         for l in &ledgers {
             assert!((l.granted() - l.entitled()).abs() < 1e-9, "{ledgers:?}");
         }
+    }
+
+    #[test]
+    fn a_minimum_is_honoured_up_to_the_fair_share_only() {
+        let mut b = bids(3, f64::from);
+        b[0].min_workers = 1024;
+        b[1].min_workers = 2;
+        b[2].max_workers = 1;
+        // 8 workers: shares 3.5, 3.5, 1 with nobody's minimum counted.
+        assert_eq!(honoured_minimums(8, &b), vec![3, 2, 0]);
+        b[1].min_workers = 5;
+        assert_eq!(honoured_minimums(8, &b), vec![3, 3, 0]);
+        assert_eq!(honoured_minimums(0, &b), vec![0, 0, 0]);
+        // Planned with those minimums, the job asking for the cluster leaves the others theirs.
+        b[1].min_workers = 2;
+        let mut raised = b.clone();
+        for (bid, m) in raised.iter_mut().zip(honoured_minimums(8, &b)) {
+            bid.min_workers = m;
+        }
+        let mut ledgers = vec![FloorLedger::default(); 3];
+        let a = plan(PolicyKind::Fair, &PlanSettings::default(), 8, &raised, &mut ledgers);
+        assert!(a.workers[1] >= 2 && a.workers[0] <= 4, "{:?}", a.workers);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::bus::NatsAuth;
+use crate::bus::lease::Fence;
 use crate::policy::PolicyKind;
 use crate::protocol::Subjects;
 use crate::quality::PredictorConfig;
@@ -96,7 +97,14 @@ pub struct RawNats {
     /// Whether to use the other servers a cluster advertises when the listed ones go
     /// (`false`: only `urls`, for clusters whose advertised addresses are not reachable).
     pub discover_servers: bool,
+    /// The first token of a reply subject the scheduler answers on must start with one of
+    /// these (clients' inboxes); any other reply subject is refused (`bad_reply`).
+    pub reply_prefixes: Vec<String>,
     pub auth: RawNatsAuth,
+    /// Credentials of the scheduler's second connection, which does every JetStream and
+    /// key-value operation (empty: those of `auth`). With `deploy/nats/slaq-auth.conf` it is a
+    /// user of another account, so no reply subject chosen by a client reaches the state.
+    pub state_auth: RawNatsAuth,
     pub tls: RawNatsTls,
 }
 
@@ -122,7 +130,22 @@ pub struct RawNatsTls {
     pub required: bool,
 }
 
+impl RawNatsAuth {
+    fn is_empty(&self) -> bool {
+        *self == RawNatsAuth::default()
+    }
+}
+
 impl RawNats {
+    /// The state connection's credentials: `state_auth` if set, else those of the bus.
+    fn state_auth(&self, bus: &NatsAuth) -> NatsAuth {
+        if self.state_auth.is_empty() {
+            return bus.clone();
+        }
+        let own = RawNats { auth: self.state_auth.clone(), ..self.clone() };
+        own.auth(&NatsAuth::default())
+    }
+
     /// The file's credentials and TLS settings, overridden field by field by `over`.
     fn auth(&self, over: &NatsAuth) -> NatsAuth {
         let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
@@ -174,9 +197,14 @@ pub struct RawScheduler {
     /// `state.report_history` reports after a restart); its excess is refused (`rate_limited`).
     pub max_reports_per_s: u32,
     pub report_burst: u32,
-    /// A job that never said hello (registered by its reports) and has been silent this long
-    /// is forgotten. 0: never.
+    /// A job that has sent nothing (no report, no hello) for this long is forgotten, whatever
+    /// its history (a bye lost in a restart must not leave a job for ever). 0: never.
     pub idle_job_timeout_ms: u64,
+    /// A job that has held workers for this long and sent nothing for as long bids for no
+    /// workers until it reports again: a dead job's last prediction must not keep winning
+    /// workers until it expires. Set it above the longest iteration (and start-up) of a job.
+    /// 0: never.
+    pub stale_job_ms: u64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
@@ -193,7 +221,9 @@ impl Default for RawNats {
             name: "slaq-scheduler".into(),
             subscription_capacity: 65_536,
             discover_servers: true,
+            reply_prefixes: vec!["_INBOX".into()],
             auth: RawNatsAuth::default(),
+            state_auth: RawNatsAuth::default(),
             tls: RawNatsTls::default(),
         }
     }
@@ -218,6 +248,7 @@ impl Default for RawScheduler {
             max_reports_per_s: 1_000,
             report_burst: 2_000,
             idle_job_timeout_ms: 600_000,
+            stale_job_ms: 120_000,
             max_min_workers: 1_024,
             restart_s: 30.0,
             move_horizon_s: 120.0,
@@ -230,6 +261,9 @@ impl Default for RawScheduler {
 pub struct ServeConfig {
     pub nats_urls: Vec<String>,
     pub nats_auth: NatsAuth,
+    /// The state connection's credentials (see [`RawNats::state_auth`]).
+    pub state_auth: NatsAuth,
+    pub reply_prefixes: Vec<String>,
     pub subjects: Subjects,
     pub client_name: String,
     pub subscription_capacity: usize,
@@ -252,6 +286,7 @@ pub struct ServeConfig {
     pub max_iter_jump: u64,
     pub report_quota: governor::Quota,
     pub idle_job_timeout: Option<Duration>,
+    pub stale_job: Option<Duration>,
     pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
@@ -260,6 +295,9 @@ pub struct ServeConfig {
     /// The term this scheduler's assignments carry: set by the lease when replicated,
     /// otherwise taken from the state bucket at start (`Durable::incarnation`).
     pub term: Option<u64>,
+    /// While this scheduler may act: the replica loop's lease ([`Fence::unfenced`] without
+    /// replicas).
+    pub fence: Fence,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,7 +311,7 @@ pub enum ConfigError {
 }
 
 /// The environment variables `slaq serve` reads.
-pub const ENV_VARS: [&str; 7] = [
+pub const ENV_VARS: [&str; 13] = [
     "SLAQ_NATS_URL",
     "SLAQ_PREFIX",
     "SLAQ_EPOCH_MS",
@@ -281,6 +319,12 @@ pub const ENV_VARS: [&str; 7] = [
     "SLAQ_POLICY",
     "SLAQ_HTTP_LISTEN",
     "SLAQ_STATE_MODE",
+    "SLAQ_STATE_NATS_USER",
+    "SLAQ_STATE_NATS_PASSWORD",
+    "SLAQ_STATE_NATS_TOKEN",
+    "SLAQ_STATE_NATS_NKEY_SEED_FILE",
+    "SLAQ_STATE_NATS_CREDENTIALS_FILE",
+    "SLAQ_STATE_NATS_INBOX_PREFIX",
 ];
 
 /// Overrides given on the command line.
@@ -341,6 +385,19 @@ impl RawConfig {
         if let Some(v) = env.get("SLAQ_HTTP_LISTEN") {
             self.http.listen = v.clone();
         }
+        let state_auth = &mut self.nats.state_auth;
+        for (name, field) in [
+            ("SLAQ_STATE_NATS_USER", &mut state_auth.user),
+            ("SLAQ_STATE_NATS_PASSWORD", &mut state_auth.password),
+            ("SLAQ_STATE_NATS_TOKEN", &mut state_auth.token),
+            ("SLAQ_STATE_NATS_NKEY_SEED_FILE", &mut state_auth.nkey_seed_file),
+            ("SLAQ_STATE_NATS_CREDENTIALS_FILE", &mut state_auth.credentials_file),
+            ("SLAQ_STATE_NATS_INBOX_PREFIX", &mut state_auth.inbox_prefix),
+        ] {
+            if let Some(v) = env.get(name) {
+                *field = v.clone();
+            }
+        }
         if !flags.nats.is_empty() {
             self.nats.urls = flags.nats.clone();
         }
@@ -383,6 +440,10 @@ impl RawConfig {
         if self.nats.urls.is_empty() {
             return invalid("nats.urls is empty");
         }
+        if self.nats.reply_prefixes.iter().all(|p| p.is_empty() || p.starts_with('$')) {
+            return invalid("nats.reply_prefixes needs an inbox prefix (such as \"_INBOX\"), none starting with $");
+        }
+        let state_auth = self.nats.state_auth(&auth);
         if s.epoch_ms == 0 || s.worker_timeout_ms == 0 {
             return invalid("epoch_ms and worker_timeout_ms must be positive");
         }
@@ -448,17 +509,27 @@ impl RawConfig {
             max_iter_jump: s.max_iter_jump.max(1),
             report_quota: governor::Quota::per_second(rate).allow_burst(burst),
             idle_job_timeout: (s.idle_job_timeout_ms > 0).then(|| Duration::from_millis(s.idle_job_timeout_ms)),
+            stale_job: (s.stale_job_ms > 0).then(|| Duration::from_millis(s.stale_job_ms)),
             max_min_workers: s.max_min_workers,
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,
+                max_message_bytes: s.max_payload_bytes,
                 replicas: self.state.replicas,
                 ..Default::default()
             },
             snapshot_interval: Duration::from_millis(self.state.snapshot_ms),
             ha,
             term: None,
+            fence: Fence::unfenced(),
             nats_auth: auth,
+            state_auth,
+            reply_prefixes: self
+                .nats
+                .reply_prefixes
+                .into_iter()
+                .filter(|p| !p.is_empty() && !p.starts_with('$'))
+                .collect(),
             nats_urls: self.nats.urls,
             subjects,
             client_name: self.nats.name,

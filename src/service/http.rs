@@ -18,6 +18,7 @@ use crate::bus::BusCounters;
 pub struct HttpState {
     pub metrics: Arc<Metrics>,
     pub bus: Arc<BusCounters>,
+    pub durable: Option<crate::bus::durable::Durable>,
     pub client: async_nats::Client,
     pub epoch: Duration,
 }
@@ -32,6 +33,9 @@ pub fn router(state: HttpState) -> Router {
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     state.metrics.sync_bus(&state.bus);
+    if let Some(d) = &state.durable {
+        state.metrics.sync_state(&d.counters(), d.pending());
+    }
     let connected = state.client.connection_state() == async_nats::connection::State::Connected;
     state.metrics.nats_connected.set(i64::from(connected));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::bus::BusCounters;
+use crate::bus::durable::DurableCounters;
 use crate::protocol::{EpochSummary, RejectCause};
 
 /// Every metric the scheduler exports.
@@ -29,6 +30,17 @@ pub struct Metrics {
     pub predicted_gain_total: prometheus::Counter,
     pub realised_gain_total: prometheus::Counter,
     pub gain_epoch_jobs: IntGauge,
+    /// Jobs forgotten because they were silent for the idle timeout.
+    pub jobs_expired: IntCounter,
+    /// Workers whose agent ran another job than the scheduler recorded (told again).
+    pub assignment_mismatches: IntCounter,
+    /// Epochs not run because the lease was not certainly held.
+    pub epochs_skipped: IntCounter,
+    state_writes: IntCounter,
+    state_write_failures: IntCounter,
+    state_write_conflicts: IntCounter,
+    state_writes_fenced: IntCounter,
+    pub state_writes_pending: IntGauge,
     nats_disconnects: IntCounter,
     nats_reconnects: IntCounter,
     nats_dropped_messages: IntCounter,
@@ -110,6 +122,39 @@ impl Metrics {
                 "Jobs whose predicted and realised gains the last epoch compared",
             )
             .expect("valid metric"),
+            jobs_expired: IntCounter::new(
+                "slaq_jobs_expired_total",
+                "Jobs forgotten after sending nothing for the idle timeout",
+            )
+            .expect("valid metric"),
+            assignment_mismatches: IntCounter::new(
+                "slaq_assignment_mismatches_total",
+                "Workers found running another job than the scheduler recorded, and told again",
+            )
+            .expect("valid metric"),
+            epochs_skipped: IntCounter::new(
+                "slaq_epochs_skipped_total",
+                "Epochs not run because the leader's lease was not certainly held",
+            )
+            .expect("valid metric"),
+            state_writes: IntCounter::new("slaq_state_writes_total", "State writes made").expect("valid metric"),
+            state_write_failures: IntCounter::new(
+                "slaq_state_write_failures_total",
+                "State write attempts that failed (each is retried until written or superseded)",
+            )
+            .expect("valid metric"),
+            state_write_conflicts: IntCounter::new(
+                "slaq_state_write_conflicts_total",
+                "State writes refused because another writer had written the key",
+            )
+            .expect("valid metric"),
+            state_writes_fenced: IntCounter::new(
+                "slaq_state_writes_fenced_total",
+                "State writes dropped because the scheduler lost its lease",
+            )
+            .expect("valid metric"),
+            state_writes_pending: IntGauge::new("slaq_state_writes_pending", "State writes queued and not yet made")
+                .expect("valid metric"),
             nats_disconnects: IntCounter::new("slaq_nats_disconnects_total", "Connections to NATS lost")
                 .expect("valid metric"),
             nats_reconnects: IntCounter::new(
@@ -157,6 +202,14 @@ impl Metrics {
             Box::new(self.predicted_gain_total.clone()),
             Box::new(self.realised_gain_total.clone()),
             Box::new(self.gain_epoch_jobs.clone()),
+            Box::new(self.jobs_expired.clone()),
+            Box::new(self.assignment_mismatches.clone()),
+            Box::new(self.epochs_skipped.clone()),
+            Box::new(self.state_writes.clone()),
+            Box::new(self.state_write_failures.clone()),
+            Box::new(self.state_write_conflicts.clone()),
+            Box::new(self.state_writes_fenced.clone()),
+            Box::new(self.state_writes_pending.clone()),
             Box::new(self.nats_disconnects.clone()),
             Box::new(self.nats_reconnects.clone()),
             Box::new(self.nats_dropped_messages.clone()),
@@ -221,6 +274,19 @@ impl Metrics {
         sync(&self.nats_reconnects, bus.reconnects.load(Ordering::Relaxed));
         sync(&self.nats_dropped_messages, bus.dropped_messages.load(Ordering::Relaxed));
         sync(&self.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
+    }
+
+    /// Brings the state writer's counters (`bus::durable`) into the registry.
+    pub fn sync_state(&self, state: &DurableCounters, pending: usize) {
+        let sync = |counter: &IntCounter, value: &AtomicU64| {
+            let value = value.load(Ordering::Relaxed);
+            counter.inc_by(value.saturating_sub(counter.get()))
+        };
+        sync(&self.state_writes, &state.written);
+        sync(&self.state_write_failures, &state.failed);
+        sync(&self.state_write_conflicts, &state.conflicts);
+        sync(&self.state_writes_fenced, &state.fenced);
+        self.state_writes_pending.set(pending as i64);
     }
 
     pub fn accepted_counts(&self) -> BTreeMap<String, u64> {

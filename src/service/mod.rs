@@ -27,12 +27,12 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::actors::allocator::{
-    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobStarted, JobStopped, Restore, StopAllocator,
+    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobQuiet, JobStarted, JobStopped, Restore, StopAllocator,
     WorkerBeat, WorkerHello,
 };
 use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
-use crate::bus::{BusCounters, BusError, Publisher};
+use crate::bus::{BusCounters, BusError, NatsAuth, Publisher};
 use crate::protocol::{
     self, Ack, Encoding, EpochSummary, Inbound, InboundLimits, JobSpec, ProtocolError, RejectCause, StatusRequest,
     StatusSnapshot,
@@ -40,6 +40,48 @@ use crate::protocol::{
 use crate::quality::JobPredictor;
 pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
 use metrics::Metrics;
+
+/// The scheduler's two NATS connections. `bus` talks with jobs, workers and operators: it
+/// receives their messages, publishes allocations and assignments, and answers requests, on
+/// inbox subjects only. `state` does every JetStream and key-value operation and reads the
+/// reports stream. Under `deploy/nats/slaq-auth.conf` they are users of two accounts, so no
+/// reply subject a client chooses, and no acknowledgement JetStream sends on one, can reach the
+/// scheduler's state or lease.
+#[derive(Clone)]
+pub struct Connections {
+    pub bus: async_nats::Client,
+    pub state: async_nats::Client,
+    /// Both connections' events.
+    pub counters: Arc<BusCounters>,
+}
+
+impl Connections {
+    /// One connection for both (benchmarks, tests, a server without accounts).
+    pub fn single(client: async_nats::Client, counters: Arc<BusCounters>) -> Self {
+        Connections { bus: client.clone(), state: client, counters }
+    }
+
+    /// Connects both as `config` says (the state connection only with durable state).
+    pub async fn connect(config: &ServeConfig) -> Result<Self, BusError> {
+        let counters = Arc::new(BusCounters::default());
+        let connect = |name: String, auth: NatsAuth, capacity: usize| {
+            let counters = counters.clone();
+            async move { crate::bus::connect_counting(&config.nats_urls, &name, capacity, &auth, counters).await }
+        };
+        let bus = connect(config.client_name.clone(), config.nats_auth.clone(), config.subscription_capacity).await?;
+        // The state connection's subscriptions are JetStream's answers and the reports
+        // stream: never fewer than the default buffer, whatever the bus's.
+        let state_capacity = config.subscription_capacity.max(STATE_SUBSCRIPTION_CAPACITY);
+        let state = match config.state_mode {
+            StateMode::None => bus.clone(),
+            _ => connect(format!("{}-state", config.client_name), config.state_auth.clone(), state_capacity).await?,
+        };
+        Ok(Connections { bus, state, counters })
+    }
+}
+
+/// The smallest subscription buffer of the state connection.
+const STATE_SUBSCRIPTION_CAPACITY: usize = 65_536;
 
 /// Handles for code that runs the service in process (benchmarks, tests).
 #[derive(Clone)]
@@ -74,13 +116,24 @@ impl ServiceHandle {
 /// Runs the scheduler until `shutdown` completes. Must be called inside an actix `System`.
 /// `on_ready` receives handles once the subscriptions are in place.
 pub async fn run(
-    client: async_nats::Client,
-    counters: Arc<BusCounters>,
+    clients: Connections,
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(ServiceHandle),
 ) -> Result<(), ServiceError> {
+    let Connections { bus: client, state: state_client, counters } = clients;
     let metrics = Arc::new(Metrics::new());
+    let durable = match config.state_mode {
+        StateMode::None => None,
+        mode => match Durable::open(&state_client, &config.subjects, &config.durable, config.fence.clone()).await? {
+            Some(durable) => Some(durable),
+            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
+            None => {
+                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
+                None
+            }
+        },
+    };
     // Bound first, so a taken port fails the start rather than a scrape later.
     let (http_addr, stop_http) = match config.http_listen {
         None => (None, None),
@@ -91,6 +144,7 @@ pub async fn run(
             let state = http::HttpState {
                 metrics: metrics.clone(),
                 bus: counters.clone(),
+                durable: durable.clone(),
                 client: client.clone(),
                 epoch: config.epoch,
             };
@@ -107,17 +161,6 @@ pub async fn run(
             (Some(bound), Some(stop_tx))
         }
     };
-    let durable = match config.state_mode {
-        StateMode::None => None,
-        mode => match Durable::open(&client, &config.subjects, &config.durable).await? {
-            Some(durable) => Some(durable),
-            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
-            None => {
-                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
-                None
-            }
-        },
-    };
     let saved = match &durable {
         Some(d) => d.load().await?,
         None => SavedState::default(),
@@ -128,15 +171,20 @@ pub async fn run(
         (None, None) => None,
     };
     info!(term = ?term, "assignments carry this term");
-    let publisher = Publisher::new(client.clone(), config.subjects.clone());
+    if let (Some(d), Some(term)) = (&durable, term) {
+        d.set_term(term);
+    }
+    let publisher = Publisher::new(client.clone(), config.subjects.clone()).fenced(config.fence.clone());
     let settings = AllocatorSettings {
         epoch: config.epoch,
         policy: config.policy,
         plan: config.plan,
         place: config.place,
         worker_timeout: config.worker_timeout,
+        stale_job: config.stale_job,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
+        fence: config.fence.clone(),
     };
     let allocator = AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
@@ -152,22 +200,30 @@ pub async fn run(
         let client = client.clone();
         async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
     };
-    // With durable state, reports come from the stream (first those kept there, then new
-    // ones): nothing published while the scheduler was down is missed.
-    let mut losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = async_nats::Message>>> = match &durable {
+    // With durable state, reports and byes come from the stream (first those kept there, then
+    // new ones), each with its stream sequence: nothing published while the scheduler was down
+    // (restarting, failing over, or NATS itself) is missed.
+    type Kept = (async_nats::Message, Option<u64>);
+    let mut subscriptions = Vec::new();
+    let mut losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match &durable {
         Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
             match m {
-                Ok(m) => Some(m.message),
+                Ok(m) => {
+                    let seq = m.info().ok().map(|i| i.stream_sequence);
+                    Some((m.message, seq))
+                }
                 Err(e) => {
                     warn!(error = %e, "reading the reports stream");
                     None
                 }
             }
         })),
-        None => Box::pin(subscribe(loss).await?),
+        None => {
+            subscriptions.push(subscribe(bye).await?);
+            Box::pin(subscribe(loss).await?.map(|m| (m, None)))
+        }
     };
-    let mut subscriptions = Vec::new();
-    for subject in [hello, bye, worker_hello, worker_beat, config.subjects.ctl_status()] {
+    for subject in [hello, worker_hello, worker_beat, config.subjects.ctl_status()] {
         subscriptions.push(subscribe(subject).await?);
     }
     // `subscribe` returns before the server has the subscription: flush so that "ready" means
@@ -186,9 +242,19 @@ pub async fn run(
         far_ahead: metrics.rejected(RejectCause::BadIteration),
     };
 
+    // The scheduler's own reply subjects are no client's inbox.
+    let own_inboxes: Vec<String> = [&config.nats_auth, &config.state_auth]
+        .iter()
+        .filter_map(|a| a.inbox_prefix.clone())
+        .filter(|p| !config.reply_prefixes.contains(p))
+        .collect();
     let mut ingest = Ingest {
         client: client.clone(),
         durable,
+        term,
+        own_inboxes,
+        last_stream_seq: 0,
+        was_disconnected: false,
         config,
         allocator: allocator.clone(),
         arbiters: job_arbiters,
@@ -201,22 +267,21 @@ pub async fn run(
     };
     ingest.restore(saved);
     tokio::pin!(shutdown);
-    let sweep_every = ingest
-        .config
-        .idle_job_timeout
-        .map_or(Duration::from_secs(5), |t| (t / 2).clamp(Duration::from_millis(100), Duration::from_secs(5)));
+    let shortest = [ingest.config.idle_job_timeout, ingest.config.stale_job].into_iter().flatten().min();
+    let sweep_every =
+        shortest.map_or(Duration::from_secs(5), |t| (t / 4).clamp(Duration::from_millis(50), Duration::from_secs(5)));
     let mut sweep = tokio::time::interval(sweep_every);
     loop {
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
-            _ = sweep.tick() => ingest.forget_idle_jobs(),
+            _ = sweep.tick() => ingest.sweep(),
             message = losses.next() => match message {
-                Some(message) => ingest.handle(message).await,
+                Some((message, seq)) => ingest.handle(message, seq).await,
                 None => break,
             },
             message = messages.next() => match message {
-                Some(message) => ingest.handle(message).await,
+                Some(message) => ingest.handle(message, None).await,
                 None => break,
             },
         }
@@ -243,14 +308,17 @@ pub async fn run(
     Ok(())
 }
 
-/// A job as the ingest loop sees it: where its reports go, and how fast they may come.
+/// A job as the ingest loop sees it: where its reports go, how fast they may come, and when it
+/// was last heard from.
 struct Route {
     addr: Addr<JobActor>,
     limiter: governor::DefaultDirectRateLimiter,
     /// Its reports refused for its rate or a full mailbox (its own excess only).
     dropped: u64,
-    said_hello: bool,
-    last_report: Instant,
+    /// Its last report or hello (or its restore).
+    last_heard: Instant,
+    /// Silent for longer than `stale_job` (the allocator was told).
+    quiet: bool,
 }
 
 /// A status answer that fits in one NATS message: the jobs (and workers) that match the
@@ -290,6 +358,14 @@ fn fit_status(
 struct Ingest {
     client: async_nats::Client,
     durable: Option<Durable>,
+    /// This scheduler's term, in its answers to hellos.
+    term: Option<u64>,
+    /// Reply subjects that are the scheduler's own (never answered).
+    own_inboxes: Vec<String>,
+    /// The last stream sequence read from the reports stream.
+    last_stream_seq: u64,
+    /// NATS was unreachable at the last sweep: silence then is nobody's fault.
+    was_disconnected: bool,
     config: ServeConfig,
     allocator: Addr<AllocatorActor>,
     arbiters: Vec<ArbiterHandle>,
@@ -305,43 +381,67 @@ struct Ingest {
 
 impl Ingest {
     /// Starts the saved jobs with their predictors and hands the saved workers and assignments
-    /// to the allocator.
-    fn restore(&mut self, saved: SavedState) {
-        let (num_jobs, num_workers) = (saved.jobs.len(), saved.workers.len());
+    /// to the allocator. At most `max_jobs` jobs come back: those serving workers first, then
+    /// those with a predictor, then the rest, in id order.
+    fn restore(&mut self, mut saved: SavedState) {
+        let num_workers = saved.workers.len();
+        let serving: std::collections::HashSet<&str> = saved.assignments.values().map(String::as_str).collect();
+        let rank = |(spec, predictor): &(JobSpec, Option<Bytes>)| {
+            (!serving.contains(spec.job.as_str()), predictor.is_none(), spec.job.clone())
+        };
+        saved.jobs.sort_by_key(rank);
+        let (mut restored, mut refused, mut undecodable) = (0usize, 0usize, 0usize);
         for (spec, predictor) in saved.jobs {
+            if self.jobs.len() >= self.config.max_jobs {
+                refused += 1;
+                continue;
+            }
             let predictor = predictor.and_then(|bytes| match SavedJob::decode(&bytes) {
                 Ok(p) => Some(p),
                 Err(e) => {
-                    warn!(job = %spec.job, error = %e, "saved predictor does not decode; starting afresh");
+                    undecodable += 1;
+                    debug!(job = %spec.job, error = %e, "saved predictor does not decode; starting afresh");
                     None
                 }
             });
-            let id = spec.job.clone();
-            if let Err(e) = self.start_job(spec, predictor) {
-                warn!(error = %e, "cannot restore a job");
-            }
-            // It was accepted before the restart: not garbage to expire.
-            if let Some(route) = self.jobs.get_mut(&id) {
-                route.said_hello = true;
+            if self.start_job(spec, predictor).is_ok() {
+                restored += 1;
             }
         }
-        if num_jobs + num_workers > 0 {
+        if refused > 0 {
+            warn!(jobs = refused, max_jobs = self.config.max_jobs, "saved jobs beyond max_jobs were not restored");
+        }
+        if undecodable > 0 {
+            warn!(jobs = undecodable, "saved predictors that do not decode; those jobs start afresh");
+        }
+        if restored + num_workers > 0 {
             self.allocator.do_send(Restore {
                 workers: saved.workers,
                 assignments: saved.assignments,
                 plans: saved.plans,
             });
-            info!(jobs = num_jobs, workers = num_workers, "restored from JetStream");
+            info!(jobs = restored, workers = num_workers, "restored from JetStream");
         }
     }
 
-    async fn handle(&mut self, message: async_nats::Message) {
+    /// Handles one message; `seq` is its sequence in the reports stream if it came from there
+    /// (a stream message's reply subject is JetStream's, never answered).
+    async fn handle(&mut self, message: async_nats::Message, seq: Option<u64>) {
+        if let Some(seq) = seq {
+            self.last_stream_seq = self.last_stream_seq.max(seq);
+        }
         let encoding = Encoding::from_content_type(
             message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
         );
-        let reply = message.reply.as_ref().map(|r| r.as_str());
+        let reply = message.reply.as_ref().map(|r| r.as_str()).filter(|_| seq.is_none());
         let subject = message.subject.as_str();
-        match self.dispatch(subject, &message.payload, encoding, reply).await {
+        let result = match reply {
+            Some(r) if !protocol::valid_reply(r, &self.config.reply_prefixes, &self.own_inboxes) => {
+                Err(ProtocolError::Invalid("reply subject is not an inbox", RejectCause::BadReply))
+            }
+            _ => self.dispatch(subject, &message.payload, encoding, reply, seq).await,
+        };
+        match result {
             Ok(Some(kind)) => self.metrics.accepted(kind).inc(),
             Ok(None) => {}
             Err(error) => {
@@ -353,8 +453,9 @@ impl Ingest {
                     self.last_logged.insert(cause, now);
                     warn!(cause = cause.as_str(), subject, error = %error, "message rejected (logged once per cause every 10 s)");
                 }
-                if let Some(reply) = reply {
-                    self.reply(reply, encoding, &Ack::error(error.to_string())).await;
+                // Never on a reply subject that is not an inbox.
+                if let Some(reply) = reply.filter(|_| cause != RejectCause::BadReply) {
+                    self.reply(reply, encoding, &Ack::error(error.to_string()).with_term(self.term)).await;
                 }
             }
         }
@@ -366,6 +467,16 @@ impl Ingest {
         }
     }
 
+    /// A job was heard from: its silence ends.
+    fn heard(&mut self, id: &str) {
+        if let Some(route) = self.jobs.get_mut(id) {
+            route.last_heard = Instant::now();
+            if std::mem::take(&mut route.quiet) {
+                self.allocator.do_send(JobQuiet { job: id.to_string(), quiet: false });
+            }
+        }
+    }
+
     /// Handles one message; returns the kind to count as accepted here (`None`: counted elsewhere).
     async fn dispatch(
         &mut self,
@@ -373,14 +484,16 @@ impl Ingest {
         payload: &Bytes,
         encoding: Encoding,
         reply: Option<&str>,
+        seq: Option<u64>,
     ) -> Result<Option<&'static str>, ProtocolError> {
         let limits = InboundLimits {
             max_payload_bytes: self.config.max_payload_bytes,
             max_min_workers: self.config.max_min_workers,
         };
         let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &limits)?;
-        // A report is counted by its job's actor, which knows whether it is new.
-        let kind = (!matches!(message, Inbound::JobLoss { .. })).then(|| message.kind());
+        // A report is counted by its job's actor, which knows whether it is new, and a
+        // heartbeat by the allocator, which knows whether the worker is.
+        let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
         match message {
             Inbound::JobLoss { job: id, point } => {
                 if !self.jobs.contains_key(id) {
@@ -388,10 +501,11 @@ impl Ingest {
                         return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
                     }
                     let spec = JobSpec::new(id);
+                    self.start_job(spec.clone(), None)?;
+                    // Saved once admitted: a job refused at max_jobs leaves nothing behind.
                     if let Some(d) = &self.durable {
                         d.save_job(&spec);
                     }
-                    self.start_job(spec, None)?;
                 }
                 let Some(route) = self.jobs.get_mut(id) else {
                     return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
@@ -408,24 +522,22 @@ impl Ingest {
                         SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
                     }
                 })?;
-                route.last_report = Instant::now();
+                self.heard(id);
             }
             Inbound::JobHello(spec) => {
+                let id = spec.job.clone();
+                match self.jobs.get_mut(&id) {
+                    Some(route) => route.addr.do_send(UpdateSpec(spec.clone())),
+                    None => {
+                        self.start_job(spec.clone(), None)?;
+                    }
+                }
                 if let Some(d) = &self.durable {
                     d.save_job(&spec);
                 }
-                let id = spec.job.clone();
-                match self.jobs.get_mut(&id) {
-                    Some(route) => route.addr.do_send(UpdateSpec(spec)),
-                    None => {
-                        self.start_job(spec, None)?;
-                    }
-                }
-                if let Some(route) = self.jobs.get_mut(&id) {
-                    route.said_hello = true;
-                }
+                self.heard(&id);
                 if let Some(reply) = reply {
-                    self.reply(reply, encoding, &Ack::ok()).await;
+                    self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
                 }
             }
             Inbound::JobBye(end) => {
@@ -434,22 +546,29 @@ impl Ingest {
                     self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
                 route.addr.do_send(Stop);
                 if let Some(d) = &self.durable {
-                    d.forget_job(id);
+                    // Its messages up to the bye go; a later incarnation's stay.
+                    d.forget_job(id, seq.unwrap_or(self.last_stream_seq) + 1);
                 }
                 self.allocator.do_send(JobStopped { job: id.to_string() });
-                info!(job = id, reason = ?end.reason, "job left");
+                // Per job, so debug: at 100,000 jobs a line each would be the log.
+                debug!(job = id, reason = ?end.reason, "job left");
             }
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(WorkerHello(spec));
                 if let Some(reply) = reply {
-                    self.reply(reply, encoding, &Ack::ok()).await;
+                    self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
                 }
             }
-            Inbound::WorkerBeat { worker } => self.allocator.do_send(WorkerBeat(worker.to_string())),
+            Inbound::WorkerBeat { worker, running } => {
+                self.allocator.do_send(WorkerBeat { worker: worker.to_string(), running })
+            }
             Inbound::Status(request) => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
                 self.metrics.sync_bus(&self.bus);
+                if let Some(d) = &self.durable {
+                    self.metrics.sync_state(&d.counters(), d.pending());
+                }
                 let dropped: HashMap<String, u64> =
                     self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
                 let allocator = self.allocator.clone();
@@ -472,27 +591,48 @@ impl Ingest {
         Ok(kind)
     }
 
-    /// Forgets jobs that never said hello and have been silent for `idle_job_timeout`:
-    /// garbage that looked like a report must not stay a job for ever.
-    fn forget_idle_jobs(&mut self) {
-        let Some(timeout) = self.config.idle_job_timeout else { return };
-        let idle: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, r)| !r.said_hello && r.last_report.elapsed() > timeout)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &idle {
-            if let Some(route) = self.jobs.remove(id) {
-                route.addr.do_send(Stop);
-            }
-            if let Some(d) = &self.durable {
-                d.forget_job(id);
-            }
-            self.allocator.do_send(JobStopped { job: id.clone() });
+    /// Every few seconds: forgets jobs silent for `idle_job_timeout` (whatever their history: a
+    /// restored job whose bye was lost is one of them), and tells the allocator which jobs went
+    /// quiet for `stale_job`. While NATS is unreachable nobody is silent by their own fault:
+    /// after an outage every job's clock starts again.
+    fn sweep(&mut self) {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            self.was_disconnected = true;
+            return;
         }
-        if !idle.is_empty() {
-            info!(jobs = idle.len(), "forgot jobs that never said hello and went silent");
+        let now = Instant::now();
+        if std::mem::take(&mut self.was_disconnected) {
+            self.jobs.values_mut().for_each(|r| r.last_heard = now);
+            return;
+        }
+        if let Some(timeout) = self.config.idle_job_timeout {
+            let idle: Vec<String> = self
+                .jobs
+                .iter()
+                .filter(|(_, r)| now.duration_since(r.last_heard) > timeout)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &idle {
+                if let Some(route) = self.jobs.remove(id) {
+                    route.addr.do_send(Stop);
+                }
+                if let Some(d) = &self.durable {
+                    d.forget_job(id, self.last_stream_seq + 1);
+                }
+                self.allocator.do_send(JobStopped { job: id.clone() });
+            }
+            if !idle.is_empty() {
+                self.metrics.jobs_expired.inc_by(idle.len() as u64);
+                info!(jobs = idle.len(), timeout_s = timeout.as_secs_f64(), "forgot jobs silent for the idle timeout");
+            }
+        }
+        if let Some(stale) = self.config.stale_job {
+            for (id, route) in self.jobs.iter_mut() {
+                if !route.quiet && now.duration_since(route.last_heard) > stale {
+                    route.quiet = true;
+                    self.allocator.do_send(JobQuiet { job: id.clone(), quiet: true });
+                }
+            }
         }
     }
 
@@ -507,25 +647,29 @@ impl Ingest {
             Some(s) => (s.predictor, s.shapes, s.grads),
             None => (JobPredictor::new(self.config.predictor), Vec::new(), None),
         };
-        let (refit, mailbox) = (self.config.refit_interval, self.config.job_mailbox);
+        let refit = self.config.refit_interval;
         let saving = self.durable.clone().map(|d| (d, self.config.snapshot_interval));
         let (counters, max_iter_jump) = (self.report_counters.clone(), self.config.max_iter_jump);
         let bids_to = self.allocator.clone().recipient();
         let (horizon_s, epoch_s) = (self.config.horizon_s, self.config.epoch.as_secs_f64());
-        // The capacity is set before the actor exists: reports can arrive before its `started`
-        // runs on its own thread, and actix's default mailbox holds only 16.
-        let addr = JobActor::start_in_arbiter(arbiter, move |ctx| {
-            ctx.set_mailbox_capacity(mailbox);
+        // The mailbox is made here with its full capacity, before the actor first runs on its
+        // own thread: a burst of reports arriving before then is queued, not refused at
+        // actix's default of 16.
+        let (tx, rx) = actix::dev::channel::channel(self.config.job_mailbox);
+        arbiter.spawn_fn(move || {
+            let ctx = Context::with_receiver(rx);
             let actor = JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s)
                 .counting(counters, max_iter_jump)
                 .with_model(shapes, grads);
-            match saving {
+            let actor = match saving {
                 Some((durable, every)) => actor.saving_to(durable, every),
                 None => actor,
-            }
+            };
+            actix::spawn(ctx.into_future(actor));
         });
+        let addr = Addr::new(tx);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let route = Route { addr: addr.clone(), limiter, dropped: 0, said_hello: false, last_report: Instant::now() };
+        let route = Route { addr: addr.clone(), limiter, dropped: 0, last_heard: Instant::now(), quiet: false };
         self.jobs.insert(id.clone(), route);
         self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });
         // Per job, so debug: at 100,000 jobs this line would be the log.

@@ -9,30 +9,29 @@
 //! clock runs `L/2` slow. Workers ignore an older term in any case.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::{info, warn};
 
-use super::{ServeConfig, ServiceError, run};
-use crate::bus::BusCounters;
-use crate::bus::lease::{Held, Lease};
+use super::{Connections, ServeConfig, ServiceError, run};
+use crate::bus::lease::{Fence, Held, Lease};
 
 /// Runs a replica until `shutdown`. `config.ha` must be set.
 pub async fn run_replica(
-    client: async_nats::Client,
-    counters: Arc<BusCounters>,
+    clients: Connections,
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServiceError> {
     let Some(ha) = config.ha.clone() else {
-        return run(client, counters, config, shutdown, |_| {}).await;
+        return run(clients, config, shutdown, |_| {}).await;
     };
     let every = ha.lease / 4;
     tokio::pin!(shutdown);
     // JetStream may not be up yet (a cluster still electing its leaders): wait for it.
     let lease = loop {
-        match Lease::open(&client, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas).await {
+        match Lease::open(&clients.state, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas)
+            .await
+        {
             Ok(lease) => break lease,
             Err(e) => warn!(error = %e, "cannot open the lease bucket yet; retrying"),
         }
@@ -43,9 +42,10 @@ pub async fn run_replica(
     };
     info!(replica = %ha.replica, lease = ?ha.lease, "standing by for the leader's lease");
     loop {
-        let held = loop {
+        let (held, fence) = loop {
+            let sent = Instant::now();
             match lease.try_acquire().await {
-                Ok(Some(held)) => break held,
+                Ok(Some(held)) => break (held, Fence::held(sent, lease.ttl() / 2)),
                 Ok(None) => {}
                 Err(e) => warn!(error = %e, "cannot reach the lease"),
             }
@@ -55,7 +55,7 @@ pub async fn run_replica(
             }
         };
         info!(replica = %ha.replica, term = held.term, "leader: starting the scheduler");
-        match lead(&client, &counters, &config, &lease, held, &mut shutdown).await {
+        match lead(&clients, &config, &lease, held, fence, &mut shutdown).await {
             Led::Stopped => return Ok(()),
             Led::Deposed => warn!(replica = %ha.replica, "lost the lease: scheduler stopped, standing by"),
             Led::Failed => warn!(replica = %ha.replica, "gave the lease back: standing by"),
@@ -73,18 +73,17 @@ enum Led {
 }
 
 async fn lead(
-    client: &async_nats::Client,
-    counters: &Arc<BusCounters>,
+    clients: &Connections,
     config: &ServeConfig,
     lease: &Lease,
     mut held: Held,
+    fence: Fence,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Led {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = ServeConfig { term: Some(held.term), ..config.clone() };
+    let config = ServeConfig { term: Some(held.term), fence: fence.clone(), ..config.clone() };
     let service = run(
-        client.clone(),
-        counters.clone(),
+        clients.clone(),
         config,
         async move {
             let _ = stop_rx.await;
@@ -95,7 +94,6 @@ async fn lead(
     let every = lease.ttl() / 4;
     let mut renew = tokio::time::interval(every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut renewed = Instant::now();
     let led = loop {
         tokio::select! {
             result = &mut service => {
@@ -104,27 +102,38 @@ async fn lead(
                 if let Err(e) = result {
                     warn!(error = %e, "the scheduler failed; giving the lease back");
                 }
+                fence.depose();
                 lease.release(held).await;
                 tokio::time::sleep(lease.ttl()).await;
                 return Led::Failed;
             }
             _ = shutdown.as_mut() => break Led::Stopped,
             _ = renew.tick() => {
+                // The fence closes by itself half a lease after the last renewal was sent (a
+                // process paused past it acts on nothing when it resumes); a renewal that
+                // fails for longer than that deposes.
+                if !fence.holds() {
+                    break Led::Deposed;
+                }
+                let sent = Instant::now();
                 match tokio::time::timeout(every, lease.renew(held)).await {
                     Ok(Ok(Some(next))) => {
                         held = next;
-                        renewed = Instant::now();
+                        fence.renewed(sent, lease.ttl() / 2);
                     }
                     Ok(Ok(None)) => break Led::Deposed,
                     Ok(Err(e)) => warn!(error = %e, "lease renewal failed"),
                     Err(_) => warn!("lease renewal timed out"),
                 }
-                if renewed.elapsed() >= lease.ttl() / 2 {
+                if !fence.holds() {
                     break Led::Deposed;
                 }
             }
         }
     };
+    if !matches!(led, Led::Stopped) {
+        fence.depose();
+    }
     let _ = stop_tx.send(());
     if let Err(e) = service.await {
         warn!(error = %e, "the scheduler stopped with an error");

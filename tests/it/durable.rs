@@ -130,7 +130,7 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
     let beats = tokio::spawn(async move {
         loop {
             for id in &worker_ids {
-                let hb = slaq::protocol::Heartbeat { worker: id.clone(), at: None };
+                let hb = slaq::protocol::Heartbeat::new(id);
                 let _ = bus::publish(&beat_client, subjects.worker_beat(id), Encoding::MsgPack, &hb).await;
             }
             tokio::time::sleep(every).await;
@@ -232,7 +232,7 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
         for iter in 1u64.. {
             for w in 0..N_WORKERS {
                 let id = format!("ow{w:02}");
-                let beat = slaq::protocol::Heartbeat { worker: id.clone(), at: None };
+                let beat = slaq::protocol::Heartbeat::new(&id);
                 let _ = bus::publish(&load_client, subjects.worker_beat(&id), Encoding::MsgPack, &beat).await;
             }
             for j in 0..N_JOBS {

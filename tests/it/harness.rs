@@ -156,19 +156,37 @@ pub struct Scheduler {
 impl Scheduler {
     /// Starts `slaq serve` with `settings` (TOML) against `url`.
     pub fn start(url: &str, settings: &str) -> Scheduler {
+        Self::start_with_env(url, settings, &[])
+    }
+
+    /// Starts `slaq serve` with extra environment variables (e.g. `RUST_LOG`).
+    pub fn start_with_env(url: &str, settings: &str, env: &[(&str, &str)]) -> Scheduler {
         let dir = temp_dir("serve");
         let config = dir.join("slaq.toml");
         std::fs::write(&config, settings).expect("config");
         let log = dir.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_slaq"))
-            .args(["serve", "--nats", url, "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "slaq=debug")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slaq"));
+        cmd.args(["serve", "--nats", url, "--config"]).arg(&config).env("RUST_LOG", "slaq=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("slaq serve starts");
         Scheduler { child, log }
+    }
+
+    /// Stops the process where it is (SIGSTOP): it holds its connections and state, and does
+    /// nothing until [`Self::resume`].
+    pub fn pause(&self) {
+        let _ = Command::new("kill").args(["-STOP", &self.child.id().to_string()]).status();
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
     }
 
     pub fn log_text(&self) -> String {
@@ -265,7 +283,8 @@ impl InProcessScheduler {
                 let shutdown = async move {
                     let _ = stop_rx.await;
                 };
-                slaq::service::run(client, counters, config, shutdown, move |h| {
+                let clients = slaq::service::Connections::single(client, counters);
+                slaq::service::run(clients, config, shutdown, move |h| {
                     let _ = ready_tx.send(h);
                 })
                 .await

@@ -112,7 +112,7 @@ async fn garbage_creates_no_job_and_no_worker_and_every_rejection_is_counted() {
 }
 
 #[tokio::test]
-async fn jobs_that_never_said_hello_are_forgotten_when_silent() {
+async fn silent_jobs_are_forgotten_and_those_that_talk_are_kept() {
     let nats = NatsServer::start();
     let _scheduler = Scheduler::start(&nats.url, &fast_settings("idle_job_timeout_ms = 500\n"));
     let c = client(&nats.url).await;
@@ -129,13 +129,24 @@ async fn jobs_that_never_said_hello_are_forgotten_when_silent() {
     .unwrap();
     assert!(ack.ok);
     c.publish(s.job_loss("unannounced"), report("unannounced", 1)).await.unwrap();
-    c.publish(s.job_loss("announced"), report("announced", 1)).await.unwrap();
+    // The announced job goes on reporting; the other said one thing and fell silent.
+    let talker = {
+        let c = c.clone();
+        let s = s.clone();
+        tokio::spawn(async move {
+            for iter in 1.. {
+                let _ = c.publish(s.job_loss("announced"), report("announced", iter)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     eventually(&c, &s, Duration::from_secs(10), "both jobs exist", |st| st.jobs.len() == 2).await;
     let st = eventually(&c, &s, Duration::from_secs(10), "the unannounced job is forgotten", |st| {
         st.jobs.iter().map(|j| j.job.as_str()).collect::<Vec<_>>() == ["announced"]
     })
     .await;
     assert_eq!(st.jobs.len(), 1);
+    talker.abort();
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ async fn hello_worker(c: &async_nats::Client, id: &str) {
 }
 
 async fn beat(c: &async_nats::Client, id: &str) {
-    let hb = Heartbeat { worker: id.into(), at: None };
+    let hb = Heartbeat::new(id);
     bus::publish(c, subjects().worker_beat(id), Encoding::MsgPack, &hb).await.unwrap();
 }
 

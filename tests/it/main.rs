@@ -4,6 +4,7 @@ mod agent;
 mod cli;
 mod durable;
 mod harness;
+mod holes;
 mod isolate;
 mod layout;
 mod live;

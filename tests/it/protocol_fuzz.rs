@@ -104,7 +104,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
         };
         let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
         let worker = WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None };
-        let beat = Heartbeat { worker: "j1".into(), at: Some(2.0) };
+        let beat = Heartbeat { at: Some(2.0), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {
             v.push((e, protocol::encode(e, &report).unwrap()));

@@ -17,7 +17,7 @@ fn user(name: &str) -> NatsAuth {
     NatsAuth {
         user: Some(name.into()),
         password: Some(format!("{name}-example-password")),
-        inbox_prefix: Some(format!("_INBOX_{name}")),
+        inbox_prefix: Some(format!("_INBOX.{name}")),
         ..NatsAuth::default()
     }
 }
@@ -37,7 +37,8 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     assert!(Path::new(CONF).exists());
     let nats = NatsServer::start_with_config(Path::new(CONF));
     let settings = fast_settings(
-        "\n[nats.auth]\nuser = \"scheduler\"\npassword = \"scheduler-example-password\"\ninbox_prefix = \"_INBOX_scheduler\"\n",
+        "\n[nats.auth]\nuser = \"scheduler\"\npassword = \"scheduler-example-password\"\ninbox_prefix = \"_INBOX.scheduler\"\n\n\
+         [nats.state_auth]\nuser = \"scheduler-state\"\npassword = \"scheduler-state-example-password\"\ninbox_prefix = \"_INBOX.scheduler-state\"\n",
     );
     let _scheduler = Scheduler::start(&nats.url, &settings);
     let s = Subjects::new("slaq").unwrap();
@@ -63,7 +64,7 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     // job-a, connected with credentials in its URL, asks for both workers and reports.
     let port = nats.url.rsplit(':').next().unwrap();
     let url_with_credentials = format!("nats://job-a:job-a-example-password@127.0.0.1:{port}");
-    let job_a_auth = NatsAuth { inbox_prefix: Some("_INBOX_job-a".into()), ..NatsAuth::default() };
+    let job_a_auth = NatsAuth { inbox_prefix: Some("_INBOX.job-a".into()), ..NatsAuth::default() };
     let (job_a, job_a_events) = bus::connect_with(&[url_with_credentials], "job-a", 1024, &job_a_auth).await.unwrap();
     let spec = JobSpec { min_workers: 2, ..JobSpec::new("job-a") };
     let ack: Ack =

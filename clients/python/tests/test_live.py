@@ -8,6 +8,9 @@ import asyncio
 import os
 import unittest
 
+import msgpack
+import nats
+
 import slaq
 
 URL = os.environ.get("SLAQ_TEST_NATS_URL")
@@ -53,6 +56,50 @@ class Live(unittest.TestCase):
             for k, loss in fake_training(10):
                 job.report(k, loss, iter_seconds=0.05, workers=1)
             job.report(10, 0.1, iter_seconds=0.05, workers=1)  # a re-send: the stream drops it
+
+    def test_a_squatted_message_id_is_sent_again_under_a_fresh_one(self):
+        async def run():
+            other = await nats.connect(URL)
+            async with await slaq.AsyncJob.connect("py-squat", nats=URL, jetstream=True) as job:
+                # Someone publishes first under the id the job's first report will carry (which
+                # only its own run can know; taken here from the client to show the recovery).
+                await other.jetstream().publish(job.subjects.loss, b"not a report",
+                                                headers={"Nats-Msg-Id": f"py-squat:1:{job._nonce}"})
+                for k, loss in fake_training(3):
+                    await job.report(k, loss, iter_seconds=0.05, workers=1)
+            await other.close()
+
+        asyncio.run(run())
+
+    def test_an_allocation_of_a_term_no_scheduler_confirms_is_not_taken(self):
+        async def run():
+            other = await nats.connect(URL)
+            async with await slaq.AsyncJob.connect("py-forged", nats=URL) as job:
+                forged = {"job": "py-forged", "epoch": 1, "workers": ["forged"], "term": 2 ** 63}
+                await other.publish(job.subjects.alloc, msgpack.packb(forged))
+                await other.flush()
+                for k, loss in fake_training(20):
+                    await job.report(k, loss, iter_seconds=0.05, workers=1)
+                allocation = await job.next_allocation(timeout=15, after_epoch=-1)
+                self.assertNotEqual(allocation.workers, ["forged"])
+                await asyncio.sleep(0.3)
+                self.assertNotIn("forged", job.workers)
+            await other.close()
+
+        asyncio.run(run())
+
+    def test_a_job_waiting_without_reports_keeps_itself_known(self):
+        async def run():
+            other = await nats.connect(URL)
+            async with await slaq.AsyncJob.connect("py-waiting", nats=URL, keepalive=0.5):
+                # Longer than the scheduler's idle timeout here (3 s), without a report.
+                await asyncio.sleep(4.5)
+                reply = await other.request("slaq.v1.ctl.status", b"", timeout=5)
+                jobs = [j["job"] for j in msgpack.unpackb(reply.data, raw=False)["jobs"]]
+                self.assertIn("py-waiting", jobs)
+            await other.close()
+
+        asyncio.run(run())
 
     def test_a_refused_hello_raises(self):
         with self.assertRaises(slaq.SlaqError) as refused:

@@ -124,7 +124,7 @@ async fn start_in_process(
         let shutdown = async move {
             let _ = stop_rx.await;
         };
-        if let Err(e) = service::run(client, counters, config, shutdown, move |h| {
+        if let Err(e) = service::run(service::Connections::single(client, counters), config, shutdown, move |h| {
             let _ = ready_tx.send(h);
         })
         .await
@@ -386,7 +386,7 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
                         }
                         // Heartbeats: every worker every 2 s (a twentieth of them per tick).
                         for w in (0..workers).filter(|w| (*w as u64) % 20 == ticks % 20) {
-                            let beat = protocol::Heartbeat { worker: format!("w{w}"), at: None };
+                            let beat = protocol::Heartbeat::new(&format!("w{w}"));
                             bus::publish(&client, subjects.worker_beat(&beat.worker), Encoding::MsgPack, &beat).await?;
                             sent.fetch_add(1, Ordering::Relaxed);
                         }

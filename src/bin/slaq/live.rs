@@ -52,10 +52,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let config = raw.resolve(&env, &overrides)?;
     actix::System::new().block_on(async move {
-        let (client, counters) =
-            bus::connect_with(&config.nats_urls, &config.client_name, config.subscription_capacity, &config.nats_auth)
-                .await?;
-        service::run_replica(client, counters, config, shutdown_signal()).await?;
+        let clients = service::Connections::connect(&config).await?;
+        service::run_replica(clients, config, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(())

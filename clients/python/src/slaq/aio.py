@@ -1,6 +1,7 @@
 """The asyncio client."""
 
 import asyncio
+import secrets
 import time
 from typing import Callable, List, Optional
 
@@ -18,13 +19,25 @@ class AsyncJob:
     """
 
     def __init__(self, job: str, *, prefix: str = "slaq", encoding: str = "msgpack", jetstream: bool = False,
-                 **spec):
-        """``jetstream=True``: reports go through JetStream and ``report`` returns once the
-        scheduler's stream has stored them (de-duplicated by ``<job>:<iter>``), so a report
-        survives a scheduler restart. Needs a server with JetStream and ``slaq serve`` with
-        ``[state] mode`` auto or jetstream (which creates the stream)."""
+                 keepalive: Optional[float] = 60.0, **spec):
+        """``jetstream=True``: reports and the bye go through JetStream, and ``report`` and
+        ``bye`` return once the scheduler's stream has stored them, so they survive a scheduler
+        restart. Needs a server with JetStream and ``slaq serve`` with ``[state] mode`` auto or
+        jetstream (which creates the stream).
+
+        ``keepalive``: a job that has sent nothing for this many seconds (waiting for workers,
+        say) says hello again, so the scheduler does not take it for gone (it forgets a job
+        silent for ``idle_job_timeout_ms``, 10 minutes by default). ``None``: never."""
         self.job = job
         self.jetstream = jetstream
+        self.keepalive = keepalive
+        # Message ids no other job can guess: ``Nats-Msg-Id`` is de-duplicated stream-wide.
+        self._nonce = secrets.token_hex(8)
+        self._last_sent = time.monotonic()
+        self._keepalive_task = None
+        # The largest term a scheduler has answered a hello with: an allocation of a larger
+        # term is taken only once a hello confirms it (a forged one cannot lock the job).
+        self._confirmed_term = 0
         self._js = None
         self.subjects = Subjects(prefix, job)
         self.codec = Codec(encoding)
@@ -43,7 +56,7 @@ class AsyncJob:
         """Connects (or uses ``connection``, an open ``nats.aio.client.Client``) and says hello.
 
         ``connect_options`` go to ``nats.connect``: credentials and TLS, e.g. ``{"user": "job-a",
-        "password": ..., "inbox_prefix": "_INBOX_job-a"}`` for ``deploy/nats/slaq-auth.conf``, or
+        "password": ..., "inbox_prefix": "_INBOX.job-a"}`` for ``deploy/nats/slaq-auth.conf``, or
         ``{"user_credentials": "job.creds", "tls": ssl_context}``.
         """
         self = cls(job, **kwargs)
@@ -68,6 +81,19 @@ class AsyncJob:
         except BaseException:
             await self.close()
             raise
+        if self.keepalive:
+            self._keepalive_task = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    async def _keep_alive(self):
+        while True:
+            await asyncio.sleep(max(1.0, self.keepalive / 4))
+            if self._said_bye or self._nc is None:
+                return
+            if time.monotonic() - self._last_sent >= self.keepalive:
+                try:
+                    await self.hello(timeout=5.0)
+                except Exception:  # the scheduler may be restarting: try again later
+                    pass
 
     @property
     def workers(self) -> List[str]:
@@ -79,9 +105,12 @@ class AsyncJob:
         self.spec.update({k: v for k, v in changes.items() if v is not None})
         reply = await self._nc.request(self.subjects.hello, self.codec.encode(self.spec), timeout=timeout,
                                        headers=self.codec.headers)
+        self._last_sent = time.monotonic()
         ack = self.codec.decode(reply.data)
         if not ack.get("ok"):
             raise SlaqError(f"slaq refused job {self.job}: {ack.get('error')}")
+        self._confirmed_term = max(self._confirmed_term, int(ack.get("term") or 0))
+        return ack
 
     async def report(self, iteration: int, loss: float, iter_seconds: float, workers: int,
                      batch_size: Optional[int] = None, **stats):
@@ -90,11 +119,22 @@ class AsyncJob:
         message = loss_report(self.job, iteration, loss, iter_seconds, workers, batch_size, time.time(), **stats)
         payload = self.codec.encode(message)
         if self._js is not None:
-            headers = dict(self.codec.headers or {})
-            headers["Nats-Msg-Id"] = f"{self.job}:{message['iter']}"
-            await self._js.publish(self.subjects.loss, payload, headers=headers)
+            await self._publish_durably(self.subjects.loss, payload, f"{message['iter']}")
         else:
             await self._nc.publish(self.subjects.loss, payload, headers=self.codec.headers)
+        self._last_sent = time.monotonic()
+
+    async def _publish_durably(self, subject: str, payload: bytes, what: str):
+        """Publishes through JetStream until the stream has it. The message id is this run's
+        own (``<job>:<what>:<nonce>``): a re-send is dropped as a duplicate, and no other job can
+        take the id first. An id the stream calls a duplicate on its first publish was taken
+        all the same: it is sent again under a fresh one."""
+        headers = dict(self.codec.headers or {})
+        headers["Nats-Msg-Id"] = f"{self.job}:{what}:{self._nonce}"
+        ack = await self._js.publish(subject, payload, headers=headers)
+        if ack.duplicate:
+            headers["Nats-Msg-Id"] = f"{self.job}:{what}:{secrets.token_hex(8)}"
+            await self._js.publish(subject, payload, headers=headers)
 
     async def bye(self, reason: str = "finished"):
         if reason not in END_REASONS:
@@ -102,9 +142,14 @@ class AsyncJob:
         if self._said_bye:
             return
         self._said_bye = True
-        await self._nc.publish(self.subjects.bye, self.codec.encode({"job": self.job, "reason": reason}),
-                               headers=self.codec.headers)
-        await self._nc.flush()
+        payload = self.codec.encode({"job": self.job, "reason": reason})
+        if self._js is not None:
+            # Kept by the scheduler's stream once acknowledged: a bye sent while the scheduler
+            # restarts or fails over is read when it is back.
+            await self._publish_durably(self.subjects.bye, payload, "bye")
+        else:
+            await self._nc.publish(self.subjects.bye, payload, headers=self.codec.headers)
+            await self._nc.flush()
 
     def on_allocation(self, callback: Callable[[Allocation], None]):
         """Calls ``callback(allocation)`` (on the event loop) whenever the job's workers change."""
@@ -127,6 +172,9 @@ class AsyncJob:
         return await asyncio.wait_for(newer(), timeout)
 
     async def close(self):
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+            self._keepalive_task = None
         if self._nc is not None and self._owns_connection:
             await self._nc.drain()
         self._nc = None
@@ -138,6 +186,14 @@ class AsyncJob:
             return
         if self.allocation is not None and allocation.order() < self.allocation.order():
             return  # older: from before (or from a deposed leader)
+        if (allocation.term or 0) > self._confirmed_term:
+            # A term no scheduler has answered with: confirmed by a hello, or not taken.
+            try:
+                await self.hello(timeout=5.0)
+            except Exception:
+                return
+            if (allocation.term or 0) > self._confirmed_term:
+                return
         self.allocation = allocation
         async with self._changed:
             self._changed.notify_all()
