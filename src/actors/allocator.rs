@@ -198,8 +198,13 @@ impl AllocatorActor {
                 self.registry.touch_all(now_s);
                 info!("NATS is back: worker timeouts count from now");
             }
-            for (worker, job) in self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64()) {
-                info!(worker = %worker, job = ?job.as_ref().map(|j| &j.id), "worker silent too long, removed");
+            let expired = self.registry.expire(now_s, self.settings.worker_timeout.as_secs_f64());
+            if let Some((first, _)) = expired.first() {
+                // One line per epoch, not per worker: a rack that goes takes thousands.
+                info!(workers = expired.len(), first = %first, "workers silent too long, removed");
+            }
+            for (worker, job) in expired {
+                debug!(worker = %worker, job = ?job.as_ref().map(|j| &j.id), "worker silent too long, removed");
                 if let Some(d) = &self.durable {
                     d.forget_worker(&worker);
                 }
