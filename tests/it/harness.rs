@@ -270,10 +270,16 @@ pub struct InProcessScheduler {
 
 impl InProcessScheduler {
     pub fn start(url: &str, settings: &str) -> InProcessScheduler {
+        Self::start_fenced(url, settings, slaq::bus::lease::Fence::unfenced())
+    }
+
+    /// Started under `fence`, which the test opens and closes as a replica's lease would.
+    pub fn start_fenced(url: &str, settings: &str, fence: slaq::bus::lease::Fence) -> InProcessScheduler {
         use slaq::service::{Overrides, RawConfig};
         let raw: RawConfig = toml::from_str(settings).expect("settings");
         let overrides = Overrides { nats: vec![url.to_string()], ..Overrides::default() };
-        let config = raw.resolve(&Default::default(), &overrides).expect("valid settings");
+        let mut config = raw.resolve(&Default::default(), &overrides).expect("valid settings");
+        config.fence = fence;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {

@@ -100,6 +100,19 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i:03}")).collect()
 }
 
+/// Polls `check` until it holds (or panics after 5 s).
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: never happened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every key of a bucket with its value.
 async fn bucket(js: &async_nats::jetstream::Context, name: &str) -> BTreeMap<String, bytes::Bytes> {
     let kv = js.get_key_value(name).await.expect("bucket");
@@ -737,6 +750,98 @@ async fn a_paused_and_resumed_leader_writes_nothing_and_the_new_leader_keeps_eve
         assert_eq!(saved.as_deref(), w.job.as_deref().or(Some("")), "assign.{} differs from b's view", w.worker);
     }
     reporters.iter().for_each(|r| r.abort());
+}
+
+/// #16.8: the state writer, alone: it writes only while its fence holds, carries its term,
+/// never writes over another writer's value without a lease renewed since it saw the conflict,
+/// and drops its queue once deposed.
+#[tokio::test]
+async fn the_state_writer_writes_only_under_its_lease_and_never_over_another_writer() {
+    use slaq::bus::durable::{Durable, DurableSettings, TERM_HEADER};
+    use slaq::bus::lease::Fence;
+    let nats = NatsServer::start_jetstream();
+    let c = client(&nats.url).await;
+    let lease = Duration::from_millis(400);
+    let fence = Fence::held(Instant::now(), lease);
+    let d = Durable::open(&c, &s(), &DurableSettings::default(), fence.clone()).await.unwrap().expect("JetStream");
+    d.set_term(7);
+    let kv = async_nats::jetstream::new(c.clone()).get_key_value("slaq_state").await.unwrap();
+    let mut writes = c.subscribe("$KV.slaq_state.>").await.unwrap();
+    c.flush().await.unwrap();
+    let spec = |w: &str| WorkerSpec { worker: w.into(), machine: Some("m".into()), slots: 1, kind: None };
+    let saved = |w: &'static str| {
+        let kv = kv.clone();
+        async move {
+            let value = kv.get(format!("worker.{w}")).await.unwrap();
+            value.map(|v| protocol::decode::<WorkerSpec>(Encoding::MsgPack, &v, "worker").unwrap())
+        }
+    };
+    // Under the lease: written, with the writer's term.
+    d.save_worker(&spec("w1"));
+    let m = tokio::time::timeout(Duration::from_secs(5), writes.next()).await.unwrap().unwrap();
+    assert_eq!(m.headers.as_ref().and_then(|h| h.get(TERM_HEADER)).map(|v| v.to_string()).as_deref(), Some("7"));
+    // Someone else writes w1: this writer's next write of it is a conflict, not an overwrite,
+    // until the lease is renewed after it; then it reads the key again and writes.
+    kv.put("worker.w1", protocol::encode(Encoding::MsgPack, &spec("intruder")).unwrap().into()).await.unwrap();
+    fence.renewed(Instant::now(), lease);
+    d.save_worker(&WorkerSpec { slots: 2, ..spec("w1") });
+    let counters = d.counters();
+    let conflicts = || async { counters.conflicts.load(std::sync::atomic::Ordering::Relaxed) >= 1 };
+    wait_until("the write conflicts", conflicts).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(saved("w1").await.map(|s| s.worker), Some("intruder".to_string()), "written over another writer");
+    fence.renewed(Instant::now(), lease);
+    wait_until("written once the lease is renewed", || async { saved("w1").await.map(|s| s.slots) == Some(2) }).await;
+    // The lease lapses (no renewal for its span): nothing is written...
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    assert!(!fence.holds());
+    d.save_worker(&spec("w2"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(saved("w2").await, None, "written while the lease was not held");
+    // ...until it is renewed.
+    fence.renewed(Instant::now(), lease);
+    wait_until("w2 written after the renewal", || async { saved("w2").await.is_some() }).await;
+    // Deposed: the queue is dropped, and so is every later write.
+    fence.depose();
+    d.save_worker(&spec("w3"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(saved("w3").await, None);
+    assert!(counters.fenced.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+}
+
+/// #16.8: the allocator runs epochs, and the publisher publishes, only while the fence holds.
+#[tokio::test]
+async fn no_epoch_and_no_assignment_while_the_lease_is_not_held() {
+    use slaq::bus::lease::Fence;
+    let nats = NatsServer::start();
+    let lease = Duration::from_millis(600);
+    let fence = Fence::held(Instant::now(), lease);
+    let scheduler = crate::harness::InProcessScheduler::start_fenced(
+        &nats.url,
+        &fast_settings("policy = \"fair\"\n\n[state]\nmode = \"none\"\n"),
+        fence.clone(),
+    );
+    let c = client(&nats.url).await;
+    let mut assigns = c.subscribe(format!("{}.v1.worker.*.assign", "slaq")).await.unwrap();
+    let _beats = workers(&c, &ids("w", 2)).await;
+    hello(&c, &JobSpec::new("j1")).await;
+    tokio::time::timeout(Duration::from_secs(5), assigns.next()).await.expect("an assignment under the lease");
+    // The lease lapses.
+    tokio::time::sleep(lease).await;
+    let epochs = scheduler.handle.epochs().await.len();
+    hello(&c, &JobSpec::new("j2")).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(scheduler.handle.epochs().await.len(), epochs, "epochs ran without the lease");
+    assert!(scheduler.handle.metrics.epochs_skipped.get() >= 3);
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), assigns.next()).await {
+        let a: WorkerAssignment = protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
+        assert_ne!(a.job.as_deref(), Some("j2"), "an assignment published without the lease");
+    }
+    // Renewed: epochs resume, one period apart (no burst of the ones missed).
+    fence.renewed(Instant::now(), Duration::from_secs(60));
+    tokio::time::timeout(Duration::from_secs(5), assigns.next()).await.expect("epochs resume");
+    let resumed = scheduler.handle.epochs().await.len() - epochs;
+    assert!(resumed <= 3, "{resumed} epochs at once after the lease came back");
 }
 
 /// #16.9: state writes that failed (a NATS restart) were dropped, leaving stale `assign.*`.
