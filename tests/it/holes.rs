@@ -780,27 +780,31 @@ async fn the_state_writer_writes_only_under_its_lease_and_never_over_another_wri
     d.save_worker(&spec("w1"));
     let m = tokio::time::timeout(Duration::from_secs(5), writes.next()).await.unwrap().unwrap();
     assert_eq!(m.headers.as_ref().and_then(|h| h.get(TERM_HEADER)).map(|v| v.to_string()).as_deref(), Some("7"));
-    // Someone else writes w1: this writer's next write of it is a conflict, not an overwrite,
-    // until the lease is renewed after it; then it reads the key again and writes.
-    kv.put("worker.w1", protocol::encode(Encoding::MsgPack, &spec("intruder")).unwrap().into()).await.unwrap();
-    fence.renewed(Instant::now(), lease);
-    d.save_worker(&WorkerSpec { slots: 2, ..spec("w1") });
     let counters = d.counters();
-    let conflicts = || async { counters.conflicts.load(std::sync::atomic::Ordering::Relaxed) >= 1 };
-    wait_until("the write conflicts", conflicts).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(saved("w1").await.map(|s| s.worker), Some("intruder".to_string()), "written over another writer");
-    fence.renewed(Instant::now(), lease);
-    wait_until("written once the lease is renewed", || async { saved("w1").await.map(|s| s.slots) == Some(2) }).await;
     // The lease lapses (no renewal for its span): nothing is written...
     tokio::time::sleep(lease + Duration::from_millis(100)).await;
     assert!(!fence.holds());
+    let failed = counters.failed.load(std::sync::atomic::Ordering::Relaxed);
     d.save_worker(&spec("w2"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(saved("w2").await, None, "written while the lease was not held");
+    // Waiting for the lease is no failure: the write is kept, not tried and backed off.
+    assert_eq!(counters.failed.load(std::sync::atomic::Ordering::Relaxed), failed);
     // ...until it is renewed.
     fence.renewed(Instant::now(), lease);
     wait_until("w2 written after the renewal", || async { saved("w2").await.is_some() }).await;
+    // Someone else writes w1: this writer's next write of it is a conflict, not an overwrite,
+    // until the lease is renewed after it; then it reads the key again and writes.
+    kv.put("worker.w1", protocol::encode(Encoding::MsgPack, &spec("intruder")).unwrap().into()).await.unwrap();
+    fence.renewed(Instant::now(), Duration::from_secs(5));
+    d.save_worker(&WorkerSpec { slots: 2, ..spec("w1") });
+    let conflicts = || async { counters.conflicts.load(std::sync::atomic::Ordering::Relaxed) >= 1 };
+    wait_until("the write conflicts", conflicts).await;
+    // Past any backoff, still not written over: the lease was not renewed since.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(saved("w1").await.map(|s| s.worker), Some("intruder".to_string()), "written over another writer");
+    fence.renewed(Instant::now(), lease);
+    wait_until("written once the lease is renewed", || async { saved("w1").await.map(|s| s.slots) == Some(2) }).await;
     // Deposed: the queue is dropped, and so is every later write.
     fence.depose();
     d.save_worker(&spec("w3"));
@@ -833,9 +837,12 @@ async fn no_epoch_and_no_assignment_while_the_lease_is_not_held() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(scheduler.handle.epochs().await.len(), epochs, "epochs ran without the lease");
     assert!(scheduler.handle.metrics.epochs_skipped.get() >= 3);
+    // Nor anything else: an unknown worker's heartbeat is not answered (with `hello_again`).
+    bus::publish(&c, s().worker_beat("ghost"), Encoding::MsgPack, &Heartbeat::new("ghost")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), assigns.next()).await {
         let a: WorkerAssignment = protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
-        assert_ne!(a.job.as_deref(), Some("j2"), "an assignment published without the lease");
+        assert!(a.job.as_deref() != Some("j2") && !a.hello_again, "published without the lease: {a:?}");
     }
     // Renewed: epochs resume, one period apart (no burst of the ones missed).
     fence.renewed(Instant::now(), Duration::from_secs(60));
