@@ -128,6 +128,9 @@ pub fn fair_shares<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<f64> {
 /// claim on the cluster: one job asking for 1,024 workers gets at most what fair sharing would
 /// give it, and a job whose minimum fits its share gets it whatever the others ask.
 pub fn honoured_minimums<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<u32> {
+    if bids.iter().all(|b| b.min_workers == 0) {
+        return vec![0; bids.len()];
+    }
     let unbounded: Vec<JobBid<()>> = bids
         .iter()
         .map(|b| JobBid { min_workers: 0, max_workers: b.max_workers, attained_service: 0.0, gain: None })
