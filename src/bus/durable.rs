@@ -604,6 +604,12 @@ impl Durable {
         }
     }
 
+    /// Purges a job's reports and byes before the stream sequence `before` (a job already
+    /// gone whose bye was read again).
+    pub fn purge_job(&self, job: &str, before: u64) {
+        self.write(format!("purge.{job}"), Op::Purge(before));
+    }
+
     pub fn save_worker(&self, spec: &WorkerSpec) {
         self.put(format!("worker.{}", spec.worker), spec);
     }

@@ -542,8 +542,14 @@ impl Ingest {
             }
             Inbound::JobBye(end) => {
                 let id = end.job.as_str();
-                let route =
-                    self.jobs.remove(id).ok_or(ProtocolError::Invalid("no such job", RejectCause::UnknownJob))?;
+                let Some(route) = self.jobs.remove(id) else {
+                    // A bye kept by the stream for a job already gone (its purge was cut short
+                    // by a restart): purged now, so it is not read again at every start.
+                    if let (Some(d), Some(seq)) = (&self.durable, seq) {
+                        d.purge_job(id, seq + 1);
+                    }
+                    return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
+                };
                 route.addr.do_send(Stop);
                 if let Some(d) = &self.durable {
                     // Its messages up to the bye go; a later incarnation's stay.
