@@ -8,7 +8,7 @@ use std::time::Duration;
 use slaq::bus;
 use slaq::protocol::{Ack, Encoding, JobSpec, LossReport, StatusSnapshot, Subjects, WorkerSpec};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings};
+use crate::harness::{Background, NatsServer, Scheduler, client, eventually, fast_settings};
 
 /// The restart test's size: 20 jobs by default; `SLAQ_SCALE_TEST=1` runs 1,000 jobs on 4,000
 /// workers (a minute or so; its figures are printed).
@@ -127,7 +127,7 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
         assert!(ack.ok);
     }
     let (beat_client, subjects, every) = (c.clone(), s.clone(), scale.beat_every());
-    let beats = tokio::spawn(async move {
+    let beats = Background::spawn(async move {
         loop {
             for id in &worker_ids {
                 let hb = slaq::protocol::Heartbeat::new(id);
@@ -197,7 +197,7 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
         worst_gain_diff * 100.0,
         jobs * 35
     );
-    beats.abort();
+    drop(beats);
 }
 
 /// NATS itself goes away for three worker timeouts, under load, and comes back: the scheduler
@@ -228,7 +228,7 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
     }
     // Load: workers beat and jobs report all along, ignoring errors while NATS is away.
     let (load_client, subjects) = (c.clone(), s.clone());
-    let load = tokio::spawn(async move {
+    let load = Background::spawn(async move {
         for iter in 1u64.. {
             for w in 0..N_WORKERS {
                 let id = format!("ow{w:02}");
@@ -271,5 +271,5 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
     let after = eventually(&c, &s, Duration::from_secs(5), "every worker busy again", busy).await;
     assert!(after.epoch <= back.epoch + 3, "took from epoch {} to {}", back.epoch, after.epoch);
     assert!(!after.rejected.contains_key("unknown_worker"), "{:?}", after.rejected);
-    load.abort();
+    drop(load);
 }

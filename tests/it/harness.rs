@@ -151,6 +151,8 @@ impl Drop for NatsServer {
 pub struct Scheduler {
     child: Child,
     pub log: PathBuf,
+    /// The test stopped it: its exit is expected.
+    stopped: bool,
 }
 
 impl Scheduler {
@@ -175,7 +177,7 @@ impl Scheduler {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("slaq serve starts");
-        Scheduler { child, log }
+        Scheduler { child, log, stopped: false }
     }
 
     /// Stops the process where it is (SIGSTOP): it holds its connections and state, and does
@@ -195,12 +197,16 @@ impl Scheduler {
 
     /// Kills the process outright (SIGKILL): nothing is flushed or saved.
     pub fn kill(mut self) {
+        self.check();
+        self.stopped = true;
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits for a clean exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.check();
+        self.stopped = true;
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -213,10 +219,69 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Fails the test if the process ended on its own (it should run until the test stops it)
+    /// or logged a panic (a task of it failed).
+    fn check(&mut self) {
+        if std::thread::panicking() || self.stopped {
+            return;
+        }
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("slaq serve exited on its own ({status}); its log ends:\n{}", tail(&self.log_text(), 40));
+        }
+        let log = self.log_text();
+        if log.contains("panicked at") {
+            panic!("slaq serve panicked; its log ends:\n{}", tail(&log, 60));
+        }
+    }
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 impl Drop for Scheduler {
     fn drop(&mut self) {
+        self.check();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A task a test runs beside it (heartbeats, load): aborted when dropped, and failing the test
+/// if it panicked meanwhile (a failed `unwrap` in it is not lost).
+pub struct Background(Option<tokio::task::JoinHandle<()>>);
+
+impl Background {
+    pub fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Background {
+        Background(Some(tokio::spawn(task)))
+    }
+
+    /// Waits for the task to finish by itself, and fails the test if it panicked.
+    pub async fn join(mut self) {
+        if let Some(handle) = self.0.take() {
+            if let Err(e) = handle.await {
+                panic!("a background task of this test failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        use futures_util::FutureExt;
+        let Some(handle) = self.0.take() else { return };
+        if !handle.is_finished() {
+            handle.abort();
+            return;
+        }
+        if let Some(Err(e)) = handle.now_or_never()
+            && !std::thread::panicking()
+        {
+            panic!("a background task of this test failed: {e}");
+        }
     }
 }
 
@@ -307,8 +372,12 @@ impl Drop for InProcessScheduler {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // The scheduler's panic or error (it `expect`s its own success) fails the test.
+        if let Some(thread) = self.thread.take()
+            && let Err(panic) = thread.join()
+            && !std::thread::panicking()
+        {
+            std::panic::resume_unwind(panic);
         }
     }
 }

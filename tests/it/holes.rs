@@ -13,7 +13,9 @@ use slaq::protocol::{
     WorkerAssignment, WorkerSpec,
 };
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir, wait_status};
+use crate::harness::{
+    Background, NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir, wait_status,
+};
 
 const CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf");
 
@@ -69,15 +71,7 @@ async fn bye(c: &async_nats::Client, job: &str) {
 }
 
 /// Workers that say hello and beat every 200 ms until the handle is dropped.
-struct Beats(tokio::task::JoinHandle<()>);
-
-impl Drop for Beats {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-async fn workers(c: &async_nats::Client, ids: &[String]) -> Beats {
+async fn workers(c: &async_nats::Client, ids: &[String]) -> Background {
     for id in ids {
         let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
         let ack: Ack =
@@ -85,7 +79,7 @@ async fn workers(c: &async_nats::Client, ids: &[String]) -> Beats {
         assert!(ack.ok);
     }
     let (c, ids) = (c.clone(), ids.to_vec());
-    Beats(tokio::spawn(async move {
+    Background::spawn(async move {
         loop {
             for id in &ids {
                 let beat = Heartbeat::new(id);
@@ -93,7 +87,7 @@ async fn workers(c: &async_nats::Client, ids: &[String]) -> Beats {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }))
+    })
 }
 
 fn ids(prefix: &str, n: usize) -> Vec<String> {
@@ -418,9 +412,9 @@ async fn no_zombies_after(
     zombies
 }
 
-fn live_reporter(c: &async_nats::Client, job: &str) -> tokio::task::JoinHandle<()> {
+fn live_reporter(c: &async_nats::Client, job: &str) -> Background {
     let (c, job) = (c.clone(), job.to_string());
-    tokio::spawn(async move {
+    Background::spawn(async move {
         for iter in 1.. {
             let _ = bus::publish(&c, s().job_loss(&job), Encoding::MsgPack, &loss_report(&job, iter)).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -461,7 +455,7 @@ async fn byes_sent_during_a_restart_leave_no_zombie() {
     let zombies = no_zombies_after(&c, down, "live").await;
     let _again = Scheduler::start(&nats.url, &settings);
     assert_no_zombies(&c, &zombies, "byes during a restart").await;
-    live.abort();
+    drop(live);
 }
 
 /// #16.6: byes sent while NATS itself is down.
@@ -552,7 +546,7 @@ async fn kill_9_after_a_moving_epoch_leaves_no_agent_on_another_job() {
     let mut published = c.subscribe(format!("{}.v1.worker.*.assign", "slaq")).await.unwrap();
     let (follow, seen) = (runs.clone(), std::sync::Arc::new(tokio::sync::Notify::new()));
     let first_seen = seen.clone();
-    let follower = tokio::spawn(async move {
+    let follower = Background::spawn(async move {
         while let Some(m) = published.next().await {
             let Ok(a) = protocol::decode::<WorkerAssignment>(Encoding::MsgPack, &m.payload, "assignment") else {
                 continue;
@@ -639,7 +633,7 @@ async fn kill_9_after_a_moving_epoch_leaves_no_agent_on_another_job() {
             mismatched_rounds.push(round);
         }
     }
-    follower.abort();
+    drop(follower);
     assert!(mismatched_rounds.is_empty(), "rounds with agents on another job: {mismatched_rounds:?} of {ROUNDS}");
 }
 
@@ -749,7 +743,7 @@ async fn a_paused_and_resumed_leader_writes_nothing_and_the_new_leader_keeps_eve
         let saved = state.get(&format!("assign.{}", w.worker)).map(|v| String::from_utf8_lossy(v).to_string());
         assert_eq!(saved.as_deref(), w.job.as_deref().or(Some("")), "assign.{} differs from b's view", w.worker);
     }
-    reporters.iter().for_each(|r| r.abort());
+    drop(reporters);
 }
 
 /// #16.8: the state writer, alone: it writes only while its fence holds, carries its term,
@@ -1035,7 +1029,7 @@ async fn a_silent_jobs_stale_gain_wins_no_workers() {
     report(&c, "steep", 1..=30, |k| 10.0 * (-0.02 * k as f64).exp()).await;
     let flat = {
         let c = c.clone();
-        tokio::spawn(async move {
+        Background::spawn(async move {
             for iter in 1.. {
                 let r = LossReport { loss: 1.0 + 1e-3 / iter as f64, ..loss_report("flat", iter) };
                 let _ = bus::publish(&c, s().job_loss("flat"), Encoding::MsgPack, &r).await;
@@ -1053,5 +1047,5 @@ async fn a_silent_jobs_stale_gain_wins_no_workers() {
         workers_of(st, "steep") <= 2 && workers_of(st, "flat") >= 6
     })
     .await;
-    flat.abort();
+    drop(flat);
 }

@@ -7,7 +7,9 @@ use rand::{RngExt, SeedableRng};
 use slaq::bus;
 use slaq::protocol::{Ack, Encoding, JobSpec, StatusRequest, StatusSnapshot, Subjects};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir, wait_status};
+use crate::harness::{
+    Background, NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir, wait_status,
+};
 
 fn report(job: &str, iter: u64) -> bytes::Bytes {
     slaq::protocol::encode(Encoding::MsgPack, &loss_report(job, iter)).unwrap().into()
@@ -29,7 +31,7 @@ async fn a_flooding_job_loses_only_its_own_excess() {
     // as fast as the socket allows.
     let flooder = client(&nats.url).await;
     let subject = s.job_loss("flood");
-    let flood = tokio::spawn(async move {
+    let flood = Background::spawn(async move {
         for iter in 1..=FLOOD {
             flooder.publish(subject.clone(), report("flood", iter)).await.unwrap();
         }
@@ -42,7 +44,7 @@ async fn a_flooding_job_loses_only_its_own_excess() {
         }
     }
     c.flush().await.unwrap();
-    flood.await.unwrap();
+    flood.join().await;
     let st = eventually(&c, &s, Duration::from_secs(60), "every calm job has all its reports", |st| {
         st.jobs.iter().filter(|j| j.job.starts_with("calm") && j.points == EACH).count() == OTHERS
     })
@@ -133,7 +135,7 @@ async fn silent_jobs_are_forgotten_and_those_that_talk_are_kept() {
     let talker = {
         let c = c.clone();
         let s = s.clone();
-        tokio::spawn(async move {
+        Background::spawn(async move {
             for iter in 1.. {
                 let _ = c.publish(s.job_loss("announced"), report("announced", iter)).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -146,7 +148,7 @@ async fn silent_jobs_are_forgotten_and_those_that_talk_are_kept() {
     })
     .await;
     assert_eq!(st.jobs.len(), 1);
-    talker.abort();
+    drop(talker);
 }
 
 #[tokio::test]

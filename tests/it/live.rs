@@ -10,7 +10,9 @@ use slaq::protocol::{
     WorkerSpec,
 };
 
-use crate::harness::{InProcessScheduler, NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
+use crate::harness::{
+    Background, InProcessScheduler, NatsServer, Scheduler, client, eventually, fast_settings, wait_status,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -36,8 +38,8 @@ async fn report(c: &async_nats::Client, job: &str, iter: u64, loss: f64, workers
 }
 
 /// Keeps `workers` alive with heartbeats until dropped.
-pub fn keep_alive(c: async_nats::Client, workers: Vec<String>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+pub fn keep_alive(c: async_nats::Client, workers: Vec<String>) -> Background {
+    Background::spawn(async move {
         loop {
             for w in &workers {
                 beat(&c, w).await;
@@ -107,7 +109,7 @@ async fn jobs_register_reports_flow_and_workers_follow_assignments() {
         st.jobs.len() == 1 && st.workers.iter().all(|w| w.job.as_deref() == Some("slow"))
     })
     .await;
-    beats.abort();
+    drop(beats);
     assert!(scheduler.terminate().success(), "slaq serve exits cleanly on SIGTERM");
 }
 
@@ -133,9 +135,9 @@ async fn a_dead_workers_job_gets_another_worker() {
     let holder = st.workers.iter().find(|w| w.job.is_some()).unwrap().worker.clone();
     // The holder dies.
     if holder == "a" {
-        beat_a.abort()
+        drop(beat_a);
     } else {
-        beat_b.abort()
+        drop(beat_b);
     }
     let other = if holder == "a" { "b" } else { "a" };
     eventually(&c, &s, WAIT, "the job moves to the live worker", |st| {
@@ -361,7 +363,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
             break;
         }
     }
-    beats.abort();
+    drop(beats);
 
     // The same reports through the planner, in the allocator's job order (by id).
     let bids: Vec<JobBid<_>> = curves

@@ -10,7 +10,9 @@ use slaq::bus;
 use slaq::bus::lease::Lease;
 use slaq::protocol::{Ack, Encoding, JobSpec, StatusSnapshot, Subjects, WorkerAssignment, WorkerSpec};
 
-use crate::harness::{NatsServer, Scheduler, client, eventually, loss_report, temp_dir, wait_for_file, wait_status};
+use crate::harness::{
+    Background, NatsServer, Scheduler, client, eventually, loss_report, temp_dir, wait_for_file, wait_status,
+};
 
 #[tokio::test]
 async fn the_lease_is_exclusive_and_every_term_is_larger_than_the_last() {
@@ -108,7 +110,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_n
     hello("j1").await;
     let report = |job: &'static str| {
         let (c, s) = (c.clone(), s.clone());
-        tokio::spawn(async move {
+        Background::spawn(async move {
             for iter in 1.. {
                 let _ = bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &loss_report(job, iter)).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -171,7 +173,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_n
     assert!(text.lines().last().is_some_and(|l| l.starts_with("j2 ")), "{text}");
     assert!(after.term.is_some());
 
-    reporters.iter().for_each(|r| r.abort());
+    drop(reporters);
     drop(stops);
     drop(standby);
 }
@@ -251,7 +253,7 @@ async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes()
     assert!(ack.ok);
     let reporter = {
         let (c, s) = (c.clone(), s.clone());
-        tokio::spawn(async move {
+        Background::spawn(async move {
             for iter in 1.. {
                 let _ = bus::publish(&c, s.job_loss("j1"), Encoding::MsgPack, &loss_report("j1", iter)).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -305,7 +307,7 @@ async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes()
             assert_ne!(line.split(' ').nth(1), Some(old_term.as_str()), "{w} followed the deposed leader: {text}");
         }
     }
-    reporter.abort();
+    drop(reporter);
     drop(stops);
     drop(replicas);
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use slaq::bus::{self, NatsAuth};
-use slaq::protocol::{Ack, Encoding, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
+use slaq::protocol::{Ack, Encoding, EndReason, Heartbeat, JobEnd, JobSpec, Subjects, WorkerAssignment, WorkerSpec};
 
 use crate::harness::{NatsServer, Scheduler, eventually, fast_settings, loss_report};
 
@@ -32,6 +32,21 @@ async fn hello_worker(c: &async_nats::Client, s: &Subjects, id: &str) {
     assert!(ack.ok, "{ack:?}");
 }
 
+/// NATS's permission errors on a connection so far.
+fn violations(events: &bus::BusCounters) -> u64 {
+    events.server_errors.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Waits until `events` shows one more permission error than `before` (each forbidden action
+/// must be refused on its own, not merely one of them).
+async fn refused(events: &bus::BusCounters, before: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while violations(events) <= before {
+        assert!(std::time::Instant::now() < deadline, "NATS did not refuse: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_throughout() {
     assert!(Path::new(CONF).exists());
@@ -52,69 +67,164 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     let (operator, _) = connect_as(&nats.url, "operator").await;
     crate::harness::wait_status(&operator, &s).await;
 
-    // Workers w1 and w2, each on its own credentials; w1 also tries to read w2's assignments.
+    // Workers w1 and w2, each on its own credentials.
     let (w1, w1_events) = connect_as(&nats.url, "w1").await;
     let (w2, _) = connect_as(&nats.url, "w2").await;
     let mut w1_own = w1.subscribe(s.worker_assign("w1")).await.unwrap();
-    let mut w1_snooping = w1.subscribe(s.worker_assign("w2")).await.unwrap();
     let mut w2_own = w2.subscribe(s.worker_assign("w2")).await.unwrap();
     hello_worker(&w1, &s, "w1").await;
     hello_worker(&w2, &s, "w2").await;
+    let _beats = crate::harness::Background::spawn({
+        let (w1, w2, s) = (w1.clone(), w2.clone(), s.clone());
+        async move {
+            loop {
+                for (c, id) in [(&w1, "w1"), (&w2, "w2")] {
+                    let _ = bus::publish(c, s.worker_beat(id), Encoding::MsgPack, &Heartbeat::new(id)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
 
+    // job-b says hello and reports 5 points, with its own credentials.
+    let (job_b, _) = connect_as(&nats.url, "job-b").await;
+    let mut b_alloc = job_b.subscribe(s.job_alloc("job-b")).await.unwrap();
+    let ack: Ack =
+        bus::request(&job_b, s.job_hello("job-b"), Encoding::MsgPack, &JobSpec::new("job-b"), Duration::from_secs(5))
+            .await
+            .unwrap();
+    assert!(ack.ok, "{ack:?}");
+    for iter in 1..=5 {
+        bus::publish(&job_b, s.job_loss("job-b"), Encoding::MsgPack, &loss_report("job-b", iter)).await.unwrap();
+    }
     // job-a, connected with credentials in its URL, asks for both workers and reports.
     let port = nats.url.rsplit(':').next().unwrap();
     let url_with_credentials = format!("nats://job-a:job-a-example-password@127.0.0.1:{port}");
     let job_a_auth = NatsAuth { inbox_prefix: Some("_INBOX.job-a".into()), ..NatsAuth::default() };
     let (job_a, job_a_events) = bus::connect_with(&[url_with_credentials], "job-a", 1024, &job_a_auth).await.unwrap();
-    let spec = JobSpec { min_workers: 2, ..JobSpec::new("job-a") };
+    let spec = JobSpec { min_workers: 1, ..JobSpec::new("job-a") };
     let ack: Ack =
         bus::request(&job_a, s.job_hello("job-a"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok, "{ack:?}");
     for iter in 1..=10 {
         bus::publish(&job_a, s.job_loss("job-a"), Encoding::MsgPack, &loss_report("job-a", iter)).await.unwrap();
     }
-    // What job-a may not do: report for job-b, say bye for job-b, assign a worker.
-    for iter in 1..=5 {
-        bus::publish(&job_a, s.job_loss("job-b"), Encoding::MsgPack, &loss_report("job-b", iter)).await.unwrap();
-    }
-    let forged = WorkerAssignment {
-        worker: "w1".into(),
-        epoch: 1 << 40,
-        job: Some("forged".into()),
-        role: Default::default(),
-        hello_again: false,
-        term: None,
-    };
-    bus::publish(&job_a, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
-    job_a.flush().await.unwrap();
-
-    // The scheduler saw job-a's ten reports and nothing of job-b, and gave job-a both workers.
-    let st = eventually(&operator, &s, Duration::from_secs(20), "job-a holds both workers", |st| {
-        st.accepted.get("loss") == Some(&10) && st.jobs.iter().any(|j| j.job == "job-a" && j.workers == 2)
+    let st = eventually(&operator, &s, Duration::from_secs(20), "each job holds a worker", |st| {
+        st.jobs.iter().any(|j| j.job == "job-a" && j.points == 10 && j.workers == 1)
+            && st.jobs.iter().any(|j| j.job == "job-b" && j.points == 5 && j.workers == 1)
     })
     .await;
-    assert!(st.jobs.iter().all(|j| j.job != "job-b"), "a report for job-b got through: {:?}", st.jobs);
+    let b_workers: Vec<String> =
+        st.workers.iter().filter(|w| w.job.as_deref() == Some("job-b")).map(|w| w.worker.clone()).collect();
+    assert_eq!(job_a_events.server_errors.load(std::sync::atomic::Ordering::Relaxed), 0);
 
-    // Each worker got its own assignment from the scheduler; the forged one never arrived, and
-    // w1's subscription to w2's subject was refused.
+    // What job-a may not do, each refused by NATS on its own.
+    let forbidden_publishes: Vec<(&str, String, Vec<u8>)> = vec![
+        (
+            "report for job-b",
+            s.job_loss("job-b"),
+            slaq::protocol::encode(Encoding::MsgPack, &loss_report("job-b", 6)).unwrap(),
+        ),
+        (
+            "say bye for job-b",
+            s.job_bye("job-b"),
+            slaq::protocol::encode(Encoding::MsgPack, &JobEnd { job: "job-b".into(), reason: EndReason::Cancelled })
+                .unwrap(),
+        ),
+        (
+            "say hello for job-b",
+            s.job_hello("job-b"),
+            slaq::protocol::encode(Encoding::MsgPack, &JobSpec { min_workers: 2, ..JobSpec::new("job-b") }).unwrap(),
+        ),
+        (
+            "assign a worker",
+            s.worker_assign("w1"),
+            slaq::protocol::encode(
+                Encoding::MsgPack,
+                &WorkerAssignment {
+                    worker: "w1".into(),
+                    epoch: 1 << 40,
+                    job: Some("forged".into()),
+                    role: Default::default(),
+                    hello_again: false,
+                    term: Some(1 << 40),
+                },
+            )
+            .unwrap(),
+        ),
+        ("publish job-b's allocation", s.job_alloc("job-b"), b"{}".to_vec()),
+        (
+            "beat as a worker",
+            s.worker_beat("w1"),
+            slaq::protocol::encode(Encoding::MsgPack, &Heartbeat::new("w1")).unwrap(),
+        ),
+        ("purge the stream", "$JS.API.STREAM.PURGE.slaq_reports".into(), Vec::new()),
+        ("write a state key", "$KV.slaq_state.job.job-b".into(), b"x".to_vec()),
+    ];
+    for (what, subject, payload) in forbidden_publishes {
+        let before = violations(&job_a_events);
+        job_a.publish(subject, payload.into()).await.unwrap();
+        job_a.flush().await.unwrap();
+        refused(&job_a_events, before, what).await;
+    }
+    // Nor read another job's allocations, or other jobs' reports.
+    let mut snooping = Vec::new();
+    for subject in [s.job_alloc("job-b"), "slaq.v1.job.*.loss".to_string(), s.worker_assign("w1")] {
+        let before = violations(&job_a_events);
+        snooping.push(job_a.subscribe(subject.clone()).await.unwrap());
+        job_a.flush().await.unwrap();
+        refused(&job_a_events, before, &format!("subscribe to {subject}")).await;
+    }
+    // A worker may not read another's assignments, nor speak for it.
+    let before = violations(&w1_events);
+    let mut w1_snooping = w1.subscribe(s.worker_assign("w2")).await.unwrap();
+    w1.flush().await.unwrap();
+    refused(&w1_events, before, "w1 subscribes to w2's assign").await;
+    let before = violations(&w1_events);
+    w1.publish(s.worker_beat("w2"), slaq::protocol::encode(Encoding::MsgPack, &Heartbeat::new("w2")).unwrap().into())
+        .await
+        .unwrap();
+    w1.flush().await.unwrap();
+    refused(&w1_events, before, "w1 beats as w2").await;
+
+    // A job that moves its worker: job-b leaves (with its own credentials), so job-a gets both
+    // workers, and the allocation goes to job-a only.
+    bus::publish(
+        &job_b,
+        s.job_bye("job-b"),
+        Encoding::MsgPack,
+        &JobEnd { job: "job-b".into(), reason: EndReason::Finished },
+    )
+    .await
+    .unwrap();
+    job_b.flush().await.unwrap();
+
+    // None of job-a's attempts changed anything: job-b kept its 5 points, its spec and its
+    // worker until its own bye; then job-a got both workers.
+    let st = eventually(&operator, &s, Duration::from_secs(20), "job-a holds both workers", |st| {
+        st.jobs.iter().any(|j| j.job == "job-a" && j.workers == 2) && st.jobs.iter().all(|j| j.job != "job-b")
+    })
+    .await;
+    assert_eq!(st.accepted.get("loss"), Some(&15), "only the jobs' own reports count: {:?}", st.accepted);
+    assert_eq!(st.accepted.get("job_bye"), Some(&1), "only job-b's own bye: {:?}", st.accepted);
+    assert_eq!(st.accepted.get("job_hello"), Some(&2), "{:?}", st.accepted);
+    assert!(!st.rejected.contains_key("unknown_job"), "job-b was gone before its own bye: {:?}", st.rejected);
+
+    // Each worker got only the scheduler's assignments; the moved worker followed to job-a.
     for (name, sub) in [("w1", &mut w1_own), ("w2", &mut w2_own)] {
-        let m = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| panic!("{name} got no assignment"));
-        let a: WorkerAssignment = slaq::protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
-        assert_eq!(a.job.as_deref(), Some("job-a"), "{name}: {a:?}");
+        let mut last = None;
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+            let a: WorkerAssignment = slaq::protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
+            assert_ne!(a.job.as_deref(), Some("forged"), "a job's forged assignment reached {name}");
+            last = a.job;
+        }
+        assert_eq!(last.as_deref(), Some("job-a"), "{name}'s last assignment");
     }
-    let extra = tokio::time::timeout(Duration::from_millis(500), w1_own.next()).await;
-    if let Ok(Some(m)) = extra {
-        let a: WorkerAssignment = slaq::protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
-        assert_ne!(a.job.as_deref(), Some("forged"), "a job's forged assignment reached w1");
+    // job-b received its allocation(s); the snooping subscriptions received nothing.
+    let b_got = tokio::time::timeout(Duration::from_millis(500), b_alloc.next()).await;
+    assert!(matches!(b_got, Ok(Some(_))), "job-b got no allocation (it held {b_workers:?})");
+    for sub in snooping.iter_mut().chain(std::iter::once(&mut w1_snooping)) {
+        let got = tokio::time::timeout(Duration::from_millis(200), sub.next()).await;
+        assert!(!matches!(got, Ok(Some(_))), "a refused subscription received a message");
     }
-    let snooped = tokio::time::timeout(Duration::from_millis(300), w1_snooping.next()).await;
-    assert!(!matches!(snooped, Ok(Some(_))), "w1 read w2's assignment");
-    // NATS told the offenders so.
-    let violations = |e: &bus::BusCounters| e.server_errors.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(violations(&job_a_events) >= 1, "job-a's forbidden publishes raised no permission error");
-    assert!(violations(&w1_events) >= 1, "w1's forbidden subscription raised no permission error");
 }
