@@ -187,6 +187,27 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     w1.flush().await.unwrap();
     refused(&w1_events, before, "w1 beats as w2").await;
 
+    // The scheduler's bus user itself may touch no JetStream subject, and may not answer a
+    // request on a subject that is not an inbox (no `allow_responses`): the state is out of
+    // its reach whatever reply subject a client sets.
+    let (bus_user, bus_events) = connect_as(&nats.url, "scheduler").await;
+    let mut requests = bus_user.subscribe(s.ctl_status()).await.unwrap();
+    bus_user.flush().await.unwrap();
+    for subject in ["$JS.API.STREAM.INFO.slaq_reports", "$JS.API.STREAM.PURGE.slaq_reports", "$KV.slaq_state.job.job-b"]
+    {
+        let before = violations(&bus_events);
+        bus_user.publish(subject, "{}".into()).await.unwrap();
+        bus_user.flush().await.unwrap();
+        refused(&bus_events, before, &format!("the bus user publishes to {subject}")).await;
+    }
+    operator.publish_with_reply(s.ctl_status(), s.job_hello("job-a"), "{}".into()).await.unwrap();
+    operator.flush().await.unwrap();
+    let request = tokio::time::timeout(Duration::from_secs(5), requests.next()).await.unwrap().unwrap();
+    let before = violations(&bus_events);
+    bus_user.publish(request.reply.unwrap(), "{}".into()).await.unwrap();
+    bus_user.flush().await.unwrap();
+    refused(&bus_events, before, "the bus user answers on a non-inbox reply subject").await;
+
     // A job that moves its worker: job-b leaves (with its own credentials), so job-a gets both
     // workers, and the allocation goes to job-a only.
     bus::publish(
