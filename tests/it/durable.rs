@@ -33,7 +33,7 @@ impl Scale {
     /// workers' heartbeats) the production timeout and half-second epochs.
     fn settings(&self) -> String {
         if self.jobs > 100 {
-            "[scheduler]\npolicy = \"fair\"\nepoch_ms = 500\nworker_timeout_ms = 15000\nrefit_interval_ms = 100\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 500\n".into()
+            "[scheduler]\npolicy = \"fair\"\nepoch_ms = 500\nworker_timeout_ms = 15000\nrefit_interval_ms = 100\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 500\nreport_history = 10\n".into()
         } else {
             settings()
         }
@@ -53,8 +53,10 @@ impl Scale {
     }
 }
 
+/// The stream keeps 10 reports per job: a restarted scheduler's 30 points per job must come
+/// from its saved predictors, not from replaying the stream.
 fn settings() -> String {
-    fast_settings("policy = \"fair\"\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n")
+    fast_settings("policy = \"fair\"\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\nreport_history = 10\n")
 }
 
 fn loss(job: usize, iter: u64) -> f64 {
@@ -102,6 +104,14 @@ fn assignments(st: &StatusSnapshot) -> BTreeMap<String, Option<String>> {
     st.workers.iter().map(|w| (w.worker.clone(), w.job.clone())).collect()
 }
 
+/// The layout a scheduler without saved assignments would make for the counts in `st`.
+fn fresh_layout(st: &StatusSnapshot) -> BTreeMap<String, Option<String>> {
+    let ids: Vec<&str> = st.jobs.iter().map(|j| j.job.as_str()).collect();
+    let counts: Vec<u32> = st.jobs.iter().map(|j| j.workers).collect();
+    let placed = slaq::policy::placement::place(&counts, &vec![None; st.workers.len()]);
+    st.workers.iter().zip(placed).map(|(w, job)| (w.worker.clone(), job.map(|j| ids[j].to_string()))).collect()
+}
+
 fn all_points(st: &StatusSnapshot, jobs: usize, n: u64) -> bool {
     st.num_jobs == jobs && !st.truncated && st.jobs.iter().all(|j| j.points == n)
 }
@@ -136,11 +146,28 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
             tokio::time::sleep(every).await;
         }
     });
-    for j in 0..jobs {
-        let spec = JobSpec { max_workers: scale.limited(j).then_some(1), ..JobSpec::new(&job_id(j)) };
-        let ack: Ack =
-            bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok);
+    // Half the jobs first, the other half once the first have every worker: the layout then
+    // depends on that history (the fewest moves from the first), not only on the counts, so a
+    // scheduler that lost its saved assignments could not place the workers the same again.
+    let hello = |j: usize| {
+        let (c, s, max_workers) = (c.clone(), s.clone(), scale.limited(j).then_some(1));
+        async move {
+            let spec = JobSpec { max_workers, ..JobSpec::new(&job_id(j)) };
+            let ack: Ack = bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, &spec, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(ack.ok);
+        }
+    };
+    for j in (0..jobs).filter(|j| j % 2 == 1) {
+        hello(j).await;
+    }
+    eventually(&c, &s, wait, "the first half holds every worker", |st| {
+        st.num_workers == workers && st.workers.iter().all(|w| w.job.is_some())
+    })
+    .await;
+    for j in (0..jobs).filter(|j| j % 2 == 0) {
+        hello(j).await;
     }
     report_acked(&js, &s, jobs, 1..=30).await;
     let settled = |st: &StatusSnapshot| {
@@ -150,6 +177,11 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
     // Let the allocation settle and the predictors be saved (every 100 ms).
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let before = eventually(&c, &s, Duration::from_secs(5), "status", settled).await;
+    // The layout a scheduler would make afresh for these counts differs from this one in many
+    // workers: the comparison after the restart has teeth.
+    let fresh = fresh_layout(&before);
+    let differs = assignments(&before).iter().filter(|(w, job)| fresh.get(*w) != Some(job)).count();
+    assert!(differs * 10 >= workers, "only {differs} of {workers} workers differ from a fresh layout");
 
     // SIGKILL: nothing flushed, nothing saved on the way out. Back with the same reports, each
     // job predicts what it predicted before, and the workers are where they were.
