@@ -396,6 +396,22 @@ mod tests {
     }
 
     #[test]
+    fn leftovers_go_first_to_the_least_served_of_the_jobs_without_workers() {
+        // Nothing gains: the two free workers go to the two jobs served least so far.
+        let flat = table_bid(&[0.0, 0.0, 0.0]);
+        let mut jobs = vec![flat.clone(), flat.clone(), flat];
+        for (job, service) in jobs.iter_mut().zip([5.0, 1.0, 3.0]) {
+            job.attained_service = service;
+        }
+        let problem = Problem { num_workers: 2, jobs: &jobs };
+        assert_eq!(allocate(&problem).workers, vec![0, 1, 1]);
+        assert_eq!(allocate_by_heap(&problem).workers, vec![0, 1, 1]);
+        // Equal service: the lower job order first.
+        jobs.iter_mut().for_each(|j| j.attained_service = 2.0);
+        assert_eq!(allocate(&Problem { num_workers: 2, jobs: &jobs }).workers, vec![1, 1, 0]);
+    }
+
+    #[test]
     fn jobs_without_a_prediction_get_a_fair_share() {
         let mut jobs = vec![table_bid(&[0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0])];
         jobs.push(JobBid { gain: None, ..jobs[0].clone() });
