@@ -507,9 +507,19 @@ mod tests {
 
     #[test]
     fn slos_are_accounted() {
+        // Alone under fair sharing, a job runs at its user's GPUs and batch: its step time is
+        // its SLO at factor 1 (met all the time), and twice its SLO at factor 0.5 (missed all the
+        // time, by 100%).
         let job = one("cifar10", 4, 512);
-        let config = Config { slo_factor: Some(1.0), ..Config::default() };
-        let (s, _) = run(std::slice::from_ref(&job), Policy::Slaq, &config);
-        assert!(s.slo_met_pct.is_some_and(|p| (0.0..=100.0).contains(&p)), "{s:?}");
+        let met = Config { slo_factor: Some(1.0), ..Config::default() };
+        let (s, _) = run(std::slice::from_ref(&job), Policy::Fair, &met);
+        assert!(s.slo_met_pct.is_some_and(|p| p > 99.9), "{s:?}");
+        let missed = Config { slo_factor: Some(0.5), ..Config::default() };
+        let (s, _) = run(std::slice::from_ref(&job), Policy::Fair, &missed);
+        assert!(s.slo_met_pct.is_some_and(|p| p < 0.1), "{s:?}");
+        assert!(s.slo_mean_miss_pct.is_some_and(|p| (p - 100.0).abs() < 0.5), "{s:?}");
+        // Without a factor, no SLO is counted.
+        let (s, _) = run(std::slice::from_ref(&job), Policy::Fair, &Config::default());
+        assert_eq!(s.slo_met_pct, None);
     }
 }

@@ -123,3 +123,52 @@ fn the_floor_bounds_what_quality_costs_and_slaq_beats_fair_on_loss_area() {
     let (one, zero) = (at_one.summary.worst_slowdown_vs_fair.unwrap(), pure.summary.worst_slowdown_vs_fair.unwrap());
     assert!(one < zero, "a full floor must bound the worst slowdown better than none: {one} vs {zero}");
 }
+
+/// Fidelity of the Pollux simulator against a reference computed from the raw trace files by
+/// another route (not the simulator's trace functions): a job alone, at its initial batch (so
+/// each step makes one step of progress), on one machine, finishes after one restart plus the
+/// target progress (the last epoch of `validation-<B>.csv`) times the step time measured for its
+/// placement and per-GPU batch (`placements.csv`).
+#[test]
+fn a_job_alone_finishes_when_the_raw_traces_say() {
+    use slaq::sim::pollux::{self, Config, Policy, WorkloadJob};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/pollux");
+    let rows = |path: std::path::PathBuf| -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
+    };
+    for (app, batch, replicas) in [
+        ("cifar10", 128, 4),
+        ("cifar10", 128, 2),
+        ("ncf", 256, 4),
+        ("deepspeech2", 20, 1),
+        ("yolov3", 8, 2),
+        ("bert", 12, 1),
+    ] {
+        let validation = rows(root.join(app).join(format!("validation-{batch}.csv")));
+        let target: f64 = validation.last().unwrap()[0].parse().unwrap();
+        let local = batch / replicas;
+        let step: f64 = rows(root.join(app).join("placements.csv"))
+            .iter()
+            .find(|r| r[0] == replicas.to_string() && r[1] == local.to_string())
+            .unwrap_or_else(|| panic!("{app}: no step time for {replicas} GPUs at {local} each"))[2]
+            .parse()
+            .unwrap();
+        let config = Config::default();
+        let want = config.restart_s + target * step;
+        let job = WorkloadJob {
+            name: "alone".into(),
+            submit_s: 0.0,
+            app: slaq::cluster::trace::application(app).unwrap(),
+            replicas,
+            batch,
+        };
+        let (summary, _) = pollux::run(std::slice::from_ref(&job), Policy::Fair, &config);
+        assert_eq!(summary.finished, 1, "{app}");
+        let got = summary.mean_jct_s;
+        assert!(
+            (got / want - 1.0).abs() < 0.01,
+            "{app} on {replicas}: {got:.1} s simulated, {want:.1} s from the traces"
+        );
+    }
+}
