@@ -37,6 +37,8 @@ pub struct JobActor {
     durable: Option<(Durable, Duration)>,
     /// Points observed since the last save.
     unsaved: bool,
+    /// A save is scheduled for the points the save interval held back.
+    save_scheduled: bool,
     last_saved: Option<std::time::Instant>,
     /// The last iteration of the predictor this actor was restored with: replayed reports up to
     /// it are already in the predictor (not duplicates).
@@ -136,6 +138,7 @@ impl JobActor {
             max_iter_jump: u64::MAX,
             durable: None,
             unsaved: false,
+            save_scheduled: false,
             last_saved: None,
             shapes: Vec::new(),
             grads: None,
@@ -263,10 +266,23 @@ impl Handler<Report> for JobActor {
         self.unsaved = true;
         if !self.refit_scheduled {
             self.refit_scheduled = true;
-            ctx.run_later(self.refit_interval, |act, _| {
+            ctx.run_later(self.refit_interval, |act, ctx| {
                 act.refit_scheduled = false;
                 act.push_bid();
                 act.save(false);
+                // Points the save interval held back are saved when it has passed, even if no
+                // report follows: a job that sends a burst and goes quiet must not depend on
+                // the stream's history to get its points back after a restart.
+                if act.unsaved
+                    && !act.save_scheduled
+                    && let Some((_, every)) = &act.durable
+                {
+                    act.save_scheduled = true;
+                    ctx.run_later(*every, |act, _| {
+                        act.save_scheduled = false;
+                        act.save(true);
+                    });
+                }
             });
         }
     }

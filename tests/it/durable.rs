@@ -174,9 +174,29 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
         all_points(st, jobs, 30) && st.num_workers == workers && st.workers.iter().all(|w| w.job.is_some())
     };
     eventually(&c, &s, wait, "30 points per job, every worker busy", settled).await;
-    // Let the allocation settle and the predictors be saved (every 100 ms).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let before = eventually(&c, &s, Duration::from_secs(5), "status", settled).await;
+    // The allocation and the predictors are saved (every 100 ms): wait until the bucket holds
+    // every job's predictor at 30 points and every worker's assignment as status shows it.
+    let kv = js.get_key_value("slaq_state").await.unwrap();
+    let saved_deadline = std::time::Instant::now() + wait;
+    let before = loop {
+        let st = eventually(&c, &s, wait, "status", settled).await;
+        let mut all_saved = true;
+        for j in st.jobs.iter() {
+            let pred = kv.get(format!("pred.{}", j.job)).await.unwrap();
+            let points =
+                pred.and_then(|b| slaq::actors::job::SavedJob::decode(&b).ok()).map(|p| p.predictor.num_points());
+            all_saved &= points == Some(30);
+        }
+        for w in st.workers.iter() {
+            let assigned = kv.get(format!("assign.{}", w.worker)).await.unwrap();
+            all_saved &= assigned.map(|v| String::from_utf8_lossy(&v).to_string()) == w.job.clone();
+        }
+        if all_saved {
+            break st;
+        }
+        assert!(std::time::Instant::now() < saved_deadline, "the state was never all saved");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     // The layout a scheduler would make afresh for these counts differs from this one in many
     // workers: the comparison after the restart has teeth.
     let fresh = fresh_layout(&before);
