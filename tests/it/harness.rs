@@ -261,10 +261,10 @@ impl Background {
 
     /// Waits for the task to finish by itself, and fails the test if it panicked.
     pub async fn join(mut self) {
-        if let Some(handle) = self.0.take() {
-            if let Err(e) = handle.await {
-                panic!("a background task of this test failed: {e}");
-            }
+        if let Some(handle) = self.0.take()
+            && let Err(e) = handle.await
+        {
+            panic!("a background task of this test failed: {e}");
         }
     }
 }
