@@ -206,8 +206,12 @@ async fn replies_on_non_inbox_subjects_touch_neither_state_nor_lease() {
     for c in [&job_a, &w1, &operator] {
         c.flush().await.unwrap();
     }
-    // Answers are sent within milliseconds; give them a generous second, and two epochs.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every request with such a reply was refused (the scheduler counts them): what they could
+    // have done is done by now. (JetStream acknowledged the reports on publish.)
+    eventually(&operator, &s(), Duration::from_secs(10), "the 24 requests are refused", |st| {
+        st.rejected.get("bad_reply").copied().unwrap_or(0) >= 24
+    })
+    .await;
 
     assert_eq!(stream_count(&js, &s().job_loss("job-b")).await, 20, "job-b's reports were purged");
     let state = bucket(&js, "slaq_state").await;
@@ -371,8 +375,8 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     c.flush().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The real scheduler moves w1 to j2.
+    // The real scheduler moves w1 to j2 (the agent handles the forged assignment first: its
+    // messages come in order).
     bye(&c, "j1").await;
     hello(&c, &JobSpec::new("j2")).await;
     report(&c, "j2", 1..=5, |k| 1.0 / k as f64).await;
@@ -412,6 +416,15 @@ async fn no_zombies_after(
     zombies
 }
 
+/// Waits until the scheduler knows the ten zombies-to-be with their ten points each.
+async fn zombies_known(c: &async_nats::Client) {
+    let zombies = ids("z", 10);
+    eventually(c, &s(), Duration::from_secs(20), "the ten jobs and their reports are in", |st| {
+        zombies.iter().all(|z| st.jobs.iter().any(|j| &j.job == z && j.points == 10))
+    })
+    .await;
+}
+
 fn live_reporter(c: &async_nats::Client, job: &str) -> Background {
     let (c, job) = (c.clone(), job.to_string());
     Background::spawn(async move {
@@ -449,7 +462,7 @@ async fn byes_sent_during_a_restart_leave_no_zombie() {
     hello(&c, &JobSpec::new("live")).await;
     let live = live_reporter(&c, "live");
     let down = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        zombies_known(&c).await;
         scheduler.kill();
     };
     let zombies = no_zombies_after(&c, down, "live").await;
@@ -472,7 +485,7 @@ async fn byes_sent_during_a_nats_outage_leave_no_zombie() {
         hello(&c, &JobSpec::new(z)).await;
         report(&c, z, 1..=10, |k| 2.0 / k as f64).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    zombies_known(&c).await;
     nats.stop();
     // Published while disconnected: the client keeps them and sends them when it reconnects.
     for z in &zombies {
@@ -498,7 +511,7 @@ async fn byes_sent_during_a_fail_over_leave_no_zombie() {
         hello(&c, &JobSpec::new(z)).await;
         report(&c, z, 1..=10, |k| 2.0 / k as f64).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    zombies_known(&c).await;
     leader.kill();
     for z in &zombies {
         bye(&c, z).await;
@@ -715,7 +728,14 @@ async fn a_paused_and_resumed_leader_writes_nothing_and_the_new_leader_keeps_eve
     let mut writes = c.subscribe("$KV.slaq_state.>").await.unwrap();
     c.flush().await.unwrap();
     a.resume();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Resumed, a finds its lease gone and says so; what it might still have sent after that
+    // would be on the wire within the next moment.
+    let resumed = Instant::now();
+    while !a.log_text().contains("lost the lease") {
+        assert!(resumed.elapsed() < Duration::from_secs(10), "a never noticed it lost the lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // No assignment of a's term was published after it resumed.
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), assigns.next()).await {
         let asg: WorkerAssignment = protocol::decode(Encoding::MsgPack, &m.payload, "assignment").unwrap();
@@ -917,9 +937,17 @@ async fn jobs_refused_at_max_jobs_are_neither_saved_nor_restored() {
         refused += usize::from(!ack.ok);
     }
     assert_eq!(refused, 20);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The refused hellos were answered after nothing was queued for them; the admitted ones are
+    // saved once the writer has been through its queue.
     let js = async_nats::jetstream::new(c.clone());
-    let saved: Vec<String> = bucket(&js, "slaq_state").await.into_keys().filter(|k| k.starts_with("job.")).collect();
+    let job_keys =
+        || async { bucket(&js, "slaq_state").await.into_keys().filter(|k| k.starts_with("job.")).collect::<Vec<_>>() };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while job_keys().await.len() < 5 {
+        assert!(Instant::now() < deadline, "the admitted jobs were never saved");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let saved = job_keys().await;
     scheduler.kill();
     let _again = Scheduler::start(&nats.url, &settings);
     let st = eventually(&c, &s(), Duration::from_secs(20), "restarted", |st| st.epoch >= 1).await;
