@@ -177,3 +177,58 @@ fn by_least_service<G>(jobs: &[JobBid<G>], candidates: impl Iterator<Item = JobO
     order.sort_by(|&a, &b| jobs[a].attained_service.total_cmp(&jobs[b].attained_service).then(a.cmp(&b)));
     order
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bid(min: u32, max: u32) -> JobBid<fn(u32) -> f64> {
+        JobBid { min_workers: min, max_workers: max, attained_service: 0.0, gain: None }
+    }
+
+    #[test]
+    fn the_contract_names_each_broken_promise() {
+        let jobs = [bid(1, 3), bid(0, 2)];
+        let problem = Problem { num_workers: 4, jobs: &jobs };
+        let check = |w: Vec<u32>| check_contract(&problem, &Allocation { workers: w });
+        assert_eq!(check(vec![1, 2]), Ok(()));
+        assert_eq!(check(vec![3, 1]), Ok(()));
+        assert_eq!(check(vec![1]), Err(ContractViolation::WrongLength { got: 1, want: 2 }));
+        assert_eq!(check(vec![3, 2]), Err(ContractViolation::OverCapacity { got: 5, capacity: 4 }));
+        assert_eq!(check(vec![4, 0]), Err(ContractViolation::AboveMax { job: 0, got: 4, max: 3 }));
+        assert_eq!(check(vec![0, 2]), Err(ContractViolation::BelowMin { job: 0, got: 0, min: 1 }));
+        // Minima that do not fit the cluster cannot all be met: no violation for missing one.
+        let crowded = [bid(3, 3), bid(3, 3)];
+        let problem = Problem { num_workers: 4, jobs: &crowded };
+        assert_eq!(check_contract(&problem, &Allocation { workers: vec![3, 1] }), Ok(()));
+        // Minima that fit exactly must be met.
+        let exact = [bid(2, 3), bid(2, 3)];
+        let problem = Problem { num_workers: 4, jobs: &exact };
+        assert!(check_contract(&problem, &Allocation { workers: vec![3, 1] }).is_err());
+        assert_eq!(Allocation { workers: vec![2, 3, 0] }.total(), 5);
+    }
+
+    #[test]
+    fn tabulated_gains_read_flat_past_their_end() {
+        let g = Gains(vec![0.0, 1.0, 1.5]);
+        assert_eq!((g.gain(0), g.gain(1), g.gain(2), g.gain(9)), (0.0, 1.0, 1.5, 1.5));
+        assert_eq!(Gains(Vec::new()).gain(3), 0.0);
+        assert_eq!(ByRef(&g).gain(2), 1.5);
+        let curve = |w: u32| f64::from(w) * 2.0;
+        assert_eq!(curve.gain(3), 6.0);
+        assert!(curve.table().is_empty() && ByRef(&curve).table().is_empty());
+    }
+
+    #[test]
+    fn ties_go_to_the_least_served_then_to_the_lower_order() {
+        let mut jobs = vec![bid(0, 1); 4];
+        for (j, s) in jobs.iter_mut().zip([3.0, 1.0, 1.0, 0.5]) {
+            j.attained_service = s;
+        }
+        assert_eq!(by_least_service(&jobs, 0..4), vec![3, 1, 2, 0]);
+        assert_eq!(
+            grant_minima(&Problem { num_workers: 3, jobs: &[bid(2, 5), bid(2, 1), bid(4, 9)] }),
+            (vec![2, 1, 0], 0)
+        );
+    }
+}

@@ -303,6 +303,62 @@ mod tests {
     }
 
     #[test]
+    fn settings_out_of_range_are_refused() {
+        assert!(PlanSettings::default().validate().is_ok());
+        for bad in [
+            PlanSettings { floor: -0.1, ..PlanSettings::default() },
+            PlanSettings { floor: 1.1, ..PlanSettings::default() },
+            PlanSettings { floor_window: 0, ..PlanSettings::default() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_ledger_sums_its_window_and_forgets_what_falls_out() {
+        let mut l = FloorLedger::default();
+        l.record(2.0, 1.0, 3);
+        l.record(2.0, 0.0, 3);
+        assert_eq!((l.entitled(), l.granted()), (4.0, 1.0));
+        l.record(1.0, 4.0, 3);
+        l.record(1.0, 2.0, 3);
+        // The first epoch (2, 1) fell out of the window of 3.
+        assert_eq!((l.entitled(), l.granted()), (4.0, 6.0));
+        // Owed: floor × (entitled + this epoch's share) − granted.
+        assert!((l.deficit(0.5, 2.0) - (0.5 * 6.0 - 6.0)).abs() < 1e-12);
+        assert!((l.deficit(1.0, 4.0) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn whole_shares_are_honoured_whatever_the_rounding() {
+        // Ten jobs on ten workers: a share of exactly one each, however the water level rounds.
+        let mut b = bids(10, f64::from);
+        b.iter_mut().for_each(|j| j.min_workers = 1);
+        assert_eq!(honoured_minimums(10, &b), vec![1; 10]);
+        b.iter_mut().for_each(|j| j.min_workers = 2);
+        assert_eq!(honoured_minimums(10, &b), vec![1; 10]);
+        assert_eq!(honoured_minimums(30, &b), vec![2; 10]);
+    }
+
+    #[test]
+    fn the_horizon_is_one_epoch_for_slaq_s_objective_and_at_least_one_for_quality() {
+        assert_eq!(bid_horizon(Objective::DeltaLoss, 60.0, 5.0), 5.0);
+        assert_eq!(bid_horizon(Objective::Quality, 60.0, 5.0), 60.0);
+        assert_eq!(bid_horizon(Objective::Quality, 2.0, 5.0), 5.0);
+    }
+
+    #[test]
+    fn a_predictor_with_points_bids_a_rising_gain() {
+        let mut p = JobPredictor::new(crate::quality::PredictorConfig::default());
+        for k in 1..=20u64 {
+            p.observe(k, 1.0 / k as f64).unwrap();
+            p.observe_time(1, 0.5);
+        }
+        let g = make_bid(&mut p, 60.0, 5.0, 1).expect("a bid from 20 points");
+        assert!(g.gain(2) > g.gain(1) && g.gain(1) > 0.0, "{} {}", g.gain(1), g.gain(2));
+    }
+
+    #[test]
     fn deficits_beyond_the_cluster_go_to_the_furthest_behind() {
         let b = bids(3, |_| 0.0);
         let mut ledgers = vec![FloorLedger::default(); 3];
@@ -313,5 +369,12 @@ mod tests {
         // behind, and job 2, owed only this epoch's share, waits.
         let floors = floor_workers(1.0, 2, &b, &ledgers, &[1.0, 1.0, 1.0]);
         assert_eq!(floors, vec![1, 1, 0]);
+        // "Behind" is granted over entitled: a job that got 2 of 8 is further behind than one
+        // that got 1 of 2, though it got more.
+        let mut ledgers = vec![FloorLedger::default(); 2];
+        ledgers[0].record(8.0, 2.0, 8);
+        ledgers[1].record(2.0, 1.0, 8);
+        let floors = floor_workers(1.0, 1, &bids(2, |_| 0.0), &ledgers, &[1.0, 1.0]);
+        assert_eq!(floors, vec![1, 0]);
     }
 }
