@@ -220,6 +220,26 @@ mod tests {
     }
 
     #[test]
+    fn a_predictor_s_gain_curve_bids_its_own_gains() {
+        use crate::quality::{Model, TimeCurve};
+        // A loss falling by 0.01 an iteration, one second an iteration per worker's share:
+        // w workers run 10·w iterations in a 10 s epoch and cut the loss by 0.1·w.
+        let curve = GainCurve {
+            model: Model::Linear { loss: 1.0, slope: -0.01, k0: 0.0 },
+            k_now: 0.0,
+            model_now: 1.0,
+            time: TimeCurve { alpha: 0.0, beta: 1.0, gamma: 0.0 },
+            epoch_seconds: 10.0,
+            scale: 1.0,
+            averaged: false,
+        };
+        let g = |w| GainFn::gain(&curve, w);
+        assert_eq!(g(0), 0.0);
+        assert!((g(1) - 0.1).abs() < 1e-12 && (g(3) - 0.3).abs() < 1e-12, "{} {}", g(1), g(3));
+        assert_eq!(ByRef(&curve).gain(2), curve.gain(2));
+    }
+
+    #[test]
     fn ties_go_to_the_least_served_then_to_the_lower_order() {
         let mut jobs = vec![bid(0, 1); 4];
         for (j, s) in jobs.iter_mut().zip([3.0, 1.0, 1.0, 0.5]) {
