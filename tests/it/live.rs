@@ -426,3 +426,59 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
     }
     assert!(quality_decided, "every epoch was the even split: the comparison proves little");
 }
+
+/// Live equals simulated: the same workload (24 jobs replaying the vendored curves on 16
+/// workers), played over NATS against `slaq serve` by `slaq emulate`, ends with the metrics
+/// `sim::engine` gives on it, under slaq and under fair. The two policies' simulated runs must
+/// differ by far more than the tolerance, so a live scheduler that ran the other policy, or
+/// bid or floored differently from the simulator, fails.
+#[test]
+fn a_live_run_ends_with_the_simulator_s_figures() {
+    const TOLERANCE_PCT: f64 = 10.0;
+    let nats = NatsServer::start();
+    let run = |policy: &'static str| {
+        let url = nats.url.clone();
+        std::thread::spawn(move || {
+            let prefix = format!("emu-{policy}");
+            let scheduler = Scheduler::start(
+                &url,
+                &format!(
+                    "[nats]\nprefix = \"{prefix}\"\n\n[scheduler]\npolicy = \"{policy}\"\nepoch_ms = 100\nrefit_interval_ms = 20\n"
+                ),
+            );
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_slaq"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["emulate", "--nats", &url, "--prefix", &prefix, "--policy", policy])
+                .args(["--jobs", "24", "--workers", "16", "--speed", "50", "--epoch-ms", "100", "--duration", "240"])
+                .arg("--json")
+                .env("RUST_LOG", "slaq=warn")
+                .output()
+                .expect("slaq emulate runs");
+            assert!(out.status.success(), "emulate failed: {}", String::from_utf8_lossy(&out.stderr));
+            drop(scheduler);
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("emulate --json")
+        })
+    };
+    let slaq_run = run("slaq").join().unwrap();
+    let fair_run = run("fair").join().unwrap();
+    let figure = |r: &serde_json::Value, side: &str, key: &str| r[side][key].as_f64().unwrap_or(f64::NAN);
+    for r in [&slaq_run, &fair_run] {
+        assert_eq!(figure(r, "live", "jobs_unfinished"), 0.0, "every job finishes live: {r:#}");
+        for key in ["mean_loss_area", "mean_jct_s"] {
+            let (live, sim) = (figure(r, "live", key), figure(r, "simulated", key));
+            let diff = 100.0 * (live - sim) / sim;
+            eprintln!("{} {key}: live {live:.2}, simulated {sim:.2} ({diff:+.1}%)", r["policy"]);
+            assert!(
+                diff.abs() < TOLERANCE_PCT,
+                "{} {key}: live {live:.2} vs simulated {sim:.2} ({diff:+.1}%)",
+                r["policy"]
+            );
+        }
+    }
+    let (slaq_area, fair_area) =
+        (figure(&slaq_run, "simulated", "mean_loss_area"), figure(&fair_run, "simulated", "mean_loss_area"));
+    assert!(
+        (fair_area - slaq_area).abs() > 2.0 * TOLERANCE_PCT / 100.0 * slaq_area,
+        "the policies must differ by more than the tolerance for the check to tell them apart: {slaq_area} vs {fair_area}"
+    );
+}
