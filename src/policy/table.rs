@@ -87,5 +87,9 @@ mod tests {
         assert_eq!(Tabled::new(curve, 1_000, 1_000).len(), 101);
         // And at the maximum.
         assert_eq!(Tabled::new(curve, 3, 1_000).len(), 4);
+        // g(0) is always there.
+        assert!(!t.is_empty() && Tabled::new(curve, 0, 0).len() == 1);
+        // 16 values of 8 bytes and the shared pointer's two counts.
+        assert_eq!(t.table_bytes(), 16 * 8 + 2 * std::mem::size_of::<usize>());
     }
 }

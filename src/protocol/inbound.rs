@@ -95,3 +95,25 @@ pub fn inbound<'a>(
         Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => return Err(ProtocolError::UnknownSubject),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{JobSpec, encode};
+
+    #[test]
+    fn the_limits_are_inclusive() {
+        let subjects = Subjects::new("slaq").unwrap();
+        let spec = |min| encode(Encoding::MsgPack, &JobSpec { min_workers: min, ..JobSpec::new("j") }).unwrap();
+        let payload = spec(4);
+        let exact = InboundLimits { max_payload_bytes: payload.len(), max_min_workers: 4 };
+        let hello = subjects.job_hello("j");
+        assert!(inbound(&subjects, &hello, &payload, Encoding::MsgPack, &exact).is_ok());
+        let smaller = InboundLimits { max_payload_bytes: payload.len() - 1, ..exact };
+        let err = inbound(&subjects, &hello, &payload, Encoding::MsgPack, &smaller).err().map(|e| e.cause());
+        assert_eq!(err, Some(RejectCause::Oversized));
+        let payload = spec(5);
+        let err = inbound(&subjects, &hello, &payload, Encoding::MsgPack, &exact).err().map(|e| e.cause());
+        assert_eq!(err, Some(RejectCause::InvalidSpec));
+    }
+}

@@ -190,6 +190,10 @@ mod tests {
             assert!(!valid_reply(bad, &inbox, &own), "{bad:?}");
         }
         assert!(!valid_reply(&format!("_INBOX.{}", "x".repeat(300)), &inbox, &own));
+        // The longest reply answered, and one byte more.
+        let longest = format!("_INBOX.{}", "x".repeat(MAX_REPLY_LEN - 7));
+        assert!(valid_reply(&longest, &inbox, &own));
+        assert!(!valid_reply(&format!("{longest}x"), &inbox, &own));
         // A deployment with its own inbox naming lists it.
         assert!(valid_reply("inbox.tenant1.x", &["inbox".to_string()], &own));
     }
@@ -197,6 +201,7 @@ mod tests {
     #[test]
     fn subjects_round_trip() {
         let s = Subjects::new("slaq").unwrap();
+        assert_eq!(s.prefix(), "slaq");
         assert_eq!(s.parse(&s.job_loss("j1")).unwrap(), (Kind::JobLoss, "j1"));
         assert_eq!(s.parse(&s.worker_beat("w-2")).unwrap(), (Kind::WorkerBeat, "w-2"));
         assert_eq!(s.parse(&s.ctl_status()).unwrap(), (Kind::CtlStatus, ""));
