@@ -1,6 +1,14 @@
 //! The reference worker agent (`slaq worker`): it says hello, sends heartbeats and follows its
 //! assignments, optionally running a command for each one. A shell over NATS like `service`;
 //! the binary only parses flags and passes the client and the shutdown signal in.
+//!
+//! The command of a job runs once per generation of the job ([`Launch`]), with torchrun's
+//! environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`) and slaq's (`SLAQ_JOB`, `SLAQ_WORKER`, `SLAQ_GENERATION`,
+//! `SLAQ_ROLE`, `SLAQ_BATCH_SIZE`, `SLAQ_EPOCH`, `SLAQ_TERM`), in a process group of its own.
+//! When the job's membership changes, the process group gets SIGTERM, then SIGKILL after
+//! `stop_grace`, and the new generation starts once it is gone; a worker told again what it
+//! runs (the same job and generation) leaves its process alone.
 
 use std::future::Future;
 use std::time::Duration;
@@ -9,7 +17,7 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::bus::{self, BusError};
-use crate::protocol::{self, Ack, Encoding, Heartbeat, Running, Subjects, WorkerAssignment, WorkerSpec};
+use crate::protocol::{self, Ack, Encoding, Heartbeat, Launch, Running, Subjects, WorkerAssignment, WorkerSpec};
 
 /// What the agent is and does.
 #[derive(Clone, Debug)]
@@ -17,9 +25,11 @@ pub struct AgentConfig {
     pub subjects: Subjects,
     pub spec: WorkerSpec,
     pub beat_every: Duration,
-    /// Run through `sh -c` whenever the worker is assigned a job, with `SLAQ_JOB`, `SLAQ_ROLE`,
-    /// `SLAQ_WORKER` and `SLAQ_EPOCH` in its environment. The previous one is killed first.
+    /// Run through `sh -c` for each generation of the job the worker is assigned, with the
+    /// environment of the module's doc. The previous one is stopped first.
     pub exec: Option<String>,
+    /// How long a stopped process has between SIGTERM and SIGKILL (to save a checkpoint).
+    pub stop_grace: Duration,
     /// How long one hello waits for the scheduler's answer before it is sent again.
     pub hello_timeout: Duration,
 }
@@ -31,6 +41,7 @@ impl AgentConfig {
             spec,
             beat_every: Duration::from_secs(2),
             exec: None,
+            stop_grace: Duration::from_secs(30),
             hello_timeout: Duration::from_secs(5),
         }
     }
@@ -59,6 +70,12 @@ fn check_assignment(assignment: &WorkerAssignment, me: &str, last: (u64, u64)) -
     if assignment.job.as_deref().is_some_and(|j| !protocol::valid_id(j)) {
         return Err("job id is not 1-64 characters from [A-Za-z0-9_-]");
     }
+    if let Some(launch) = &assignment.launch {
+        if assignment.job.is_none() {
+            return Err("ranks without a job");
+        }
+        launch.check()?;
+    }
     if order(assignment).0 < last.0 {
         return Err("from a scheduler deposed since (an older term)");
     }
@@ -66,6 +83,107 @@ fn check_assignment(assignment: &WorkerAssignment, me: &str, last: (u64, u64)) -
         return Err("older than an assignment already followed");
     }
     Ok(())
+}
+
+/// What a followed assignment does to the process the worker runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// The same job, role and generation: the process goes on untouched.
+    Keep,
+    /// Another job, role or generation: the process stops and the new one starts.
+    Restart,
+    /// An older generation of the job it runs, from the same scheduler: ignored.
+    Stale,
+}
+
+/// Compares an assignment (already checked and in order) with what the worker runs.
+fn change(running: &Running, role: protocol::Role, launch: Option<&Launch>, assignment: &WorkerAssignment) -> Change {
+    if assignment.job != running.job || assignment.role != role {
+        return Change::Restart;
+    }
+    match (launch, &assignment.launch) {
+        // Told again without ranks (a re-tell after a restart that lost them): unchanged.
+        (_, None) => Change::Keep,
+        (Some(old), Some(new)) if old == new => Change::Keep,
+        // Generations count per scheduler term; within one they only grow.
+        (Some(old), Some(new)) if assignment.term.unwrap_or(0) == running.term && new.generation < old.generation => {
+            Change::Stale
+        }
+        _ => Change::Restart,
+    }
+}
+
+/// A job's process group, started by the agent.
+struct Process {
+    child: tokio::process::Child,
+}
+
+impl Process {
+    fn start(cmd: &str, me: &str, assignment: &WorkerAssignment, job: &str) -> std::io::Result<Process> {
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(cmd)
+            .env("SLAQ_JOB", job)
+            .env("SLAQ_WORKER", me)
+            .env("SLAQ_EPOCH", assignment.epoch.to_string())
+            .env("SLAQ_TERM", assignment.term.unwrap_or(0).to_string())
+            .env("SLAQ_ROLE", if assignment.role == protocol::Role::Ps { "ps" } else { "worker" })
+            // Its own process group, so that stopping it reaches what it started.
+            .process_group(0)
+            .kill_on_drop(true);
+        // If the agent dies (even by SIGKILL), so does the process: a job's process must not
+        // go on in a world the scheduler has given to others.
+        #[cfg(target_os = "linux")]
+        // SAFETY: the closure runs in the child between fork and exec, and calls only prctl(2),
+        // which is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        if let Some(l) = &assignment.launch {
+            command
+                .env("RANK", l.rank.to_string())
+                .env("WORLD_SIZE", l.world_size.to_string())
+                .env("LOCAL_RANK", l.local_rank.to_string())
+                .env("LOCAL_WORLD_SIZE", l.local_world_size.to_string())
+                .env("GROUP_RANK", l.group_rank.to_string())
+                .env("MASTER_ADDR", &l.master_addr)
+                .env("MASTER_PORT", l.master_port.to_string())
+                .env("SLAQ_GENERATION", l.generation.to_string());
+            if let Some(b) = l.batch_size {
+                command.env("SLAQ_BATCH_SIZE", b.to_string());
+            }
+        }
+        Ok(Process { child: command.spawn()? })
+    }
+
+    /// Sends `signal` to the whole process group.
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) takes plain integers; a negative pid names the process group the
+            // child leads (`process_group(0)`), which exists until the child is reaped.
+            unsafe {
+                libc::kill(-pid, signal);
+            }
+        }
+    }
+
+    /// SIGTERM to the group, then SIGKILL if the leader has not exited within `grace`; returns
+    /// once it has (the group is killed either way, so nothing it started lingers).
+    async fn stop(mut self, grace: Duration) {
+        self.signal(libc::SIGTERM);
+        let exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        if !exited {
+            warn!(grace_s = grace.as_secs_f64(), "a job's process ignored SIGTERM: killed");
+        }
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait().await;
+    }
 }
 
 /// Runs the agent until `shutdown` resolves or the connection closes for good. The scheduler
@@ -121,18 +239,33 @@ pub async fn run(
     };
     info!(worker = %me, term = confirmed_term, "registered");
     let mut beat = tokio::time::interval(config.beat_every);
-    let mut child: Option<tokio::process::Child> = None;
+    let mut process: Option<Process> = None;
+    // A process being stopped, and the assignment to start once it is gone.
+    let mut stopping: Option<tokio::task::JoinHandle<()>> = None;
+    let mut to_start: Option<WorkerAssignment> = None;
     let mut last = (0, 0);
     // What it runs, as its heartbeats tell the scheduler.
-    let mut running = Running { job: None, term: 0, epoch: 0 };
+    let mut running = Running { job: None, term: 0, epoch: 0, generation: None };
     let mut role = protocol::Role::Worker;
+    let mut launch: Option<Launch> = None;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = async { if let Some(s) = stopping.as_mut() { let _ = s.await; } }, if stopping.is_some() => {
+                stopping = None;
+                if let (Some(assignment), Some(cmd)) = (to_start.take(), &config.exec) {
+                    process = start(cmd, &me, &assignment);
+                }
+            }
             _ = beat.tick() => {
                 let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
-                if let Err(e) = bus::publish(&client, subjects.worker_beat(&me), Encoding::MsgPack, &beat).await {
-                    warn!(error = %e, "heartbeat failed");
+                // Bounded: while NATS is away the client's buffer fills, and a publish waiting on
+                // it would stall the agent (no shutdown, no assignment) until NATS is back.
+                let sent = bus::publish(&client, subjects.worker_beat(&me), Encoding::MsgPack, &beat);
+                match tokio::time::timeout(config.beat_every, sent).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+                    Err(_) => debug!("heartbeat dropped: the connection's buffer is full"),
                 }
             }
             message = assignments.next() => {
@@ -164,44 +297,59 @@ pub async fn run(
                         }
                     }
                 }
+                let change = change(&running, role, launch.as_ref(), &assignment);
+                if change == Change::Stale {
+                    warn!(worker = %me, job = ?assignment.job, generation = ?assignment.launch.as_ref().map(|l| l.generation), "ignoring an older generation of the job it runs");
+                    continue;
+                }
                 last = order(&assignment);
-                let same = assignment.job == running.job && assignment.role == role;
-                running = Running { job: assignment.job.clone(), term, epoch: assignment.epoch };
-                if same {
+                running.term = term;
+                running.epoch = assignment.epoch;
+                if change == Change::Keep {
                     // Told again what it runs (a new term's first epoch, or a correction that
                     // crossed a move): the process goes on untouched.
                     debug!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment unchanged");
                     continue;
                 }
                 role = assignment.role;
-                info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment");
-                if let Some(mut old) = child.take() {
-                    let _ = old.kill().await;
+                launch = assignment.launch.clone();
+                running.job = assignment.job.clone();
+                running.generation = launch.as_ref().map(|l| l.generation);
+                info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?running.generation, rank = ?launch.as_ref().map(|l| l.rank), "assignment");
+                if let Some(old) = process.take() {
+                    let grace = config.stop_grace;
+                    stopping = Some(tokio::spawn(old.stop(grace)));
                 }
-                if let (Some(cmd), Some(job)) = (&config.exec, &assignment.job) {
-                    let spawned = tokio::process::Command::new("sh")
-                        .arg("-c")
-                        .arg(cmd)
-                        .env("SLAQ_JOB", job)
-                        .env("SLAQ_WORKER", &me)
-                        .env("SLAQ_EPOCH", assignment.epoch.to_string())
-                        .env("SLAQ_TERM", assignment.term.unwrap_or(0).to_string())
-                        .env("SLAQ_ROLE", if assignment.role == protocol::Role::Ps { "ps" } else { "worker" })
-                        .kill_on_drop(true)
-                        .spawn();
-                    match spawned {
-                        Ok(c) => child = Some(c),
-                        Err(e) => warn!(error = %e, "cannot start the exec command"),
-                    }
+                to_start = assignment.job.is_some().then_some(assignment);
+                if stopping.is_none()
+                    && let (Some(assignment), Some(cmd)) = (to_start.take(), &config.exec)
+                {
+                    process = start(cmd, &me, &assignment);
                 }
             }
         }
     }
-    if let Some(mut old) = child.take() {
-        let _ = old.kill().await;
+    // Nothing of a job outlives its agent.
+    if let Some(old) = process.take() {
+        old.stop(config.stop_grace).await;
+    }
+    if let Some(s) = stopping.take() {
+        let _ = s.await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     Ok(())
+}
+
+/// Starts a job's command for `assignment` (logged, not fatal, if it cannot start).
+fn start(cmd: &str, me: &str, assignment: &WorkerAssignment) -> Option<Process> {
+    let job = assignment.job.as_deref()?;
+    match Process::start(cmd, me, assignment, job) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            warn!(error = %e, "cannot start the exec command");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +364,7 @@ mod tests {
             role: Default::default(),
             hello_again: false,
             term: None,
+            launch: None,
         }
     }
 
@@ -226,6 +375,62 @@ mod tests {
         assert!(check_assignment(&assignment("w2", 3, Some("j")), "w1", (0, 0)).is_err());
         assert!(check_assignment(&assignment("w1", 3, Some("j; rm -rf /")), "w1", (0, 0)).is_err());
         assert!(check_assignment(&assignment("w1", 1, Some("j")), "w1", (0, 2)).is_err());
+    }
+
+    fn launch(generation: u64, rank: u32, world_size: u32) -> Launch {
+        Launch {
+            generation,
+            world_size,
+            rank,
+            local_rank: 0,
+            local_world_size: 1,
+            group_rank: rank,
+            master_addr: "10.0.0.1".into(),
+            master_port: 29500,
+            batch_size: None,
+        }
+    }
+
+    #[test]
+    fn a_process_restarts_on_a_new_generation_only() {
+        let with = |job: Option<&str>, l: Option<Launch>| WorkerAssignment { launch: l, ..assignment("w1", 5, job) };
+        let runs = Running { job: Some("j".into()), term: 0, epoch: 4, generation: Some(3) };
+        let role = protocol::Role::Worker;
+        let now = launch(3, 1, 2);
+        // Told again the same: untouched; told again without ranks (a re-tell): untouched.
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("j"), Some(now.clone()))), Change::Keep);
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("j"), None)), Change::Keep);
+        // A new generation of the same job (it grew), another job, idle, another role: restart.
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("j"), Some(launch(4, 1, 4)))), Change::Restart);
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("k"), Some(launch(1, 0, 1)))), Change::Restart);
+        assert_eq!(change(&runs, role, Some(&now), &with(None, None)), Change::Restart);
+        let ps = WorkerAssignment { role: protocol::Role::Ps, ..with(Some("j"), Some(now.clone())) };
+        assert_eq!(change(&runs, role, Some(&now), &ps), Change::Restart);
+        // The same generation number with another world (a scheduler that restarted without
+        // its state counts again): restart, never two worlds under one number.
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("j"), Some(launch(3, 0, 3)))), Change::Restart);
+        // An older generation from the same scheduler term: ignored; from a new term: followed.
+        assert_eq!(change(&runs, role, Some(&now), &with(Some("j"), Some(launch(2, 0, 1)))), Change::Stale);
+        let new_term = WorkerAssignment { term: Some(7), ..with(Some("j"), Some(launch(1, 0, 1))) };
+        assert_eq!(change(&runs, role, Some(&now), &new_term), Change::Restart);
+    }
+
+    #[test]
+    fn inconsistent_ranks_are_refused() {
+        let with = |l: Launch| WorkerAssignment { launch: Some(l), ..assignment("w1", 3, Some("j")) };
+        assert!(check_assignment(&with(launch(1, 1, 2)), "w1", (0, 0)).is_ok());
+        assert_eq!(check_assignment(&with(launch(1, 2, 2)), "w1", (0, 0)), Err("rank outside the world"));
+        assert!(check_assignment(&with(Launch { local_rank: 1, ..launch(1, 1, 2) }), "w1", (0, 0)).is_err());
+        assert!(check_assignment(&with(Launch { master_port: 0, ..launch(1, 0, 2) }), "w1", (0, 0)).is_err());
+        assert!(
+            check_assignment(&with(Launch { master_addr: "a b".into(), ..launch(1, 0, 2) }), "w1", (0, 0)).is_err()
+        );
+        assert!(
+            check_assignment(&with(Launch { master_addr: "-oProxy".into(), ..launch(1, 0, 2) }), "w1", (0, 0)).is_err()
+        );
+        assert!(check_assignment(&with(Launch { group_rank: 2, ..launch(1, 1, 2) }), "w1", (0, 0)).is_err());
+        let idle = WorkerAssignment { launch: Some(launch(1, 0, 1)), ..assignment("w1", 3, None) };
+        assert_eq!(check_assignment(&idle, "w1", (0, 0)), Err("ranks without a job"));
     }
 
     #[test]

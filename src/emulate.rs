@@ -63,7 +63,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
     let s = &config.subjects;
     let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
     for id in &worker_ids {
-        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
         let ack = hello(client, s.worker_hello(id), &spec).await?;
         if !ack.ok {
             warn!(worker = %id, error = ?ack.error, "worker refused");

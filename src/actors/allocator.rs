@@ -18,10 +18,11 @@ use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
 use crate::cluster::planner::{self, JobModel, PlaceSettings};
+use crate::cluster::ranks::{self, PortBook};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
-    EpochGains, EpochSummary, JobAllocation, JobStatus, RejectCause, Role, Running, StatusSnapshot, WorkerAssignment,
-    WorkerSpec, WorkerStatus,
+    EpochGains, EpochSummary, JobAllocation, JobStatus, Launch, RejectCause, Role, Running, StatusSnapshot,
+    WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::schedule::{self, FloorLedger, PlanSettings};
 use crate::service::metrics::Metrics;
@@ -65,6 +66,10 @@ struct JobEntry {
     quiet: bool,
     /// When its workers last changed (seconds on the allocator's clock).
     workers_since_s: f64,
+    /// Its processes' generation: one more at every change of its membership.
+    generation: u64,
+    /// A worker of it went silent and was removed: its membership changed at the next epoch.
+    lost_workers: bool,
 }
 
 impl JobEntry {
@@ -81,6 +86,8 @@ impl JobEntry {
             batch: None,
             quiet: false,
             workers_since_s: now_s,
+            generation: 0,
+            lost_workers: false,
         }
     }
 }
@@ -134,6 +141,8 @@ pub struct AllocatorActor {
     tell_all: bool,
     /// Epochs skipped in a row because the lease was not certainly held.
     skipped: u64,
+    /// The rendezvous port each job's rank 0 listens on, per machine.
+    ports: PortBook,
 }
 
 impl AllocatorActor {
@@ -158,6 +167,7 @@ impl AllocatorActor {
             next_key: 0,
             default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
             tell_all: true,
+            ports: PortBook::default(),
             skipped: 0,
         }
     }
@@ -208,8 +218,10 @@ impl AllocatorActor {
                 if let Some(d) = &self.durable {
                     d.forget_worker(&worker);
                 }
+                // Its job is told its new membership at this epoch (its list still names the
+                // worker, so the change shows).
                 if let Some(entry) = job.and_then(|j| self.jobs.get_mut(&j.id)) {
-                    entry.workers.retain(|w| *w != worker);
+                    entry.lost_workers = true;
                 }
             }
         }
@@ -224,6 +236,8 @@ impl AllocatorActor {
         let collected = Instant::now();
         // The ledgers are lent to the planner and put back below (no copies).
         let mut ledgers: Vec<FloorLedger> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.ledger)).collect();
+        // A job that lost a worker to silence has a new membership even if no worker moves.
+        let lost_workers: Vec<bool> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.lost_workers)).collect();
         let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
         // A job that has not bid yet keeps exactly the workers it has. A job that has held
@@ -282,7 +296,7 @@ impl AllocatorActor {
         // Only workers that move, and jobs whose membership changed, cost anything here.
         let mut outgoing = Vec::new();
         let num_jobs = ids.len();
-        let mut job_changed = vec![false; num_jobs];
+        let mut job_changed = lost_workers;
         let mut workers_moved = 0;
         let tell_all = std::mem::take(&mut self.tell_all);
         for ((((worker, entry), &before), &after), &role) in
@@ -299,6 +313,7 @@ impl AllocatorActor {
                     role,
                     hello_again: false,
                     term: self.settings.term,
+                    launch: entry.launch.clone(),
                 };
                 entry.told_s = now_s;
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
@@ -317,15 +332,21 @@ impl AllocatorActor {
             if let Some(d) = &self.durable {
                 d.save_assignment(worker, now_job);
             }
-            let message = WorkerAssignment {
-                worker: worker.clone(),
-                epoch,
-                job: now_job.map(str::to_string),
-                role,
-                hello_again: false,
-                term: self.settings.term,
-            };
-            outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+            if now_job.is_none() {
+                // Idle now. A worker that joins a job is told below, with its job's other
+                // members, in the job's new generation.
+                entry.launch = None;
+                let message = WorkerAssignment {
+                    worker: worker.clone(),
+                    epoch,
+                    job: None,
+                    role,
+                    hello_again: false,
+                    term: self.settings.term,
+                    launch: None,
+                };
+                outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+            }
         }
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); num_jobs];
         for ((worker, _), &after) in self.registry.iter().zip(&next) {
@@ -354,6 +375,26 @@ impl AllocatorActor {
             if job_changed[j] && workers.len() != entry.workers.len() {
                 resized.push((entry.addr.clone(), workers.len() as u32));
                 entry.workers_since_s = now_s;
+            }
+            if job_changed[j] {
+                // A new generation: every member, old or new, is told its rank in it.
+                entry.generation += 1;
+                let launches = launches(&self.registry, &mut self.ports, entry, &workers, batches[j], now_s);
+                for (worker, launch) in workers.iter().zip(launches) {
+                    let Some(w) = self.registry.get_mut(worker) else { continue };
+                    w.launch = launch;
+                    w.told_s = now_s;
+                    let message = WorkerAssignment {
+                        worker: worker.clone(),
+                        epoch,
+                        job: Some(id.clone()),
+                        role: w.role,
+                        hello_again: false,
+                        term: self.settings.term,
+                        launch: w.launch.clone(),
+                    };
+                    outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
+                }
             }
             let batch_changed = batches[j].is_some() && batches[j] != entry.batch;
             if (job_changed[j] && workers != entry.workers) || batch_changed {
@@ -615,6 +656,54 @@ impl Handler<JobQuiet> for AllocatorActor {
     }
 }
 
+/// Each member's place in a job's new generation (`cluster::ranks`), in the order of
+/// `workers`: machines from the workers' specs (a worker without one is its own machine), the
+/// rendezvous at the rank-0 worker's advertised address, on a port no other job's rank 0 at that
+/// address holds. `None` for all if every port there is taken (logged).
+fn launches(
+    registry: &super::registry::WorkerRegistry,
+    ports: &mut PortBook,
+    entry: &JobEntry,
+    workers: &[String],
+    batch_size: Option<u32>,
+    now_s: f64,
+) -> Vec<Option<Launch>> {
+    let specs: Vec<Option<&WorkerSpec>> = workers.iter().map(|w| registry.get(w).map(|e| &e.spec)).collect();
+    let members: Vec<(&str, &str)> = workers
+        .iter()
+        .zip(&specs)
+        .map(|(w, spec)| (spec.and_then(|s| s.machine.as_deref()).unwrap_or(w), w.as_str()))
+        .collect();
+    let layout = ranks::layout(&members);
+    let Some(first) = layout.iter().position(|r| r.rank == 0) else {
+        ports.release(entry.key, now_s);
+        return Vec::new();
+    };
+    // Ports are booked per address, not per machine name: machines that advertise one
+    // address share its ports (several agents on one host).
+    let master_addr = specs[first].map_or("127.0.0.1", WorkerSpec::address).to_string();
+    let Some(port) = ports.take(entry.key, &master_addr, now_s) else {
+        warn!(address = %master_addr, "every rendezvous port at the address is taken: the job's processes get no ranks");
+        return vec![None; workers.len()];
+    };
+    layout
+        .iter()
+        .map(|r| {
+            Some(Launch {
+                generation: entry.generation,
+                world_size: r.world_size,
+                rank: r.rank,
+                local_rank: r.local_rank,
+                local_world_size: r.local_world_size,
+                group_rank: r.group_rank,
+                master_addr: master_addr.clone(),
+                master_port: port,
+                batch_size,
+            })
+        })
+        .collect()
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct JobStopped {
@@ -625,7 +714,10 @@ impl Handler<JobStopped> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: JobStopped, _: &mut Self::Context) {
         // Its workers keep the job's name in the registry until the next epoch reassigns them.
-        self.jobs.remove(&msg.job);
+        if let Some(entry) = self.jobs.remove(&msg.job) {
+            let now_s = self.now_s();
+            self.ports.release(entry.key, now_s);
+        }
     }
 }
 
@@ -700,7 +792,13 @@ impl AllocatorActor {
         let term = self.settings.term.unwrap_or(0);
         let Some(entry) = self.registry.get_mut(worker) else { return };
         let recorded = entry.job.as_ref().map(|j| j.id.as_str());
-        if recorded == running.job.as_deref() || running.term > term || now_s - entry.told_s < RETELL_AFTER_S {
+        // The same job, and (where both say) the same generation of it.
+        let generation = entry.launch.as_ref().map(|l| l.generation);
+        let same_generation = generation.is_none() || running.generation.is_none() || generation == running.generation;
+        if (recorded == running.job.as_deref() && same_generation)
+            || running.term > term
+            || now_s - entry.told_s < RETELL_AFTER_S
+        {
             return;
         }
         entry.told_s = now_s;
@@ -713,6 +811,7 @@ impl AllocatorActor {
             role: entry.role,
             hello_again: false,
             term: self.settings.term,
+            launch: entry.launch.clone(),
         };
         let subject = self.publisher.subjects().worker_assign(worker);
         self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
@@ -742,6 +841,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
                     role: Default::default(),
                     hello_again: true,
                     term: self.settings.term,
+                    launch: None,
                 };
                 let subject = self.publisher.subjects().worker_assign(&worker);
                 self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());

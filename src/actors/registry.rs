@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::{Role, WorkerSpec};
+use crate::protocol::{Launch, Role, WorkerSpec};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerEntry {
@@ -15,6 +15,8 @@ pub struct WorkerEntry {
     pub role: Role,
     /// When its assignment was last published (seconds on the caller's clock); `-inf`: never.
     pub told_s: f64,
+    /// Its place in its job's current generation, as last published.
+    pub launch: Option<Launch>,
 }
 
 /// The job a worker serves: its name, and the allocator's key for it (unique per job for the
@@ -35,16 +37,17 @@ impl WorkerRegistry {
     /// A worker says hello (again): it keeps its job if it had one.
     pub fn hello(&mut self, spec: WorkerSpec, now_s: f64) {
         let id = spec.worker.clone();
-        let (job, role, told_s) = self
+        let (job, role, told_s, launch) = self
             .workers
-            .get(&id)
-            .map_or((None, Role::Worker, f64::NEG_INFINITY), |w| (w.job.clone(), w.role, w.told_s));
-        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role, told_s });
+            .remove(&id)
+            .map_or((None, Role::Worker, f64::NEG_INFINITY, None), |w| (w.job, w.role, w.told_s, w.launch));
+        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role, told_s, launch });
     }
 
     /// A worker known from saved state, with the job it served.
     pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
-        let entry = WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker, told_s: f64::NEG_INFINITY };
+        let entry =
+            WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker, told_s: f64::NEG_INFINITY, launch: None };
         self.workers.insert(entry.spec.worker.clone(), entry);
     }
 
@@ -69,6 +72,10 @@ impl WorkerRegistry {
         let gone: Vec<String> =
             self.workers.iter().filter(|(_, w)| now_s - w.last_seen_s > timeout_s).map(|(id, _)| id.clone()).collect();
         gone.into_iter().filter_map(|id| self.workers.remove(&id).map(|w| (id, w.job))).collect()
+    }
+
+    pub fn get(&self, worker: &str) -> Option<&WorkerEntry> {
+        self.workers.get(worker)
     }
 
     pub fn get_mut(&mut self, worker: &str) -> Option<&mut WorkerEntry> {
@@ -97,7 +104,7 @@ mod tests {
     use super::*;
 
     fn spec(id: &str) -> WorkerSpec {
-        WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None }
+        WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None }
     }
 
     #[test]

@@ -272,13 +272,34 @@ pub struct WorkerSpec {
     pub slots: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// The address the worker's machine is reached at by the other members of a job
+    /// (`MASTER_ADDR` when it runs a job's rank 0). Default: the machine's name, else
+    /// `127.0.0.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<String>,
 }
 
 impl WorkerSpec {
+    /// Where the other members of a job reach this worker: `advertise`, else its machine's name
+    /// if that is a host name, else `127.0.0.1`.
+    pub fn address(&self) -> &str {
+        match (&self.advertise, &self.machine) {
+            (Some(a), _) => a,
+            (None, Some(m)) if valid_host(m) => m,
+            _ => "127.0.0.1",
+        }
+    }
+
     pub fn validate(&self, subject_worker: &str) -> Result<(), ProtocolError> {
         check_id(&self.worker, subject_worker)?;
         if self.slots == 0 || self.slots > 1024 {
             return Err(ProtocolError::Invalid("slots must be 1..=1024", RejectCause::InvalidSpec));
+        }
+        if self.advertise.as_deref().is_some_and(|a| !valid_host(a)) {
+            return Err(ProtocolError::Invalid(
+                "advertise must be a host name or IP address (1-253 characters from [A-Za-z0-9.:_-])",
+                RejectCause::InvalidSpec,
+            ));
         }
         Ok(())
     }
@@ -308,6 +329,9 @@ pub struct Running {
     pub term: u64,
     #[serde(default)]
     pub epoch: u64,
+    /// The generation of the job's processes it runs (see [`Launch`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 impl Heartbeat {
@@ -353,6 +377,65 @@ pub struct WorkerAssignment {
     /// without replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term: Option<u64>,
+    /// Where this worker's process stands in the job's current generation (its rank, the world
+    /// and the rendezvous), the same for every member of it: sent with every assignment to a
+    /// job. Absent from an idle assignment and from older schedulers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Launch>,
+}
+
+/// What one process of a job needs to join its generation: torchrun's environment
+/// (`cluster::ranks`). Every change of the job's membership starts a new generation, and every
+/// member of one is told the same `generation`, `world_size` and rendezvous.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    pub generation: u64,
+    pub world_size: u32,
+    pub rank: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+    /// The index of this worker's machine among the job's machines.
+    pub group_rank: u32,
+    /// The rank-0 worker's advertised address, and the port its rendezvous listens on.
+    pub master_addr: String,
+    pub master_port: u16,
+    /// The global batch the scheduler chose, if the job declared batch sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+}
+
+impl Launch {
+    /// Checks that the numbers make one world and the address is a plain host name or IP
+    /// address (it becomes an environment variable of a process the agent starts).
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return Err("rank outside the world");
+        }
+        if self.local_world_size == 0
+            || self.local_rank >= self.local_world_size
+            || self.local_world_size > self.world_size
+        {
+            return Err("local rank outside the machine's share of the world");
+        }
+        if self.local_rank > self.rank || self.group_rank > self.rank {
+            return Err("ranks are not contiguous per machine");
+        }
+        if self.master_port == 0 {
+            return Err("no rendezvous port");
+        }
+        if !valid_host(&self.master_addr) {
+            return Err("rendezvous address is not 1-253 characters from [A-Za-z0-9.:_-]");
+        }
+        Ok(())
+    }
+}
+
+/// A host name or IP address as an agent advertises it: 1-253 characters from
+/// `[A-Za-z0-9.:_-]`, not starting with `-`.
+pub fn valid_host(host: &str) -> bool {
+    (1..=253).contains(&host.len())
+        && !host.starts_with('-')
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'_' | b'-'))
 }
 
 /// The reply to a request.
@@ -528,5 +611,81 @@ mod tests {
             decode::<LossReport>(Encoding::MsgPack, b"\xc1garbage", "loss report").unwrap_err().cause(),
             RejectCause::Undecodable
         );
+    }
+
+    /// Each rule of a spec's validation at its boundary: the last value accepted, the first
+    /// refused, with the cause each gets.
+    #[test]
+    fn specs_are_checked_at_each_boundary() {
+        let cause = |spec: JobSpec| spec.validate("j").err().map(|e| e.cause());
+        let spec = JobSpec::new("j");
+        assert_eq!(cause(spec.clone()), None);
+        assert_eq!(cause(JobSpec { job: "k".into(), ..spec.clone() }), Some(RejectCause::IdMismatch));
+        for weight in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(cause(JobSpec { weight, ..spec.clone() }), Some(RejectCause::InvalidSpec), "{weight}");
+        }
+        assert_eq!(cause(JobSpec { weight: 1e-9, ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { min_workers: 3, max_workers: Some(3), ..spec.clone() }), None);
+        assert_eq!(
+            cause(JobSpec { min_workers: 3, max_workers: Some(2), ..spec.clone() }),
+            Some(RejectCause::InvalidSpec)
+        );
+        assert_eq!(cause(JobSpec { min_workers: 3, max_workers: None, ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { slo_iter_seconds: Some(0.5), ..spec.clone() }), None);
+        for slo in [0.0, -0.5, f64::NAN, f64::INFINITY] {
+            assert_eq!(cause(JobSpec { slo_iter_seconds: Some(slo), ..spec.clone() }), Some(RejectCause::InvalidSpec));
+        }
+        assert_eq!(cause(JobSpec { target_loss: Some(-3.0), ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { target_loss: Some(f64::NAN), ..spec.clone() }), Some(RejectCause::InvalidSpec));
+        for (b, ok) in [(1, true), (MAX_BATCH_SIZE, true), (0, false), (MAX_BATCH_SIZE + 1, false)] {
+            let want = (!ok).then_some(RejectCause::Oversized);
+            assert_eq!(cause(JobSpec { max_local_batch: Some(b), ..spec.clone() }), want, "max_local_batch {b}");
+            assert_eq!(cause(JobSpec { batch_sizes: Some(vec![8, b]), ..spec.clone() }), want, "batch_sizes {b}");
+        }
+        assert_eq!(cause(JobSpec { batch_sizes: Some(vec![8; 64]), ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { batch_sizes: Some(vec![8; 65]), ..spec.clone() }), Some(RejectCause::Oversized));
+    }
+
+    #[test]
+    fn workers_byes_and_ranks_are_checked_at_each_boundary() {
+        let worker = WorkerSpec { worker: "w".into(), machine: None, slots: 1, kind: None, advertise: None };
+        let cause = |w: WorkerSpec| w.validate("w").err().map(|e| e.cause());
+        assert_eq!(cause(worker.clone()), None);
+        assert_eq!(cause(WorkerSpec { slots: 1024, ..worker.clone() }), None);
+        assert_eq!(cause(WorkerSpec { slots: 1025, ..worker.clone() }), Some(RejectCause::InvalidSpec));
+        assert_eq!(cause(WorkerSpec { slots: 0, ..worker.clone() }), Some(RejectCause::InvalidSpec));
+        assert_eq!(cause(WorkerSpec { worker: "v".into(), ..worker.clone() }), Some(RejectCause::IdMismatch));
+        for (addr, ok) in
+            [("10.0.0.7", true), ("node-1.example", true), ("::1", true), ("a b", false), ("-x", false), ("", false)]
+        {
+            let w = WorkerSpec { advertise: Some(addr.into()), ..worker.clone() };
+            assert_eq!(cause(w), (!ok).then_some(RejectCause::InvalidSpec), "{addr:?}");
+        }
+        assert_eq!(WorkerSpec { machine: Some("node-1".into()), ..worker.clone() }.address(), "node-1");
+        assert_eq!(WorkerSpec { machine: Some("rack 1".into()), ..worker.clone() }.address(), "127.0.0.1");
+        let advertised = WorkerSpec { advertise: Some("10.0.0.7".into()), machine: Some("node-1".into()), ..worker };
+        assert_eq!(advertised.address(), "10.0.0.7");
+        assert_eq!(Ack { ok: true, error: None, term: None }.with_term(Some(7)).term, Some(7));
+        let bye = JobEnd { job: "j".into(), reason: EndReason::Finished };
+        assert!(bye.validate("j").is_ok());
+        assert_eq!(bye.validate("k").unwrap_err().cause(), RejectCause::IdMismatch);
+        let launch = Launch {
+            generation: 1,
+            world_size: 4,
+            rank: 3,
+            local_rank: 1,
+            local_world_size: 2,
+            group_rank: 1,
+            master_addr: "10.0.0.7".into(),
+            master_port: 29500,
+            batch_size: None,
+        };
+        assert_eq!(launch.check(), Ok(()));
+        assert!(Launch { world_size: 0, rank: 0, ..launch.clone() }.check().is_err());
+        assert!(Launch { local_world_size: 5, ..launch.clone() }.check().is_err());
+        assert!(Launch { local_rank: 2, ..launch.clone() }.check().is_err());
+        assert!(Launch { rank: 0, ..launch.clone() }.check().is_err(), "local rank 1 cannot be rank 0");
+        assert!(Launch { master_addr: "x".repeat(254), ..launch.clone() }.check().is_err());
+        assert_eq!(Launch { master_addr: "x".repeat(253), ..launch }.check(), Ok(()));
     }
 }

@@ -18,7 +18,10 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
     let config = AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_WORKER $SLAQ_EPOCH\" >> {}", out.display())),
-        ..AgentConfig::new(s.clone(), WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None })
+        ..AgentConfig::new(
+            s.clone(),
+            WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None },
+        )
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let agent_client = client(&nats.url).await;
@@ -50,6 +53,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             role: Default::default(),
             hello_again: false,
             term: None,
+            launch: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -58,6 +62,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             role: Default::default(),
             hello_again: false,
             term: None,
+            launch: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -66,6 +71,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             role: Default::default(),
             hello_again: false,
             term: None,
+            launch: None,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
@@ -78,6 +84,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         role: Default::default(),
         hello_again: false,
         term: None,
+        launch: None,
     };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;
@@ -99,7 +106,10 @@ async fn an_agent_says_hello_again_to_a_scheduler_that_forgot_it() {
     let s = Subjects::new("slaq").unwrap();
     let config = AgentConfig {
         beat_every: Duration::from_millis(100),
-        ..AgentConfig::new(s.clone(), WorkerSpec { worker: "w-re".into(), machine: None, slots: 1, kind: None })
+        ..AgentConfig::new(
+            s.clone(),
+            WorkerSpec { worker: "w-re".into(), machine: None, slots: 1, kind: None, advertise: None },
+        )
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let agent = tokio::spawn(agent::run(client(&nats.url).await, config, async move {

@@ -131,7 +131,7 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
     // Workers keep beating throughout (they do not know the scheduler restarts).
     let worker_ids: Vec<String> = (0..workers).map(|w| format!("dw{w:04}")).collect();
     for id in &worker_ids {
-        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
         let ack: Ack =
             bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
         assert!(ack.ok);
@@ -264,7 +264,7 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
     let c = client(&nats.url).await;
     crate::harness::wait_status(&c, &s).await;
     for w in 0..N_WORKERS {
-        let spec = WorkerSpec { worker: format!("ow{w:02}"), machine: None, slots: 1, kind: None };
+        let spec = WorkerSpec { worker: format!("ow{w:02}"), machine: None, slots: 1, kind: None, advertise: None };
         let ack: Ack = bus::request(&c, s.worker_hello(&spec.worker), Encoding::MsgPack, &spec, Duration::from_secs(5))
             .await
             .unwrap();

@@ -73,7 +73,7 @@ async fn bye(c: &async_nats::Client, job: &str) {
 /// Workers that say hello and beat every 200 ms until the handle is dropped.
 async fn workers(c: &async_nats::Client, ids: &[String]) -> Background {
     for id in ids {
-        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
         let ack: Ack =
             bus::request(c, s().worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(10)).await.unwrap();
         assert!(ack.ok);
@@ -186,9 +186,11 @@ async fn replies_on_non_inbox_subjects_touch_neither_state_nor_lease() {
     let spec_a = protocol::encode(Encoding::MsgPack, &JobSpec::new("job-a")).unwrap();
     let report_a = protocol::encode(Encoding::MsgPack, &loss_report("job-a", 1)).unwrap();
     let bye_a = b"\xc1not a bye".to_vec();
-    let worker_w1 =
-        protocol::encode(Encoding::MsgPack, &WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None })
-            .unwrap();
+    let worker_w1 = protocol::encode(
+        Encoding::MsgPack,
+        &WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None },
+    )
+    .unwrap();
     for reply in &targets {
         let sends: [(&async_nats::Client, String, Vec<u8>); 7] = [
             (&job_a, s().job_hello("job-a"), spec_a.clone()),
@@ -356,7 +358,10 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
     let config = slaq::agent::AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_TERM\" >> {}", out.display())),
-        ..slaq::agent::AgentConfig::new(s(), WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None })
+        ..slaq::agent::AgentConfig::new(
+            s(),
+            WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None },
+        )
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(slaq::agent::run(client(&nats.url).await, config, async move {
@@ -372,6 +377,7 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
         role: Default::default(),
         hello_again: false,
         term: Some(u64::MAX),
+        launch: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     c.flush().await.unwrap();
@@ -664,7 +670,10 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
     let config = slaq::agent::AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB\" >> {}", out.display())),
-        ..slaq::agent::AgentConfig::new(s(), WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None })
+        ..slaq::agent::AgentConfig::new(
+            s(),
+            WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None },
+        )
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(slaq::agent::run(client(&nats.url).await, config, async move {
@@ -682,6 +691,7 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
         role: Default::default(),
         hello_again: false,
         term: st.term,
+        launch: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &stray).await.unwrap();
     crate::harness::wait_for_file(&out, "w1 runs the stray job", |t| t.contains("elsewhere")).await;
@@ -782,7 +792,8 @@ async fn the_state_writer_writes_only_under_its_lease_and_never_over_another_wri
     let kv = async_nats::jetstream::new(c.clone()).get_key_value("slaq_state").await.unwrap();
     let mut writes = c.subscribe("$KV.slaq_state.>").await.unwrap();
     c.flush().await.unwrap();
-    let spec = |w: &str| WorkerSpec { worker: w.into(), machine: Some("m".into()), slots: 1, kind: None };
+    let spec =
+        |w: &str| WorkerSpec { worker: w.into(), machine: Some("m".into()), slots: 1, kind: None, advertise: None };
     let saved = |w: &'static str| {
         let kv = kv.clone();
         async move {

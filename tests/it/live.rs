@@ -21,7 +21,7 @@ fn subjects() -> Subjects {
 }
 
 async fn hello_worker(c: &async_nats::Client, id: &str) {
-    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None };
+    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
     let ack: Ack =
         bus::request(c, subjects().worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok, "{ack:?}");

@@ -13,6 +13,7 @@ mod placement;
 mod policy_props;
 mod protocol_fuzz;
 mod python;
+mod ranks;
 mod replicas;
 mod security;
 mod sim;

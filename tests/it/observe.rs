@@ -90,7 +90,7 @@ async fn metrics_health_and_readiness_over_http() {
     let spec = JobSpec::new("j1");
     let _: slaq::protocol::Ack =
         bus::request(&c, s.job_hello("j1"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-    let w = slaq::protocol::WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None };
+    let w = slaq::protocol::WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None };
     let _: slaq::protocol::Ack =
         bus::request(&c, s.worker_hello("w1"), Encoding::MsgPack, &w, Duration::from_secs(5)).await.unwrap();
     for iter in 1..=30u64 {

@@ -123,7 +123,8 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             ..JobSpec::new("j1")
         };
         let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
-        let worker = WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None };
+        let worker =
+            WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None, advertise: None };
         let beat = Heartbeat { at: Some(2.0), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {
@@ -236,7 +237,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     assert_eq!(cause(&s.job_hello("j1"), &spec(&|j| j.weight = -1.0)), Some(RejectCause::InvalidSpec));
     let beat = |b: &Heartbeat| protocol::encode(Encoding::MsgPack, b).unwrap();
     let running = Heartbeat {
-        running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1 }),
+        running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1, generation: None }),
         ..Heartbeat::new("j1")
     };
     assert_eq!(cause(&s.worker_beat("j1"), &beat(&running)), Some(RejectCause::InvalidId));

@@ -98,7 +98,7 @@ fn output(mut cmd: Command) -> std::process::Output {
 /// Registers worker `id` and keeps it alive until the returned task is aborted.
 async fn one_worker(url: &str, s: &Subjects, id: &str) -> Background {
     let c = client(url).await;
-    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None };
+    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
     let ack: Ack =
         bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok);

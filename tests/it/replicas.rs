@@ -55,7 +55,10 @@ async fn start_agents(url: &str, s: &Subjects, out: &std::path::Path) -> Vec<tok
         let config = AgentConfig {
             beat_every: Duration::from_millis(200),
             exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_TERM $SLAQ_EPOCH\" >> {}", out.join(w).display())),
-            ..AgentConfig::new(s.clone(), WorkerSpec { worker: w.into(), machine: None, slots: 1, kind: None })
+            ..AgentConfig::new(
+                s.clone(),
+                WorkerSpec { worker: w.into(), machine: None, slots: 1, kind: None, advertise: None },
+            )
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(agent::run(client(url).await, config, async move {
@@ -164,6 +167,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_n
         role: Default::default(),
         hello_again: false,
         term: before.term,
+        launch: None,
     };
     bus::publish(&c, s.worker_assign(&moved), Encoding::MsgPack, &forged).await.unwrap();
     // Then one of the new term (the agent handles its messages in order): once the agent has

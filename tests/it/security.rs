@@ -27,7 +27,7 @@ async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Ar
 }
 
 async fn hello_worker(c: &async_nats::Client, s: &Subjects, id: &str) {
-    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None };
+    let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
     let ack: Ack = bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok, "{ack:?}");
 }
@@ -148,6 +148,7 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
                     role: Default::default(),
                     hello_again: false,
                     term: Some(1 << 40),
+                    launch: None,
                 },
             )
             .unwrap(),

@@ -165,10 +165,21 @@ pub(crate) struct WorkerArgs {
     /// `<id>-0` ... `<id>-<n-1>`, all on --machine (which it then needs).
     #[arg(long, default_value_t = 1, env = "SLAQ_WORKER_SLOTS")]
     pub(crate) slots: u32,
-    /// A command to run whenever the worker is assigned a job, with SLAQ_JOB, SLAQ_WORKER and
-    /// SLAQ_EPOCH in its environment (run through `sh -c`; the previous one is killed first).
+    /// A command to run for each generation of the job a worker is assigned (through `sh -c`,
+    /// in a process group of its own), with torchrun's environment (RANK, WORLD_SIZE,
+    /// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and SLAQ_JOB,
+    /// SLAQ_WORKER, SLAQ_GENERATION, SLAQ_ROLE, SLAQ_BATCH_SIZE. The previous one is stopped
+    /// first (SIGTERM, then SIGKILL after --stop-grace-s).
     #[arg(long, env = "SLAQ_WORKER_EXEC")]
     pub(crate) exec: Option<String>,
+    /// Seconds a job's process has between SIGTERM and SIGKILL when it is stopped (to save a
+    /// checkpoint).
+    #[arg(long, default_value_t = 30.0, env = "SLAQ_WORKER_STOP_GRACE_S")]
+    pub(crate) stop_grace_s: f64,
+    /// The address other machines reach this one at: MASTER_ADDR of the jobs whose rank 0 runs
+    /// here. Default: --machine if it is a host name, else 127.0.0.1.
+    #[arg(long, env = "SLAQ_WORKER_ADVERTISE")]
+    pub(crate) advertise: Option<String>,
 }
 
 #[derive(clap::Args)]

@@ -253,7 +253,7 @@ pub fn epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
         let subjects = Subjects::new("benchepoch")?;
         for w in 0..args.workers {
             let id = format!("w{w}");
-            let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None };
+            let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
             bus::publish(&client, subjects.worker_hello(&id), Encoding::MsgPack, &spec).await?;
         }
         let after_workers_rss = resident_bytes();
@@ -350,7 +350,13 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
                     let (client, _) = bus::connect(&urls, "bench-soak-load", 1024).await?;
                     let subjects = Subjects::new("benchsoak")?;
                     for w in 0..workers {
-                        let spec = WorkerSpec { worker: format!("w{w}"), machine: None, slots: 1, kind: None };
+                        let spec = WorkerSpec {
+                            worker: format!("w{w}"),
+                            machine: None,
+                            slots: 1,
+                            kind: None,
+                            advertise: None,
+                        };
                         bus::publish(&client, subjects.worker_hello(&spec.worker), Encoding::MsgPack, &spec).await?;
                     }
                     let tick = Duration::from_millis(100);

@@ -64,6 +64,14 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.beat_ms > 0, "--beat-ms must be positive");
     anyhow::ensure!((1..=256).contains(&args.slots), "--slots must be 1 to 256");
     anyhow::ensure!(args.slots == 1 || args.machine.is_some(), "--slots above 1 needs --machine");
+    anyhow::ensure!(
+        args.stop_grace_s.is_finite() && (0.0..=3600.0).contains(&args.stop_grace_s),
+        "--stop-grace-s must be 0 to 3600"
+    );
+    anyhow::ensure!(
+        args.advertise.as_deref().is_none_or(protocol::valid_host),
+        "--advertise must be a host name or IP address (1-253 characters from [A-Za-z0-9.:_-])"
+    );
     let ids: Vec<String> = if args.slots == 1 {
         vec![args.id.clone()]
     } else {
@@ -78,9 +86,16 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         .map(|id| AgentConfig {
             beat_every: Duration::from_millis(args.beat_ms),
             exec: args.exec.clone(),
+            stop_grace: Duration::from_secs_f64(args.stop_grace_s),
             ..AgentConfig::new(
                 subjects.clone(),
-                WorkerSpec { worker: id.clone(), machine: args.machine.clone(), slots: 1, kind: None },
+                WorkerSpec {
+                    worker: id.clone(),
+                    machine: args.machine.clone(),
+                    slots: 1,
+                    kind: None,
+                    advertise: args.advertise.clone(),
+                },
             )
         })
         .collect();

@@ -1,0 +1,230 @@
+//! The ranks of a job's processes, and where they meet: what torchrun's elastic agent gives
+//! each process (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`), decided by the scheduler for a whole generation at once so
+//! that every member of it agrees. Pure: the allocator calls it when a job's membership changes.
+//!
+//! Ranks are contiguous per machine: machines in name order, workers in id order within one, so
+//! the processes that share a machine are neighbours (what hierarchical all-reduce and
+//! `LOCAL_RANK`-based device choice expect). A worker without a machine is its own machine.
+
+use std::collections::BTreeMap;
+
+/// Where one process of a generation stands in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rank {
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+    /// The machine's index among the job's machines (torchrun's node rank).
+    pub group_rank: u32,
+}
+
+/// The ranks of a generation's members, given as `(machine, worker)` pairs; returned in the
+/// order given. Rank 0 is the first worker of the first machine in name order.
+pub fn layout(members: &[(&str, &str)]) -> Vec<Rank> {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by(|&a, &b| members[a].cmp(&members[b]));
+    let world_size = members.len() as u32;
+    let mut per_machine: BTreeMap<&str, u32> = BTreeMap::new();
+    for (machine, _) in members {
+        *per_machine.entry(machine).or_default() += 1;
+    }
+    let mut ranks =
+        vec![Rank { rank: 0, world_size, local_rank: 0, local_world_size: 0, group_rank: 0 }; members.len()];
+    let (mut group_rank, mut local_rank) = (0u32, 0u32);
+    for (rank, &i) in order.iter().enumerate() {
+        if rank > 0 {
+            if members[order[rank - 1]].0 == members[i].0 {
+                local_rank += 1;
+            } else {
+                group_rank += 1;
+                local_rank = 0;
+            }
+        }
+        ranks[i] =
+            Rank { rank: rank as u32, world_size, local_rank, local_world_size: per_machine[members[i].0], group_rank };
+    }
+    ranks
+}
+
+/// The rendezvous ports in use, per host (the address machines advertise: machines that
+/// advertise one address share its ports): each job's rank 0 listens on one (`MASTER_PORT`),
+/// and two jobs whose rank 0 share a host must not get the same. A port given back is not
+/// handed out again for `cooldown_s`: the process of the generation that held it may take that
+/// long to stop (its grace before SIGKILL). A job's next generation looks from the port after
+/// its last one.
+#[derive(Clone, Debug)]
+pub struct PortBook {
+    base: u16,
+    span: u16,
+    cooldown_s: f64,
+    /// Per host: port → job.
+    used: BTreeMap<String, BTreeMap<u16, u64>>,
+    /// Per job: the host and port of its current generation.
+    held: BTreeMap<u64, (String, u16)>,
+    /// Ports given back, per host: port → when it may be handed out again.
+    cooling: BTreeMap<String, BTreeMap<u16, f64>>,
+}
+
+impl PortBook {
+    /// Ports `base .. base + span` (torchrun's default `MASTER_PORT` is 29500), each cooling
+    /// for `cooldown_s` once given back.
+    pub fn new(base: u16, span: u16, cooldown_s: f64) -> PortBook {
+        let span = span.clamp(1, u16::MAX - base.min(u16::MAX - 1));
+        PortBook { base, span, cooldown_s, used: BTreeMap::new(), held: BTreeMap::new(), cooling: BTreeMap::new() }
+    }
+
+    /// A port on `host` for a new generation of `job` at time `now_s`, its previous port (if
+    /// any) given back. `None` if every port of the range there is held or cooling.
+    pub fn take(&mut self, job: u64, host: &str, now_s: f64) -> Option<u16> {
+        let previous = self.release(job, now_s);
+        let start = match &previous {
+            Some((h, port)) if h == host => u32::from(port - self.base) + 1,
+            _ => 0,
+        };
+        let (base, span) = (u32::from(self.base), u32::from(self.span));
+        let cooling = self.cooling.get_mut(host);
+        if let Some(c) = cooling {
+            c.retain(|_, until| *until > now_s);
+            if c.is_empty() {
+                self.cooling.remove(host);
+            }
+        }
+        let free = |p: &u16| {
+            !self.used.get(host).is_some_and(|u| u.contains_key(p))
+                && !self.cooling.get(host).is_some_and(|c| c.contains_key(p))
+        };
+        // In range by construction: base + span − 1 ≤ u16::MAX.
+        let port = (0..span).filter_map(|i| u16::try_from(base + (start + i) % span).ok()).find(free)?;
+        self.used.entry(host.to_string()).or_default().insert(port, job);
+        self.held.insert(job, (host.to_string(), port));
+        Some(port)
+    }
+
+    /// The job ended (or runs nowhere): its port cools from `now_s`, then is free again.
+    /// Returns what it held.
+    pub fn release(&mut self, job: u64, now_s: f64) -> Option<(String, u16)> {
+        let (host, port) = self.held.remove(&job)?;
+        if let Some(used) = self.used.get_mut(&host) {
+            used.remove(&port);
+            if used.is_empty() {
+                self.used.remove(&host);
+            }
+        }
+        self.cooling.entry(host.clone()).or_default().insert(port, now_s + self.cooldown_s);
+        Some((host, port))
+    }
+
+    /// The port `job` holds, and on which host.
+    pub fn held(&self, job: u64) -> Option<(&str, u16)> {
+        self.held.get(&job).map(|(m, p)| (m.as_str(), *p))
+    }
+}
+
+impl Default for PortBook {
+    /// Ports 29500–30499, each cooling for 60 s (twice an agent's default grace).
+    fn default() -> Self {
+        PortBook::new(29500, 1000, 60.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ranks_are_contiguous_per_machine_in_name_order() {
+        let members = [("node-2", "b"), ("node-1", "z"), ("node-2", "a"), ("node-1", "y"), ("node-3", "c")];
+        let ranks = layout(&members);
+        let r = |i: usize| (ranks[i].rank, ranks[i].local_rank, ranks[i].local_world_size, ranks[i].group_rank);
+        // node-1: y (0), z (1); node-2: a (2), b (3); node-3: c (4).
+        assert_eq!(
+            [r(3), r(1), r(2), r(0), r(4)],
+            [(0, 0, 2, 0), (1, 1, 2, 0), (2, 0, 2, 1), (3, 1, 2, 1), (4, 0, 1, 2)]
+        );
+        assert!(ranks.iter().all(|r| r.world_size == 5));
+        assert!(layout(&[]).is_empty());
+    }
+
+    #[test]
+    fn two_jobs_on_one_host_never_share_a_port_and_a_port_cools_before_reuse() {
+        let mut book = PortBook::new(29500, 4, 10.0);
+        assert_eq!(book.take(1, "m", 0.0), Some(29500));
+        assert_eq!(book.take(2, "m", 0.0), Some(29501));
+        assert_eq!(book.take(3, "other", 0.0), Some(29500), "another host's ports are its own");
+        // Job 1's next generation moves on; its old port cools, and no other job gets it.
+        assert_eq!(book.take(1, "m", 1.0), Some(29502));
+        assert_eq!(book.take(4, "m", 1.0), Some(29503));
+        assert_eq!(book.take(5, "m", 2.0), None, "held or cooling, every one");
+        // Cooled down: free again.
+        assert_eq!(book.take(5, "m", 11.5), Some(29500));
+        assert_eq!(book.held(5), Some(("m", 29500)));
+        assert_eq!(book.release(2, 12.0), Some(("m".to_string(), 29501)));
+        assert_eq!(book.release(2, 12.0), None);
+        assert_eq!(book.take(6, "m", 13.0), None);
+        assert_eq!(book.take(6, "m", 22.5), Some(29501));
+        // A job whose rank 0 moves to another host gives its port back.
+        assert_eq!(book.take(1, "other", 23.0), Some(29501));
+        assert_eq!(book.held(1), Some(("other", 29501)));
+    }
+
+    proptest! {
+        #[test]
+        fn every_generation_is_one_consistent_world(
+            members in proptest::collection::vec((0u8..4, 0u16..500), 0..40),
+        ) {
+            let mut seen = std::collections::BTreeSet::new();
+            let owned: Vec<(String, String)> = members
+                .iter()
+                .filter(|(_, w)| seen.insert(*w))
+                .map(|(m, w)| (format!("m{m}"), format!("w{w}")))
+                .collect();
+            let pairs: Vec<(&str, &str)> = owned.iter().map(|(m, w)| (m.as_str(), w.as_str())).collect();
+            let ranks = layout(&pairs);
+            let n = pairs.len() as u32;
+            // Ranks 0..n, each once.
+            let mut all: Vec<u32> = ranks.iter().map(|r| r.rank).collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, (0..n).collect::<Vec<_>>());
+            for (i, r) in ranks.iter().enumerate() {
+                prop_assert_eq!(r.world_size, n);
+                let same: Vec<usize> = (0..pairs.len()).filter(|&j| pairs[j].0 == pairs[i].0).collect();
+                prop_assert_eq!(r.local_world_size as usize, same.len());
+                prop_assert!(r.local_rank < r.local_world_size);
+                // Contiguous per machine: rank − local_rank is the same on a machine, and the
+                // machine's group rank is the same too.
+                for &j in &same {
+                    prop_assert_eq!(ranks[j].rank - ranks[j].local_rank, r.rank - r.local_rank);
+                    prop_assert_eq!(ranks[j].group_rank, r.group_rank);
+                }
+            }
+        }
+
+        #[test]
+        fn ports_held_on_a_machine_are_distinct(ops in proptest::collection::vec((0u64..6, 0u8..2, any::<bool>()), 0..60)) {
+            let mut book = PortBook::new(40000, 8, 3.0);
+            for (t, (job, machine, release)) in ops.into_iter().enumerate() {
+                let now = t as f64;
+                if release {
+                    book.release(job, now);
+                } else if let Some(port) = book.take(job, &format!("m{machine}"), now) {
+                    prop_assert!((40000..40008).contains(&port));
+                }
+                let mut per_machine: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
+                for job in 0..6 {
+                    if let Some((m, p)) = book.held(job) {
+                        per_machine.entry(m).or_default().push(p);
+                    }
+                }
+                for ports in per_machine.values() {
+                    let mut unique = ports.clone();
+                    unique.sort_unstable();
+                    unique.dedup();
+                    prop_assert_eq!(unique.len(), ports.len());
+                }
+            }
+        }
+    }
+}
