@@ -123,9 +123,15 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             ..JobSpec::new("j1")
         };
         let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
-        let worker =
-            WorkerSpec { worker: "j1".into(), machine: Some("m".into()), slots: 2, kind: None, advertise: None };
-        let beat = Heartbeat { at: Some(2.0), ..Heartbeat::new("j1") };
+        let worker = WorkerSpec {
+            worker: "j1".into(),
+            machine: Some("m".into()),
+            slots: 2,
+            kind: None,
+            advertise: Some("10.0.0.7".into()),
+        };
+        let running = protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4) };
+        let beat = Heartbeat { at: Some(2.0), running: Some(running), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {
             v.push((e, protocol::encode(e, &report).unwrap(), s.job_loss("j1")));
