@@ -202,6 +202,14 @@ mod tests {
     fn subjects_round_trip() {
         let s = Subjects::new("slaq").unwrap();
         assert_eq!(s.prefix(), "slaq");
+        // The subjects the scheduler publishes on, spelled as the README's contract says.
+        assert_eq!(
+            [s.job_alloc("j1"), s.worker_assign("w1"), s.ctl_epoch()],
+            ["slaq.v1.job.j1.alloc", "slaq.v1.worker.w1.assign", "slaq.v1.ctl.epoch"]
+        );
+        assert_eq!(s.parse(&s.job_alloc("j1")).unwrap(), (Kind::JobAlloc, "j1"));
+        assert_eq!(s.parse(&s.worker_assign("w1")).unwrap(), (Kind::WorkerAssign, "w1"));
+        assert_eq!(s.parse(&s.ctl_epoch()).unwrap(), (Kind::CtlEpoch, ""));
         assert_eq!(s.parse(&s.job_loss("j1")).unwrap(), (Kind::JobLoss, "j1"));
         assert_eq!(s.parse(&s.worker_beat("w-2")).unwrap(), (Kind::WorkerBeat, "w-2"));
         assert_eq!(s.parse(&s.ctl_status()).unwrap(), (Kind::CtlStatus, ""));

@@ -66,6 +66,9 @@ pub struct FloorLedger {
     epochs: VecDeque<(f64, f64)>,
     entitled: f64,
     granted: f64,
+    /// Records since the sums were last recomputed from the window.
+    #[serde(default)]
+    since_sum: usize,
 }
 
 impl FloorLedger {
@@ -85,8 +88,11 @@ impl FloorLedger {
                 self.granted -= g;
             }
         }
-        // Recompute now and then so that float drift cannot build up over a long life.
-        if self.epochs.len() == window {
+        // Recomputed once a window (O(1) a record on average), so that float drift cannot
+        // build up over a long life.
+        self.since_sum += 1;
+        if self.since_sum >= window {
+            self.since_sum = 0;
             self.entitled = self.epochs.iter().map(|e| e.0).sum();
             self.granted = self.epochs.iter().map(|e| e.1).sum();
         }
@@ -324,6 +330,15 @@ mod tests {
         l.record(1.0, 2.0, 3);
         // The first epoch (2, 1) fell out of the window of 3.
         assert_eq!((l.entitled(), l.granted()), (4.0, 6.0));
+        // And so on, record after record, between the sums recomputed from the window.
+        let mut m = FloorLedger::default();
+        let window: Vec<(f64, f64)> = (1..=10).map(|k| (f64::from(k), f64::from(k * k % 7))).collect();
+        for (i, &(fair, got)) in window.iter().enumerate() {
+            m.record(fair, got, 4);
+            let kept = &window[i.saturating_sub(3)..=i];
+            let want = (kept.iter().map(|e| e.0).sum::<f64>(), kept.iter().map(|e| e.1).sum::<f64>());
+            assert_eq!((m.entitled(), m.granted()), want, "after record {i}");
+        }
         // Owed: floor × (entitled + this epoch's share) − granted.
         assert!((l.deficit(0.5, 2.0) - (0.5 * 6.0 - 6.0)).abs() < 1e-12);
         assert!((l.deficit(1.0, 4.0) - 2.0).abs() < 1e-12);
