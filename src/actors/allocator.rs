@@ -358,6 +358,8 @@ impl AllocatorActor {
         // Jobs whose worker count changed, told after the assignments are out: each rebids,
         // and that work must not delay this epoch's messages.
         let mut resized = Vec::new();
+        // Jobs whose new generation found no free rendezvous port (logged once an epoch).
+        let (mut without_ranks, mut without_ranks_count): (Option<&str>, usize) = (None, 0);
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
@@ -380,6 +382,10 @@ impl AllocatorActor {
                 // A new generation: every member, old or new, is told its rank in it.
                 entry.generation += 1;
                 let launches = launches(&self.registry, &mut self.ports, entry, &workers, batches[j], now_s);
+                if launches.first().is_some_and(Option::is_none) {
+                    without_ranks.get_or_insert(id.as_str());
+                    without_ranks_count += 1;
+                }
                 for (worker, launch) in workers.iter().zip(launches) {
                     let Some(w) = self.registry.get_mut(worker) else { continue };
                     w.launch = launch;
@@ -405,6 +411,14 @@ impl AllocatorActor {
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
                 entry.workers = message.workers;
             }
+        }
+        if let Some(first) = without_ranks {
+            warn!(
+                jobs = without_ranks_count,
+                first,
+                "no free rendezvous port at the rank-0 worker's address: these generations run without ranks \
+                 (agents that share one --advertise address share its 1,000 ports)"
+            );
         }
         let gains = self.check_predictions(epoch_s);
         // Workers of jobs that left are idle now (placement already freed them).
@@ -683,7 +697,7 @@ fn launches(
     // address share its ports (several agents on one host).
     let master_addr = specs[first].map_or("127.0.0.1", WorkerSpec::address).to_string();
     let Some(port) = ports.take(entry.key, &master_addr, now_s) else {
-        warn!(address = %master_addr, "every rendezvous port at the address is taken: the job's processes get no ranks");
+        debug!(address = %master_addr, "every rendezvous port at the address is taken: the job's processes get no ranks");
         return vec![None; workers.len()];
     };
     layout

@@ -91,6 +91,10 @@ impl PortBook {
                 self.cooling.remove(host);
             }
         }
+        let taken = self.used.get(host).map_or(0, BTreeMap::len) + self.cooling.get(host).map_or(0, BTreeMap::len);
+        if taken >= self.span as usize {
+            return None;
+        }
         let free = |p: &u16| {
             !self.used.get(host).is_some_and(|u| u.contains_key(p))
                 && !self.cooling.get(host).is_some_and(|c| c.contains_key(p))

@@ -177,7 +177,7 @@ pub(crate) struct WorkerArgs {
     #[arg(long, default_value_t = 30.0, env = "SLAQ_WORKER_STOP_GRACE_S")]
     pub(crate) stop_grace_s: f64,
     /// The address other machines reach this one at: MASTER_ADDR of the jobs whose rank 0 runs
-    /// here. Default: --machine if it is a host name, else 127.0.0.1.
+    /// here. Default: this host's name.
     #[arg(long, env = "SLAQ_WORKER_ADVERTISE")]
     pub(crate) advertise: Option<String>,
 }

@@ -81,6 +81,8 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         anyhow::ensure!(protocol::valid_id(id), "worker id {id:?} is too long: shorten --id");
     }
     let subjects = Subjects::new(&args.bus.prefix)?;
+    // Where the other members of a job reach this machine: the flag, else this host's name.
+    let advertise = args.advertise.clone().or_else(|| host_name().filter(|h| protocol::valid_host(h)));
     let configs: Vec<AgentConfig> = ids
         .iter()
         .map(|id| AgentConfig {
@@ -94,7 +96,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
                     machine: args.machine.clone(),
                     slots: 1,
                     kind: None,
-                    advertise: args.advertise.clone(),
+                    advertise: advertise.clone(),
                 },
             )
         })
@@ -111,6 +113,18 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// This host's name (gethostname(2)), if it has one.
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok().filter(|h| !h.is_empty())
 }
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
