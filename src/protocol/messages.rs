@@ -605,6 +605,11 @@ mod tests {
         assert_eq!(cause(LossReport { iter: 0, ..ok.clone() }, "j"), RejectCause::BadIteration);
         assert_eq!(cause(LossReport { iter_seconds: -1.0, ..ok.clone() }, "j"), RejectCause::NegativeTime);
         assert_eq!(cause(LossReport { batch_size: Some(u32::MAX), ..ok.clone() }, "j"), RejectCause::Oversized);
+        // Machines: 1 to the workers it spans.
+        let spans = |machines| LossReport { workers: 3, machines: Some(machines), ..ok.clone() };
+        assert!(spans(3).validate("j").is_ok() && spans(1).validate("j").is_ok());
+        assert_eq!(cause(spans(4), "j"), RejectCause::Oversized);
+        assert_eq!(cause(spans(0), "j"), RejectCause::Oversized);
         let bad = JobSpec { max_workers: Some(1), min_workers: 2, ..JobSpec::new("j") };
         assert_eq!(bad.validate("j").unwrap_err().cause(), RejectCause::InvalidSpec);
         assert_eq!(
@@ -686,6 +691,13 @@ mod tests {
         assert!(Launch { local_rank: 2, ..launch.clone() }.check().is_err());
         assert!(Launch { rank: 0, ..launch.clone() }.check().is_err(), "local rank 1 cannot be rank 0");
         assert!(Launch { master_addr: "x".repeat(254), ..launch.clone() }.check().is_err());
+        // The boundaries that are valid: one machine holding the whole world; rank 0 (local
+        // rank and group rank 0); a group rank equal to the rank (one worker per machine).
+        assert_eq!(Launch { local_world_size: 4, local_rank: 3, group_rank: 0, ..launch.clone() }.check(), Ok(()));
+        assert_eq!(Launch { rank: 0, local_rank: 0, group_rank: 0, ..launch.clone() }.check(), Ok(()));
+        let spread = Launch { local_world_size: 1, local_rank: 0, group_rank: 3, ..launch.clone() };
+        assert_eq!(spread.check(), Ok(()));
+        assert!(Launch { group_rank: 4, ..spread }.check().is_err());
         assert_eq!(Launch { master_addr: "x".repeat(253), ..launch }.check(), Ok(()));
     }
 }
