@@ -396,6 +396,14 @@ mod tests {
     }
 
     #[test]
+    fn leftovers_go_to_a_job_one_more_worker_does_not_slow() {
+        // Saturated after one worker: more are harmless to it (g(w + 1) = g(w)), so the
+        // leftovers go there rather than idle.
+        let saturated = table_bid(&[0.0, 1.0, 1.0, 1.0]);
+        assert_eq!(allocate(&Problem { num_workers: 3, jobs: std::slice::from_ref(&saturated) }).workers, vec![3]);
+    }
+
+    #[test]
     fn leftovers_go_first_to_the_least_served_of_the_jobs_without_workers() {
         // Nothing gains: the two free workers go to the two jobs served least so far.
         let flat = table_bid(&[0.0, 0.0, 0.0]);

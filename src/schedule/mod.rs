@@ -345,6 +345,22 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_serves_first_the_job_furthest_behind_its_share() {
+        // One worker, two jobs owed it. Job 1 got 1 of the 2 worker-epochs it was entitled to,
+        // job 0 got 2 of 4: with this epoch's half share counted as due, job 1 has had 1/2.5 and
+        // job 0 2/4.5 of what they were owed, so job 1 is further behind and is served.
+        let b = bids(2, |w| f64::from(w));
+        let mut ledgers = vec![FloorLedger::default(); 2];
+        ledgers[0].record(2.0, 1.0, 24);
+        ledgers[0].record(2.0, 1.0, 24);
+        ledgers[1].record(1.0, 0.0, 24);
+        ledgers[1].record(1.0, 1.0, 24);
+        let fair = fair_shares(1, &b);
+        assert_eq!(fair, vec![0.5, 0.5]);
+        assert_eq!(floor_workers(1.0, 1, &b, &ledgers, &fair), vec![0, 1]);
+    }
+
+    #[test]
     fn whole_shares_are_honoured_whatever_the_rounding() {
         // Ten jobs on ten workers: a share of exactly one each, however the water level rounds.
         let mut b = bids(10, f64::from);
