@@ -687,6 +687,7 @@ mod tests {
         };
         assert_eq!(launch.check(), Ok(()));
         assert!(Launch { world_size: 0, rank: 0, ..launch.clone() }.check().is_err());
+        assert!(Launch { rank: 4, ..launch.clone() }.check().is_err(), "rank = world size");
         assert!(Launch { local_world_size: 5, ..launch.clone() }.check().is_err());
         assert!(Launch { local_rank: 2, ..launch.clone() }.check().is_err());
         assert!(Launch { rank: 0, ..launch.clone() }.check().is_err(), "local rank 1 cannot be rank 0");
