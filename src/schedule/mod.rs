@@ -349,7 +349,7 @@ mod tests {
         // One worker, two jobs owed it. Job 1 got 1 of the 2 worker-epochs it was entitled to,
         // job 0 got 2 of 4: with this epoch's half share counted as due, job 1 has had 1/2.5 and
         // job 0 2/4.5 of what they were owed, so job 1 is further behind and is served.
-        let b = bids(2, |w| f64::from(w));
+        let b = bids(2, f64::from);
         let mut ledgers = vec![FloorLedger::default(); 2];
         ledgers[0].record(2.0, 1.0, 24);
         ledgers[0].record(2.0, 1.0, 24);
