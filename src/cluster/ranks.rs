@@ -59,12 +59,10 @@ pub struct PortBook {
     base: u16,
     span: u16,
     cooldown_s: f64,
-    /// Per host: port → job.
-    used: BTreeMap<String, BTreeMap<u16, u64>>,
+    /// Per host: the ports not free, each with when it is free again (`INFINITY` while held).
+    busy: BTreeMap<String, BTreeMap<u16, f64>>,
     /// Per job: the host and port of its current generation.
     held: BTreeMap<u64, (String, u16)>,
-    /// Ports given back, per host: port → when it may be handed out again.
-    cooling: BTreeMap<String, BTreeMap<u16, f64>>,
 }
 
 impl PortBook {
@@ -72,7 +70,7 @@ impl PortBook {
     /// for `cooldown_s` once given back.
     pub fn new(base: u16, span: u16, cooldown_s: f64) -> PortBook {
         let span = span.clamp(1, u16::MAX - base.min(u16::MAX - 1));
-        PortBook { base, span, cooldown_s, used: BTreeMap::new(), held: BTreeMap::new(), cooling: BTreeMap::new() }
+        PortBook { base, span, cooldown_s, busy: BTreeMap::new(), held: BTreeMap::new() }
     }
 
     /// A port on `host` for a new generation of `job` at time `now_s`, its previous port (if
@@ -84,24 +82,15 @@ impl PortBook {
             _ => 0,
         };
         let (base, span) = (u32::from(self.base), u32::from(self.span));
-        let cooling = self.cooling.get_mut(host);
-        if let Some(c) = cooling {
-            c.retain(|_, until| *until > now_s);
-            if c.is_empty() {
-                self.cooling.remove(host);
-            }
-        }
-        let taken = self.used.get(host).map_or(0, BTreeMap::len) + self.cooling.get(host).map_or(0, BTreeMap::len);
-        if taken >= self.span as usize {
+        let busy = self.busy.entry(host.to_string()).or_default();
+        busy.retain(|_, free_at| *free_at > now_s);
+        if busy.len() >= self.span as usize {
             return None;
         }
-        let free = |p: &u16| {
-            !self.used.get(host).is_some_and(|u| u.contains_key(p))
-                && !self.cooling.get(host).is_some_and(|c| c.contains_key(p))
-        };
         // In range by construction: base + span − 1 ≤ u16::MAX.
-        let port = (0..span).filter_map(|i| u16::try_from(base + (start + i) % span).ok()).find(free)?;
-        self.used.entry(host.to_string()).or_default().insert(port, job);
+        let port =
+            (0..span).filter_map(|i| u16::try_from(base + (start + i) % span).ok()).find(|p| !busy.contains_key(p))?;
+        busy.insert(port, f64::INFINITY);
         self.held.insert(job, (host.to_string(), port));
         Some(port)
     }
@@ -110,13 +99,7 @@ impl PortBook {
     /// Returns what it held.
     pub fn release(&mut self, job: u64, now_s: f64) -> Option<(String, u16)> {
         let (host, port) = self.held.remove(&job)?;
-        if let Some(used) = self.used.get_mut(&host) {
-            used.remove(&port);
-            if used.is_empty() {
-                self.used.remove(&host);
-            }
-        }
-        self.cooling.entry(host.clone()).or_default().insert(port, now_s + self.cooldown_s);
+        self.busy.entry(host.clone()).or_default().insert(port, now_s + self.cooldown_s);
         Some((host, port))
     }
 
