@@ -170,8 +170,16 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
         hello(j).await;
     }
     report_acked(&js, &s, jobs, 1..=30).await;
+    // Settled: fair's allocation for these jobs (a limited job one worker, the others
+    // `per_job`), not merely every worker busy, which the first half's layout also is.
     let settled = |st: &StatusSnapshot| {
-        all_points(st, jobs, 30) && st.num_workers == workers && st.workers.iter().all(|w| w.job.is_some())
+        all_points(st, jobs, 30)
+            && st.num_workers == workers
+            && st.workers.iter().all(|w| w.job.is_some())
+            && st.jobs.iter().all(|j| {
+                let limited = j.job[2..].parse::<usize>().is_ok_and(|n| scale.limited(n));
+                j.workers as usize == if limited { 1 } else { scale.per_job }
+            })
     };
     eventually(&c, &s, wait, "30 points per job, every worker busy", settled).await;
     // The allocation and the predictors are saved (every 100 ms): wait until the bucket holds
