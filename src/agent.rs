@@ -9,6 +9,12 @@
 //! When the job's membership changes, the process group gets SIGTERM, then SIGKILL after
 //! `stop_grace`, and the new generation starts once it is gone; a worker told again what it
 //! runs (the same job and generation) leaves its process alone.
+//!
+//! What runs: a submitted job's command (`JobCommand`, on the assignment) as its arguments,
+//! never through a shell, if `allow_command` allows it; or, with `exec` set, `sh -c EXEC` with
+//! the job's arguments as its positional parameters (`"$@"`: a launcher that wraps or vets
+//! them); or, for a job without a command, `exec` alone. A process that ends by itself is
+//! reported in the heartbeats (`Running::exit`): the scheduler restarts a failed generation.
 
 use std::future::Future;
 use std::time::Duration;
@@ -32,6 +38,11 @@ pub struct AgentConfig {
     pub stop_grace: Duration,
     /// How long one hello waits for the scheduler's answer before it is sent again.
     pub hello_timeout: Duration,
+    /// If not empty, a submitted command runs (without `exec`) only if its arguments, joined
+    /// by spaces, start with one of these; any other is refused (exit 126, counted).
+    pub allow_command: Vec<String>,
+    /// Given to the job's processes as `SLAQ_NATS` (where to report; no credentials).
+    pub nats_url: Option<String>,
 }
 
 impl AgentConfig {
@@ -43,6 +54,8 @@ impl AgentConfig {
             exec: None,
             stop_grace: Duration::from_secs(30),
             hello_timeout: Duration::from_secs(5),
+            allow_command: Vec::new(),
+            nats_url: None,
         }
     }
 }
@@ -113,17 +126,78 @@ fn change(running: &Running, role: protocol::Role, launch: Option<&Launch>, assi
     }
 }
 
+/// Exit code reported when the agent refuses a command or cannot start it.
+pub const EXIT_REFUSED: i32 = 126;
+
+/// What the agent runs for an assignment: a program and its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Program {
+    argv: Vec<String>,
+    /// The submitted command's environment, working directory and checkpoint directory.
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+}
+
+/// What to run for `assignment` (`None`: nothing, the worker only follows), or why not.
+fn program(config: &AgentConfig, assignment: &WorkerAssignment) -> Result<Option<Program>, &'static str> {
+    assignment.job.as_ref().ok_or("no job")?;
+    let shell = |script: &str, rest: &[String]| {
+        let mut argv = vec!["sh".to_string(), "-c".into(), script.to_string(), "slaq-job".into()];
+        argv.extend_from_slice(rest);
+        argv
+    };
+    let Some(command) = &assignment.command else {
+        return Ok(config.exec.as_deref().map(|e| Program { argv: shell(e, &[]), env: Vec::new(), cwd: None }));
+    };
+    let argv = match &config.exec {
+        Some(launcher) => shell(launcher, &command.argv),
+        None => {
+            let line = command.argv.join(" ");
+            if !config.allow_command.is_empty() && !config.allow_command.iter().any(|p| line.starts_with(p.as_str())) {
+                return Err("the command is not in --allow-command");
+            }
+            command.argv.clone()
+        }
+    };
+    let mut env: Vec<(String, String)> =
+        command.env.iter().filter(|(k, _)| !protocol::reserved_env(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(dir) = &command.checkpoint_dir {
+        env.push(("SLAQ_CHECKPOINT_DIR".into(), dir.clone()));
+    }
+    Ok(Some(Program { argv, env, cwd: command.cwd.clone() }))
+}
+
 /// A job's process group, started by the agent.
 struct Process {
     child: tokio::process::Child,
+    /// The group's id (the leader's pid), kept: once the leader is reaped the child forgets it.
+    pgid: Option<i32>,
+}
+
+/// An exit status as one code: the exit code, or 128 + the signal.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
 }
 
 impl Process {
-    fn start(cmd: &str, me: &str, assignment: &WorkerAssignment, job: &str) -> std::io::Result<Process> {
-        let mut command = tokio::process::Command::new("sh");
+    fn start(
+        config: &AgentConfig,
+        program: &Program,
+        assignment: &WorkerAssignment,
+        job: &str,
+    ) -> std::io::Result<Process> {
+        let me = config.spec.worker.as_str();
+        let mut command = tokio::process::Command::new(&program.argv[0]);
+        command.args(&program.argv[1..]).envs(program.env.iter().map(|(k, v)| (k, v)));
+        if let Some(dir) = &program.cwd {
+            command.current_dir(dir);
+        }
+        if let Some(url) = &config.nats_url {
+            command.env("SLAQ_NATS", url);
+        }
         command
-            .arg("-c")
-            .arg(cmd)
+            .env("SLAQ_PREFIX", config.subjects.prefix())
             .env("SLAQ_JOB", job)
             .env("SLAQ_WORKER", me)
             .env("SLAQ_EPOCH", assignment.epoch.to_string())
@@ -159,14 +233,17 @@ impl Process {
                 command.env("SLAQ_BATCH_SIZE", b.to_string());
             }
         }
-        Ok(Process { child: command.spawn()? })
+        let child = command.spawn()?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        Ok(Process { child, pgid })
     }
 
     /// Sends `signal` to the whole process group.
     fn signal(&self, signal: libc::c_int) {
-        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+        if let Some(pid) = self.pgid {
             // SAFETY: kill(2) takes plain integers; a negative pid names the process group the
-            // child leads (`process_group(0)`), which exists until the child is reaped.
+            // child leads (`process_group(0)`). The group lives while any member does (what the
+            // leader started, after the leader is gone); its id is not reused until it is empty.
             unsafe {
                 libc::kill(-pid, signal);
             }
@@ -245,7 +322,34 @@ pub async fn run(
     let mut to_start: Option<WorkerAssignment> = None;
     let mut last = (0, 0);
     // What it runs, as its heartbeats tell the scheduler.
-    let mut running = Running { job: None, term: 0, epoch: 0, generation: None };
+    let mut running = Running { job: None, term: 0, epoch: 0, generation: None, exit: None };
+    // Commands refused (or that could not start), for the log.
+    let mut refused = 0u64;
+    let send_beat = |running: &Running| {
+        let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
+        let client = client.clone();
+        let subject = subjects.worker_beat(&me);
+        let every = config.beat_every;
+        async move {
+            // Bounded: while NATS is away the client's buffer fills, and a publish waiting on
+            // it would stall the agent (no shutdown, no assignment) until NATS is back.
+            match tokio::time::timeout(every, bus::publish(&client, subject, Encoding::MsgPack, &beat)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+                Err(_) => debug!("heartbeat dropped: the connection's buffer is full"),
+            }
+        }
+    };
+    // Starts what an assignment runs, noting a refusal as the generation's exit.
+    let mut launch_process = |assignment: &WorkerAssignment, running: &mut Running| match start(&config, assignment) {
+        Ok(p) => p,
+        Err(code) => {
+            refused += 1;
+            info!(refused, "commands refused or not started so far");
+            running.exit = Some(code);
+            None
+        }
+    };
     let mut role = protocol::Role::Worker;
     let mut launch: Option<Launch> = None;
     loop {
@@ -253,21 +357,25 @@ pub async fn run(
             _ = &mut shutdown => break,
             _ = async { if let Some(s) = stopping.as_mut() { let _ = s.await; } }, if stopping.is_some() => {
                 stopping = None;
-                if let (Some(assignment), Some(cmd)) = (to_start.take(), &config.exec) {
-                    process = start(cmd, &me, &assignment);
+                if let Some(assignment) = to_start.take() {
+                    process = launch_process(&assignment, &mut running);
+                    if running.exit.is_some() {
+                        send_beat(&running).await;
+                    }
                 }
             }
-            _ = beat.tick() => {
-                let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
-                // Bounded: while NATS is away the client's buffer fills, and a publish waiting on
-                // it would stall the agent (no shutdown, no assignment) until NATS is back.
-                let sent = bus::publish(&client, subjects.worker_beat(&me), Encoding::MsgPack, &beat);
-                match tokio::time::timeout(config.beat_every, sent).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
-                    Err(_) => debug!("heartbeat dropped: the connection's buffer is full"),
+            status = async { process.as_mut().map(|p| p.child.wait()).expect("guarded").await }, if process.is_some() => {
+                // The process ended by itself: whatever it left in its group goes too, and the
+                // scheduler hears it at once (non-zero: the generation failed).
+                let code = status.map_or(EXIT_REFUSED, exit_code);
+                if let Some(p) = process.take() {
+                    p.signal(libc::SIGKILL);
                 }
+                running.exit = Some(code);
+                info!(worker = %me, job = ?running.job, generation = ?running.generation, code, "the job's process exited");
+                send_beat(&running).await;
             }
+            _ = beat.tick() => send_beat(&running).await,
             message = assignments.next() => {
                 let Some(message) = message else { break };
                 let assignment: WorkerAssignment = match protocol::decode(Encoding::MsgPack, &message.payload, "assignment") {
@@ -315,6 +423,7 @@ pub async fn run(
                 launch = assignment.launch.clone();
                 running.job = assignment.job.clone();
                 running.generation = launch.as_ref().map(|l| l.generation);
+                running.exit = None;
                 info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?running.generation, rank = ?launch.as_ref().map(|l| l.rank), "assignment");
                 if let Some(old) = process.take() {
                     let grace = config.stop_grace;
@@ -322,9 +431,12 @@ pub async fn run(
                 }
                 to_start = assignment.job.is_some().then_some(assignment);
                 if stopping.is_none()
-                    && let (Some(assignment), Some(cmd)) = (to_start.take(), &config.exec)
+                    && let Some(assignment) = to_start.take()
                 {
-                    process = start(cmd, &me, &assignment);
+                    process = launch_process(&assignment, &mut running);
+                    if running.exit.is_some() {
+                        send_beat(&running).await;
+                    }
                 }
             }
         }
@@ -341,13 +453,23 @@ pub async fn run(
 }
 
 /// Starts a job's command for `assignment` (logged, not fatal, if it cannot start).
-fn start(cmd: &str, me: &str, assignment: &WorkerAssignment) -> Option<Process> {
-    let job = assignment.job.as_deref()?;
-    match Process::start(cmd, me, assignment, job) {
-        Ok(p) => Some(p),
+/// Starts what `assignment` runs. `Err(code)`: refused or not startable (logged), to be
+/// reported as the generation's exit code.
+fn start(config: &AgentConfig, assignment: &WorkerAssignment) -> Result<Option<Process>, i32> {
+    let Some(job) = assignment.job.as_deref() else { return Ok(None) };
+    let program = match program(config, assignment) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Ok(None),
+        Err(why) => {
+            warn!(worker = %config.spec.worker, job, why, "refusing to run the job's command");
+            return Err(EXIT_REFUSED);
+        }
+    };
+    match Process::start(config, &program, assignment, job) {
+        Ok(p) => Ok(Some(p)),
         Err(e) => {
-            warn!(error = %e, "cannot start the exec command");
-            None
+            warn!(worker = %config.spec.worker, job, program = %program.argv[0], error = %e, "cannot start the job's command");
+            Err(EXIT_REFUSED)
         }
     }
 }
@@ -365,6 +487,7 @@ mod tests {
             hello_again: false,
             term: None,
             launch: None,
+            command: None,
         }
     }
 
@@ -394,7 +517,7 @@ mod tests {
     #[test]
     fn a_process_restarts_on_a_new_generation_only() {
         let with = |job: Option<&str>, l: Option<Launch>| WorkerAssignment { launch: l, ..assignment("w1", 5, job) };
-        let runs = Running { job: Some("j".into()), term: 0, epoch: 4, generation: Some(3) };
+        let runs = Running { job: Some("j".into()), term: 0, epoch: 4, generation: Some(3), exit: None };
         let role = protocol::Role::Worker;
         let now = launch(3, 1, 2);
         // Told again the same: untouched; told again without ranks (a re-tell): untouched.

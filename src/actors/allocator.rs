@@ -21,8 +21,8 @@ use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::cluster::ranks::{self, PortBook};
 use crate::policy::{ByRef, JobBid, PolicyKind, placement};
 use crate::protocol::{
-    EpochGains, EpochSummary, JobAllocation, JobStatus, Launch, RejectCause, Role, Running, StatusSnapshot,
-    WorkerAssignment, WorkerSpec, WorkerStatus,
+    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause, Role,
+    Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::schedule::{self, FloorLedger, PlanSettings};
 use crate::service::metrics::Metrics;
@@ -45,6 +45,33 @@ pub struct AllocatorSettings {
     pub replica: Option<String>,
     /// Epochs run only while it holds (the leader's lease).
     pub fence: crate::bus::lease::Fence,
+    /// A submitted job whose generation has sent no report for this long is restarted (as if
+    /// its process had failed). `None`: never.
+    pub stall_timeout: Option<Duration>,
+}
+
+/// Seconds before the first restart of a failed generation; doubled at each further restart,
+/// up to `RESTART_BACKOFF_MAX_S`.
+const RESTART_BACKOFF_S: f64 = 1.0;
+const RESTART_BACKOFF_MAX_S: f64 = 60.0;
+/// Ended jobs kept for `status` (and `slaq submit --wait`).
+const ENDED_KEPT: usize = 256;
+
+/// Where a submitted job's current generation stands.
+#[derive(Clone, Debug, Default)]
+struct Supervision {
+    /// Generations restarted after a failure or a stall.
+    restarts: u32,
+    /// When the current generation started, and its report count then.
+    generation_started_s: f64,
+    /// When its report count last grew.
+    progress_s: f64,
+    points: u64,
+    /// A generation that failed (counted once), and when its restart is due.
+    failed_generation: Option<u64>,
+    restart_at_s: Option<f64>,
+    /// Its restarts are used up: it is being ended as failed.
+    ending: bool,
 }
 
 struct JobEntry {
@@ -70,6 +97,9 @@ struct JobEntry {
     generation: u64,
     /// A worker of it went silent and was removed: its membership changed at the next epoch.
     lost_workers: bool,
+    /// What the agents run for it (a submitted job), and how its generations fare.
+    command: Option<JobCommand>,
+    supervision: Supervision,
 }
 
 impl JobEntry {
@@ -88,6 +118,8 @@ impl JobEntry {
             workers_since_s: now_s,
             generation: 0,
             lost_workers: false,
+            command: None,
+            supervision: Supervision::default(),
         }
     }
 }
@@ -143,6 +175,11 @@ pub struct AllocatorActor {
     skipped: u64,
     /// The rendezvous port each job's rank 0 listens on, per machine.
     ports: PortBook,
+    /// Jobs that ended lately (for `status`).
+    ended: VecDeque<JobOutcome>,
+    /// Where a submitted job whose restarts are used up is sent to be ended (the service's
+    /// ingest loop ends it as it would on a bye).
+    ending: Option<tokio::sync::mpsc::UnboundedSender<(String, EndReason)>>,
 }
 
 impl AllocatorActor {
@@ -169,7 +206,67 @@ impl AllocatorActor {
             tell_all: true,
             ports: PortBook::default(),
             skipped: 0,
+            ended: VecDeque::new(),
+            ending: None,
         }
+    }
+
+    /// Submitted jobs whose restarts are used up are sent here to be ended.
+    pub fn ending_to(mut self, to: tokio::sync::mpsc::UnboundedSender<(String, EndReason)>) -> Self {
+        self.ending = Some(to);
+        self
+    }
+
+    /// A submitted job's generation failed (a process exited non-zero, or it stalled): it is
+    /// restarted after a backoff, or, its restarts used up, ended as failed.
+    fn fail(&mut self, job: &str, why: &str) {
+        let now_s = self.now_s();
+        let Some(entry) = self.jobs.get_mut(job) else { return };
+        let Some(command) = &entry.command else { return };
+        let sup = &mut entry.supervision;
+        if sup.ending || sup.failed_generation == Some(entry.generation) {
+            return;
+        }
+        sup.failed_generation = Some(entry.generation);
+        if sup.restarts >= command.max_restarts {
+            sup.ending = true;
+            sup.restart_at_s = None;
+            warn!(job, why, restarts = sup.restarts, "the job's restarts are used up: it ends as failed");
+            self.metrics.jobs_failed.inc();
+            if let Some(to) = &self.ending {
+                let _ = to.send((job.to_string(), EndReason::Failed));
+            }
+            return;
+        }
+        sup.restarts += 1;
+        let backoff = (RESTART_BACKOFF_S * 2f64.powi(sup.restarts as i32 - 1)).min(RESTART_BACKOFF_MAX_S);
+        sup.restart_at_s = Some(now_s + backoff);
+        self.metrics.job_restarts.inc();
+        warn!(
+            job,
+            why,
+            restart = sup.restarts,
+            generation = entry.generation,
+            backoff_s = backoff,
+            "restarting the job's processes"
+        );
+    }
+
+    /// Submitted jobs whose current generation has reported nothing for the stall timeout.
+    fn stalled(&self, now_s: f64) -> Vec<String> {
+        let Some(stall) = self.settings.stall_timeout.map(|d| d.as_secs_f64()) else { return Vec::new() };
+        self.jobs
+            .iter()
+            .filter(|(_, e)| e.command.is_some() && !e.workers.is_empty())
+            .filter(|(_, e)| {
+                let sup = &e.supervision;
+                sup.restart_at_s.is_none()
+                    && !sup.ending
+                    && sup.failed_generation != Some(e.generation)
+                    && now_s - sup.generation_started_s.max(sup.progress_s) > stall
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     fn now_s(&self) -> f64 {
@@ -225,6 +322,12 @@ impl AllocatorActor {
                 }
             }
         }
+        if self.publisher.connected() {
+            // A stall is counted only while reports can reach us.
+            for job in self.stalled(now_s) {
+                self.fail(&job, "no report for the stall timeout");
+            }
+        }
         self.prompted.retain(|_, at| now_s - *at < PROMPT_EVERY_S);
         self.finish_epoch(started);
     }
@@ -238,6 +341,16 @@ impl AllocatorActor {
         let mut ledgers: Vec<FloorLedger> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.ledger)).collect();
         // A job that lost a worker to silence has a new membership even if no worker moves.
         let lost_workers: Vec<bool> = self.jobs.values_mut().map(|e| std::mem::take(&mut e.lost_workers)).collect();
+        // A failed generation whose backoff is over restarts on the same workers: a new
+        // generation, as if its membership had changed.
+        let restart_now = self.now_s();
+        let lost_workers: Vec<bool> = self
+            .jobs
+            .values()
+            .zip(lost_workers)
+            .map(|(e, lost)| lost || e.supervision.restart_at_s.is_some_and(|t| restart_now >= t))
+            .collect();
+        let commands: Vec<Option<JobCommand>> = self.jobs.values().map(|e| e.command.clone()).collect();
         let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
         // A job that has not bid yet keeps exactly the workers it has. A job that has held
@@ -314,6 +427,7 @@ impl AllocatorActor {
                     hello_again: false,
                     term: self.settings.term,
                     launch: entry.launch.clone(),
+                    command: entry.launch.as_ref().and(after).and_then(|j| commands[j].clone()),
                 };
                 entry.told_s = now_s;
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
@@ -344,6 +458,7 @@ impl AllocatorActor {
                     hello_again: false,
                     term: self.settings.term,
                     launch: None,
+                    command: None,
                 };
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
             }
@@ -381,6 +496,9 @@ impl AllocatorActor {
             if job_changed[j] {
                 // A new generation: every member, old or new, is told its rank in it.
                 entry.generation += 1;
+                let sup = &mut entry.supervision;
+                (sup.generation_started_s, sup.restart_at_s) = (now_s, None);
+                sup.points = entry.bid.as_ref().map_or(0, |b| b.points);
                 let launches = launches(&self.registry, &mut self.ports, entry, &workers, batches[j], now_s);
                 if launches.first().is_some_and(Option::is_none) {
                     without_ranks.get_or_insert(id.as_str());
@@ -398,6 +516,7 @@ impl AllocatorActor {
                         hello_again: false,
                         term: self.settings.term,
                         launch: w.launch.clone(),
+                        command: w.launch.as_ref().and(entry.command.clone()),
                     };
                     outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
                 }
@@ -586,6 +705,9 @@ impl AllocatorActor {
                     points: e.bid.as_ref().map_or(0, |b| b.points),
                     dropped: 0,
                     batch_size: e.batch,
+                    generation: e.generation,
+                    restarts: e.supervision.restarts,
+                    submitted: e.command.is_some(),
                 })
                 .collect(),
             workers: self
@@ -605,6 +727,7 @@ impl AllocatorActor {
             num_jobs: self.jobs.len(),
             num_workers: self.registry.len(),
             truncated: false,
+            ended: self.ended.iter().cloned().collect(),
         }
     }
 }
@@ -627,18 +750,26 @@ impl Actor for AllocatorActor {
 pub struct JobStarted {
     pub job: String,
     pub addr: Addr<JobActor>,
+    /// A submitted job's command (sent again when a hello changes it).
+    pub command: Option<JobCommand>,
 }
 
 impl Handler<JobStarted> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: JobStarted, _: &mut Self::Context) {
         let now_s = self.now_s();
-        match self.jobs.get_mut(&msg.job) {
-            Some(entry) => entry.addr = msg.addr,
-            None => {
+        let entry = match self.jobs.entry(msg.job) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
                 self.next_key += 1;
-                self.jobs.insert(msg.job, JobEntry::new(self.next_key, msg.addr, now_s));
+                let mut entry = JobEntry::new(self.next_key, msg.addr.clone(), now_s);
+                entry.supervision.progress_s = now_s;
+                v.insert(entry)
             }
+        };
+        entry.addr = msg.addr;
+        if msg.command.is_some() {
+            entry.command = msg.command;
         }
     }
 }
@@ -648,6 +779,9 @@ impl Handler<BidUpdate> for AllocatorActor {
     fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
         // A bid from a job that has left (still in flight) is dropped.
         if let Some(entry) = self.jobs.get_mut(&msg.job) {
+            if msg.bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
+                entry.supervision.progress_s = self.started.elapsed().as_secs_f64();
+            }
             entry.bid = Some(msg.bid);
         }
     }
@@ -722,6 +856,8 @@ fn launches(
 #[rtype(result = "()")]
 pub struct JobStopped {
     pub job: String,
+    /// `finished`, `cancelled`, `failed` or `expired` (see `JobOutcome`).
+    pub outcome: &'static str,
 }
 
 impl Handler<JobStopped> for AllocatorActor {
@@ -731,6 +867,15 @@ impl Handler<JobStopped> for AllocatorActor {
         if let Some(entry) = self.jobs.remove(&msg.job) {
             let now_s = self.now_s();
             self.ports.release(entry.key, now_s);
+            if self.ended.len() == ENDED_KEPT {
+                self.ended.pop_front();
+            }
+            self.ended.push_back(JobOutcome {
+                job: msg.job,
+                outcome: msg.outcome.to_string(),
+                restarts: entry.supervision.restarts,
+                epoch: self.epoch,
+            });
         }
     }
 }
@@ -826,9 +971,43 @@ impl AllocatorActor {
             hello_again: false,
             term: self.settings.term,
             launch: entry.launch.clone(),
+            command: entry.launch.as_ref().and(recorded).and_then(|j| self.jobs.get(j)).and_then(|e| e.command.clone()),
         };
         let subject = self.publisher.subjects().worker_assign(worker);
         self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
+    }
+}
+
+impl AllocatorActor {
+    /// A heartbeat says the process of the generation the worker should run exited non-zero
+    /// by itself: the generation failed.
+    /// Rank 0's process exiting 0 by itself ends the job as finished (as under torchrun: a
+    /// command need not say bye).
+    fn exited(&mut self, worker: &str, running: &Running) {
+        let Some(code) = running.exit else { return };
+        let Some(entry) = self.registry.get(worker) else { return };
+        let current = entry.launch.as_ref().map(|l| l.generation);
+        let rank0 = entry.launch.as_ref().is_some_and(|l| l.rank == 0);
+        let Some(job) = entry.job.as_ref().map(|j| j.id.clone()) else { return };
+        if running.job.as_deref() != Some(job.as_str()) || running.generation.is_none() || running.generation != current
+        {
+            return;
+        }
+        match code {
+            0 if rank0 => {
+                let Some(entry) = self.jobs.get_mut(&job).filter(|e| e.command.is_some()) else { return };
+                if std::mem::replace(&mut entry.supervision.ending, true) {
+                    return;
+                }
+                info!(job, "the job's rank 0 exited 0: finished");
+                if let Some(to) = &self.ending {
+                    let _ = to.send((job, EndReason::Finished));
+                }
+            }
+            0 => {}
+            126 => self.fail(&job, "an agent refused or could not start the command"),
+            _ => self.fail(&job, "a process exited non-zero"),
+        }
     }
 }
 
@@ -840,6 +1019,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
             self.metrics.accepted("worker_beat").inc();
             if let Some(running) = &running {
                 self.reconcile(&worker, running, now);
+                self.exited(&worker, running);
             }
         } else {
             self.metrics.rejected(RejectCause::UnknownWorker).inc();
@@ -856,6 +1036,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
                     hello_again: true,
                     term: self.settings.term,
                     launch: None,
+                    command: None,
                 };
                 let subject = self.publisher.subjects().worker_assign(&worker);
                 self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());

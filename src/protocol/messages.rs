@@ -55,6 +55,95 @@ pub struct JobSpec {
     /// The largest per-worker batch that fits; a larger one is accumulated over passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_local_batch: Option<u32>,
+    /// What the agents run on the job's workers, once per generation (`slaq submit`). A job
+    /// with a command exists without any process of its own: it is not forgotten for silence,
+    /// and its processes are restarted when they fail or stall. A later hello without a
+    /// command keeps the one submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<JobCommand>,
+}
+
+/// Largest total size of a command's arguments, environment and paths, in bytes.
+pub const MAX_COMMAND_BYTES: usize = 16 * 1024;
+/// Most arguments and environment variables a command may have (each).
+pub const MAX_COMMAND_ITEMS: usize = 256;
+/// Most restarts a job may ask for before it ends as failed.
+pub const MAX_RESTARTS: u32 = 100;
+
+fn three() -> u32 {
+    3
+}
+
+/// A submitted job's command: run by each agent given one of its workers, with the arguments
+/// as they are (never through a shell unless `argv` names one), the environment added to
+/// torchrun's and slaq's (which it may not override), in `cwd`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCommand {
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Where the job keeps its checkpoints (`SLAQ_CHECKPOINT_DIR`; a directory every worker
+    /// reaches, such as a shared file system).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_dir: Option<String>,
+    /// Failed or stalled generations restarted before the job ends as failed.
+    #[serde(default = "three")]
+    pub max_restarts: u32,
+}
+
+/// Environment variables slaq sets for a job's processes; a command's `env` may not set them.
+pub fn reserved_env(name: &str) -> bool {
+    const TORCHRUN: [&str; 7] =
+        ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"];
+    TORCHRUN.contains(&name) || name.starts_with("SLAQ_")
+}
+
+impl JobCommand {
+    pub fn new(argv: Vec<String>) -> Self {
+        JobCommand { argv, env: BTreeMap::new(), cwd: None, checkpoint_dir: None, max_restarts: three() }
+    }
+
+    pub fn validate(&self) -> Result<(), ProtocolError> {
+        let invalid = |m| Err(ProtocolError::Invalid(m, RejectCause::InvalidSpec));
+        if self.argv.first().is_none_or(|a| a.is_empty()) {
+            return invalid("command: argv is empty");
+        }
+        if self.argv.len() > MAX_COMMAND_ITEMS || self.env.len() > MAX_COMMAND_ITEMS {
+            return Err(ProtocolError::Invalid("command: too many arguments or variables", RejectCause::Oversized));
+        }
+        let paths = [&self.cwd, &self.checkpoint_dir];
+        let texts = self.argv.iter().chain(self.env.keys()).chain(self.env.values()).chain(paths.into_iter().flatten());
+        let (mut bytes, mut nul) = (0usize, false);
+        for t in texts {
+            bytes += t.len() + 1;
+            nul |= t.contains('\0');
+        }
+        if bytes > MAX_COMMAND_BYTES {
+            return Err(ProtocolError::Invalid("command: longer than 16 KiB", RejectCause::Oversized));
+        }
+        if nul {
+            return invalid("command: a NUL byte");
+        }
+        let name_ok = |k: &str| {
+            k.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        };
+        if !self.env.keys().all(|k| name_ok(k)) {
+            return invalid("command: an environment variable name outside [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if self.env.keys().any(|k| reserved_env(k)) {
+            return invalid("command: env may not set RANK, WORLD_SIZE, ..., MASTER_PORT or SLAQ_*");
+        }
+        if paths.into_iter().flatten().any(|p| !p.starts_with('/')) {
+            return invalid("command: cwd and checkpoint_dir must be absolute paths");
+        }
+        if self.max_restarts > MAX_RESTARTS {
+            return invalid("command: max_restarts above 100");
+        }
+        Ok(())
+    }
 }
 
 impl JobSpec {
@@ -72,6 +161,7 @@ impl JobSpec {
             batch_sizes: None,
             parameter_server: false,
             max_local_batch: None,
+            command: None,
         }
     }
 }
@@ -98,6 +188,9 @@ impl JobSpec {
         }
         if self.batch_sizes.as_ref().is_some_and(|sizes| sizes.len() > 64 || sizes.iter().any(bad_size)) {
             return Err(ProtocolError::Invalid("batch_sizes out of range", RejectCause::Oversized));
+        }
+        if let Some(command) = &self.command {
+            command.validate()?;
         }
         Ok(())
     }
@@ -332,6 +425,10 @@ pub struct Running {
     /// The generation of the job's processes it runs (see [`Launch`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// The generation's process ended by itself (not stopped by the agent): its exit code, or
+    /// 128 + the signal that killed it; 126 when the agent refused or could not start it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
 }
 
 impl Heartbeat {
@@ -382,6 +479,9 @@ pub struct WorkerAssignment {
     /// job. Absent from an idle assignment and from older schedulers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<Launch>,
+    /// The submitted job's command (with `launch`): what the agent runs for this generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<JobCommand>,
 }
 
 /// What one process of a job needs to join its generation: torchrun's environment
@@ -483,6 +583,26 @@ pub struct JobStatus {
     /// The batch size last published to it (jobs that declare `batch_sizes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
+    /// Its processes' generation (one more at every change of its membership).
+    #[serde(default)]
+    pub generation: u64,
+    /// Generations of a submitted job restarted after a failure or a stall.
+    #[serde(default)]
+    pub restarts: u32,
+    /// It was submitted with a command (the agents run it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub submitted: bool,
+}
+
+/// How a job ended, kept for a while after it left (`slaq submit --wait` reads it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job: String,
+    /// `finished`, `cancelled`, `failed` (its bye, or restarts used up), or `expired` (silent
+    /// for the idle timeout).
+    pub outcome: String,
+    pub restarts: u32,
+    pub epoch: u64,
 }
 
 /// One worker in a status snapshot.
@@ -524,6 +644,9 @@ pub struct StatusSnapshot {
     /// The replica that answers, the leader, when replicas share the lease (`[ha]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// Jobs that ended lately, newest last (at most 256, since this scheduler started).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<JobOutcome>,
 }
 
 /// What a status request may ask (any other payload: everything that fits).

@@ -205,6 +205,11 @@ pub struct RawScheduler {
     /// workers until it expires. Set it above the longest iteration (and start-up) of a job.
     /// 0: never.
     pub stale_job_ms: u64,
+    /// A submitted job (`slaq submit`) whose processes send no report for this long after a
+    /// generation starts, or since their last report, is restarted as if they had failed
+    /// (`max_restarts` of them, then it ends as failed). Set it above the job's start-up and
+    /// longest iteration. 0: never.
+    pub stall_timeout_ms: u64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
@@ -249,6 +254,7 @@ impl Default for RawScheduler {
             report_burst: 2_000,
             idle_job_timeout_ms: 600_000,
             stale_job_ms: 120_000,
+            stall_timeout_ms: 300_000,
             max_min_workers: 1_024,
             restart_s: 30.0,
             move_horizon_s: 120.0,
@@ -287,6 +293,7 @@ pub struct ServeConfig {
     pub report_quota: governor::Quota,
     pub idle_job_timeout: Option<Duration>,
     pub stale_job: Option<Duration>,
+    pub stall_timeout: Option<Duration>,
     pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
@@ -510,6 +517,7 @@ impl RawConfig {
             report_quota: governor::Quota::per_second(rate).allow_burst(burst),
             idle_job_timeout: (s.idle_job_timeout_ms > 0).then(|| Duration::from_millis(s.idle_job_timeout_ms)),
             stale_job: (s.stale_job_ms > 0).then(|| Duration::from_millis(s.stale_job_ms)),
+            stall_timeout: (s.stall_timeout_ms > 0).then(|| Duration::from_millis(s.stall_timeout_ms)),
             max_min_workers: s.max_min_workers,
             state_mode,
             durable: crate::bus::durable::DurableSettings {

@@ -32,6 +32,10 @@ pub struct Metrics {
     pub gain_epoch_jobs: IntGauge,
     /// Jobs forgotten because they were silent for the idle timeout.
     pub jobs_expired: IntCounter,
+    /// Submitted jobs' generations restarted after a failure or a stall.
+    pub job_restarts: IntCounter,
+    /// Submitted jobs ended as failed (their restarts used up).
+    pub jobs_failed: IntCounter,
     /// Workers whose agent ran another job than the scheduler recorded (told again).
     pub assignment_mismatches: IntCounter,
     /// Epochs not run because the lease was not certainly held.
@@ -127,6 +131,13 @@ impl Metrics {
                 "Jobs forgotten after sending nothing for the idle timeout",
             )
             .expect("valid metric"),
+            job_restarts: IntCounter::new(
+                "slaq_job_restarts_total",
+                "Generations of submitted jobs restarted after a process failed or the job stalled",
+            )
+            .expect("valid metric"),
+            jobs_failed: IntCounter::new("slaq_jobs_failed_total", "Submitted jobs ended as failed, restarts used up")
+                .expect("valid metric"),
             assignment_mismatches: IntCounter::new(
                 "slaq_assignment_mismatches_total",
                 "Workers found running another job than the scheduler recorded, and told again",
@@ -203,6 +214,8 @@ impl Metrics {
             Box::new(self.realised_gain_total.clone()),
             Box::new(self.gain_epoch_jobs.clone()),
             Box::new(self.jobs_expired.clone()),
+            Box::new(self.job_restarts.clone()),
+            Box::new(self.jobs_failed.clone()),
             Box::new(self.assignment_mismatches.clone()),
             Box::new(self.epochs_skipped.clone()),
             Box::new(self.state_writes.clone()),

@@ -34,8 +34,8 @@ use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, SavedJob, St
 use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, NatsAuth, Publisher};
 use crate::protocol::{
-    self, Ack, Encoding, EpochSummary, Inbound, InboundLimits, JobSpec, ProtocolError, RejectCause, StatusRequest,
-    StatusSnapshot,
+    self, Ack, Encoding, EndReason, EpochSummary, Inbound, InboundLimits, JobCommand, JobSpec, ProtocolError,
+    RejectCause, StatusRequest, StatusSnapshot,
 };
 use crate::quality::JobPredictor;
 pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
@@ -182,11 +182,15 @@ pub async fn run(
         place: config.place,
         worker_timeout: config.worker_timeout,
         stale_job: config.stale_job,
+        stall_timeout: config.stall_timeout,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
         fence: config.fence.clone(),
     };
-    let allocator = AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).start();
+    // Submitted jobs the allocator ends (restarts used up) come back here to be ended.
+    let (ending_tx, mut ending) = tokio::sync::mpsc::unbounded_channel();
+    let allocator =
+        AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).ending_to(ending_tx).start();
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
     let mut job_arbiters: Vec<ArbiterHandle> = arbiters.iter().map(|a| a.handle()).collect();
     if job_arbiters.is_empty() {
@@ -276,6 +280,7 @@ pub async fn run(
             biased;
             _ = &mut shutdown => break,
             _ = sweep.tick() => ingest.sweep(),
+            Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
             message = losses.next() => match message {
                 Some((message, seq)) => ingest.handle(message, seq).await,
                 None => break,
@@ -319,6 +324,9 @@ struct Route {
     last_heard: Instant,
     /// Silent for longer than `stale_job` (the allocator was told).
     quiet: bool,
+    /// A submitted job's command: kept when a later hello has none; such a job is supervised
+    /// (restarted when it fails or stalls), not forgotten for silence.
+    command: Option<JobCommand>,
 }
 
 /// A status answer that fits in one NATS message: the jobs (and workers) that match the
@@ -335,6 +343,7 @@ fn fit_status(
     if let Some(prefix) = &request.jobs {
         snapshot.jobs.retain(|j| j.job.starts_with(prefix.as_str()));
         snapshot.workers.retain(|w| w.job.as_deref().is_some_and(|j| j.starts_with(prefix.as_str())));
+        snapshot.ended.retain(|o| o.job.starts_with(prefix.as_str()));
     }
     let limit = request.limit.unwrap_or(usize::MAX);
     if snapshot.jobs.len() > limit || snapshot.workers.len() > limit {
@@ -345,11 +354,13 @@ fn fit_status(
     // Halve the lists until the answer fits (with room for headers).
     let budget = max_payload.saturating_sub(1024);
     while protocol::encode(encoding, &snapshot).map_or(0, |b| b.len()) > budget
-        && !(snapshot.jobs.is_empty() && snapshot.workers.is_empty())
+        && !(snapshot.jobs.is_empty() && snapshot.workers.is_empty() && snapshot.ended.is_empty())
     {
         let (jobs, workers) = (snapshot.jobs.len() / 2, snapshot.workers.len() / 2);
         snapshot.jobs.truncate(jobs);
         snapshot.workers.truncate(workers);
+        // The newest outcomes stay.
+        snapshot.ended.drain(..snapshot.ended.len() / 2);
         snapshot.truncated = true;
     }
     snapshot
@@ -524,10 +535,20 @@ impl Ingest {
                 })?;
                 self.heard(id);
             }
-            Inbound::JobHello(spec) => {
+            Inbound::JobHello(mut spec) => {
                 let id = spec.job.clone();
                 match self.jobs.get_mut(&id) {
-                    Some(route) => route.addr.do_send(UpdateSpec(spec.clone())),
+                    Some(route) => {
+                        // The submitted command stays when the job's own process says hello.
+                        if spec.command.is_none() {
+                            spec.command = route.command.clone();
+                        } else if spec.command != route.command {
+                            route.command = spec.command.clone();
+                            let (job, addr, command) = (id.clone(), route.addr.clone(), spec.command.clone());
+                            self.allocator.do_send(JobStarted { job, addr, command });
+                        }
+                        route.addr.do_send(UpdateSpec(spec.clone()))
+                    }
                     None => {
                         self.start_job(spec.clone(), None)?;
                     }
@@ -542,7 +563,7 @@ impl Ingest {
             }
             Inbound::JobBye(end) => {
                 let id = end.job.as_str();
-                let Some(route) = self.jobs.remove(id) else {
+                if !self.jobs.contains_key(id) {
                     // A bye kept by the stream for a job already gone (its purge was cut short
                     // by a restart): purged now, so it is not read again at every start.
                     if let (Some(d), Some(seq)) = (&self.durable, seq) {
@@ -550,14 +571,7 @@ impl Ingest {
                     }
                     return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
                 };
-                route.addr.do_send(Stop);
-                if let Some(d) = &self.durable {
-                    // Its messages up to the bye go; a later incarnation's stay.
-                    d.forget_job(id, seq.unwrap_or(self.last_stream_seq) + 1);
-                }
-                self.allocator.do_send(JobStopped { job: id.to_string() });
-                // Per job, so debug: at 100,000 jobs a line each would be the log.
-                debug!(job = id, reason = ?end.reason, "job left");
+                self.end_job(id, end.reason, seq);
             }
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(WorkerHello(spec));
@@ -597,6 +611,25 @@ impl Ingest {
         Ok(kind)
     }
 
+    /// Ends a job (its bye, or the allocator's when a submitted job's restarts are used up):
+    /// its actor stops, its kept messages up to `seq` go, and its workers go to others.
+    fn end_job(&mut self, id: &str, reason: EndReason, seq: Option<u64>) {
+        let Some(route) = self.jobs.remove(id) else { return };
+        route.addr.do_send(Stop);
+        if let Some(d) = &self.durable {
+            // Its messages up to the bye go; a later incarnation's stay.
+            d.forget_job(id, seq.unwrap_or(self.last_stream_seq) + 1);
+        }
+        let outcome = match reason {
+            EndReason::Finished => "finished",
+            EndReason::Cancelled => "cancelled",
+            EndReason::Failed => "failed",
+        };
+        self.allocator.do_send(JobStopped { job: id.to_string(), outcome });
+        // Per job, so debug: at 100,000 jobs a line each would be the log.
+        debug!(job = id, reason = outcome, "job left");
+    }
+
     /// Every few seconds: forgets jobs silent for `idle_job_timeout` (whatever their history: a
     /// restored job whose bye was lost is one of them), and tells the allocator which jobs went
     /// quiet for `stale_job`. While NATS is unreachable nobody is silent by their own fault:
@@ -612,10 +645,12 @@ impl Ingest {
             return;
         }
         if let Some(timeout) = self.config.idle_job_timeout {
+            // A submitted job is silent until its processes start (it may wait for workers):
+            // its processes are supervised instead (restarted when they fail or stall).
             let idle: Vec<String> = self
                 .jobs
                 .iter()
-                .filter(|(_, r)| now.duration_since(r.last_heard) > timeout)
+                .filter(|(_, r)| r.command.is_none() && now.duration_since(r.last_heard) > timeout)
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &idle {
@@ -625,7 +660,7 @@ impl Ingest {
                 if let Some(d) = &self.durable {
                     d.forget_job(id, self.last_stream_seq + 1);
                 }
-                self.allocator.do_send(JobStopped { job: id.clone() });
+                self.allocator.do_send(JobStopped { job: id.clone(), outcome: "expired" });
             }
             if !idle.is_empty() {
                 self.metrics.jobs_expired.inc_by(idle.len() as u64);
@@ -634,7 +669,7 @@ impl Ingest {
         }
         if let Some(stale) = self.config.stale_job {
             for (id, route) in self.jobs.iter_mut() {
-                if !route.quiet && now.duration_since(route.last_heard) > stale {
+                if !route.quiet && route.command.is_none() && now.duration_since(route.last_heard) > stale {
                     route.quiet = true;
                     self.allocator.do_send(JobQuiet { job: id.clone(), quiet: true });
                 }
@@ -647,6 +682,7 @@ impl Ingest {
             return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
         }
         let id = spec.job.clone();
+        let spec_command = spec.command.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (predictor, shapes, grads) = match saved {
@@ -675,9 +711,17 @@ impl Ingest {
         });
         let addr = Addr::new(tx);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let route = Route { addr: addr.clone(), limiter, dropped: 0, last_heard: Instant::now(), quiet: false };
+        let command = spec_command;
+        let route = Route {
+            addr: addr.clone(),
+            limiter,
+            dropped: 0,
+            last_heard: Instant::now(),
+            quiet: false,
+            command: command.clone(),
+        };
         self.jobs.insert(id.clone(), route);
-        self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone() });
+        self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone(), command });
         // Per job, so debug: at 100,000 jobs this line would be the log.
         debug!(job = id, "job joined");
         Ok(addr)

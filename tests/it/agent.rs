@@ -54,6 +54,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             hello_again: false,
             term: None,
             launch: None,
+            command: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -63,6 +64,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             hello_again: false,
             term: None,
             launch: None,
+            command: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -72,6 +74,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             hello_again: false,
             term: None,
             launch: None,
+            command: None,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
@@ -85,6 +88,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         hello_again: false,
         term: None,
         launch: None,
+        command: None,
     };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;

@@ -378,6 +378,7 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
         hello_again: false,
         term: Some(u64::MAX),
         launch: None,
+        command: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     c.flush().await.unwrap();
@@ -692,6 +693,7 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
         hello_again: false,
         term: st.term,
         launch: None,
+        command: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &stray).await.unwrap();
     crate::harness::wait_for_file(&out, "w1 runs the stray job", |t| t.contains("elsewhere")).await;

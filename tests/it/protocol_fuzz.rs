@@ -130,7 +130,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             kind: None,
             advertise: Some("10.0.0.7".into()),
         };
-        let running = protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4) };
+        let running = protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4), exit: Some(0) };
         let beat = Heartbeat { at: Some(2.0), running: Some(running), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {
@@ -243,7 +243,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     assert_eq!(cause(&s.job_hello("j1"), &spec(&|j| j.weight = -1.0)), Some(RejectCause::InvalidSpec));
     let beat = |b: &Heartbeat| protocol::encode(Encoding::MsgPack, b).unwrap();
     let running = Heartbeat {
-        running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1, generation: None }),
+        running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1, generation: None, exit: None }),
         ..Heartbeat::new("j1")
     };
     assert_eq!(cause(&s.worker_beat("j1"), &beat(&running)), Some(RejectCause::InvalidId));

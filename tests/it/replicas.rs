@@ -168,6 +168,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_n
         hello_again: false,
         term: before.term,
         launch: None,
+        command: None,
     };
     bus::publish(&c, s.worker_assign(&moved), Encoding::MsgPack, &forged).await.unwrap();
     // Then one of the new term (the agent handles its messages in order): once the agent has

@@ -24,6 +24,11 @@ pub(crate) enum Command {
     Worker(WorkerArgs),
     /// Print what the scheduler believes: jobs, workers and message counters.
     Status(StatusArgs),
+    /// Submit a job with the command its workers run (`-- program args...`); the agents run it
+    /// with torchrun's environment on the workers slaq gives it.
+    Submit(Box<SubmitArgs>),
+    /// End a submitted job (its processes are stopped, its workers go to others).
+    Cancel(CancelArgs),
     /// Play a simulator workload over NATS against `slaq serve` and compare with `simulate`.
     Emulate(Box<EmulateArgs>),
     /// Measure the scheduler's own costs.
@@ -180,6 +185,66 @@ pub(crate) struct WorkerArgs {
     /// here. Default: this host's name.
     #[arg(long, env = "SLAQ_WORKER_ADVERTISE")]
     pub(crate) advertise: Option<String>,
+    /// Run a submitted command only if its arguments, joined by spaces, start with this
+    /// (repeatable; e.g. `/opt/venv/bin/python /srv/train/`). Without it any submitted command
+    /// runs, as this agent's user. Ignored with --exec, which then receives the job's arguments
+    /// as "$@".
+    #[arg(long = "allow-command")]
+    pub(crate) allow_command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct SubmitArgs {
+    /// The job's id (1-64 characters from [A-Za-z0-9_-]).
+    #[arg(long)]
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) bus: NatsArgs,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) min_workers: u32,
+    #[arg(long)]
+    pub(crate) max_workers: Option<u32>,
+    /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
+    #[arg(long)]
+    pub(crate) family: Option<String>,
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) weight: f64,
+    /// Where the job's processes keep checkpoints (SLAQ_CHECKPOINT_DIR), reachable from every
+    /// worker. Made absolute.
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Environment for the job's processes, NAME=VALUE (repeatable).
+    #[arg(long = "env", value_parser = parse_env_pair)]
+    pub(crate) env: Vec<(String, String)>,
+    /// The processes' working directory (default: this one).
+    #[arg(long)]
+    pub(crate) cwd: Option<PathBuf>,
+    /// Failed or stalled generations restarted before the job ends as failed.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) max_restarts: u32,
+    /// Wait for the job to end and exit with its outcome: 0 finished, 1 failed or cancelled,
+    /// 3 unknown (the scheduler lost track of it).
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Seconds to wait for the scheduler's answer to the submission.
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) timeout: f64,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CancelArgs {
+    #[arg(long)]
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) bus: NatsArgs,
+}
+
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
+    Ok((k.to_string(), v.to_string()))
 }
 
 #[derive(clap::Args)]

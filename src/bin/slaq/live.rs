@@ -1,4 +1,4 @@
-//! The CLI commands that talk to NATS: `serve`, `worker`, `status`.
+//! The CLI commands that talk to NATS: `serve`, `worker`, `status`, `submit`, `cancel`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,10 +7,12 @@ use anyhow::Context;
 
 use slaq::agent::{self, AgentConfig};
 use slaq::bus;
-use slaq::protocol::{self, Encoding, StatusRequest, StatusSnapshot, Subjects, WorkerSpec};
+use slaq::protocol::{
+    self, Ack, Encoding, EndReason, JobCommand, JobEnd, JobSpec, StatusRequest, StatusSnapshot, Subjects, WorkerSpec,
+};
 use slaq::service::{self, Overrides, RawConfig};
 
-use crate::args::{EmulateArgs, ServeArgs, StatusArgs, WorkerArgs};
+use crate::args::{CancelArgs, EmulateArgs, ServeArgs, StatusArgs, SubmitArgs, WorkerArgs};
 
 /// Resolves once SIGINT or SIGTERM arrives.
 async fn shutdown_signal() {
@@ -89,6 +91,8 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             beat_every: Duration::from_millis(args.beat_ms),
             exec: args.exec.clone(),
             stop_grace: Duration::from_secs_f64(args.stop_grace_s),
+            allow_command: args.allow_command.clone(),
+            nats_url: args.bus.nats.first().cloned(),
             ..AgentConfig::new(
                 subjects.clone(),
                 WorkerSpec {
@@ -113,6 +117,119 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// An absolute form of `path` (relative to the current directory).
+fn absolute(path: &std::path::Path) -> anyhow::Result<String> {
+    let abs = std::path::absolute(path).with_context(|| format!("{}: cannot make it absolute", path.display()))?;
+    abs.to_str().map(str::to_string).with_context(|| format!("{}: not UTF-8", abs.display()))
+}
+
+pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(protocol::valid_id(&args.job), "--job must be 1-64 characters from [A-Za-z0-9_-]");
+    anyhow::ensure!(args.timeout > 0.0, "--timeout must be positive");
+    let cwd = match &args.cwd {
+        Some(dir) => absolute(dir)?,
+        None => absolute(&std::env::current_dir().context("the current directory")?)?,
+    };
+    let checkpoint_dir = match &args.checkpoint_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating --checkpoint-dir {}", dir.display()))?;
+            Some(absolute(dir)?)
+        }
+        None => None,
+    };
+    let command = JobCommand {
+        argv: args.command.clone(),
+        env: args.env.iter().cloned().collect(),
+        cwd: Some(cwd),
+        checkpoint_dir,
+        max_restarts: args.max_restarts,
+    };
+    let spec = JobSpec {
+        min_workers: args.min_workers,
+        max_workers: args.max_workers,
+        family: args.family.clone(),
+        weight: args.weight,
+        command: Some(command),
+        ..JobSpec::new(&args.job)
+    };
+    // Refused here with the scheduler's own rules, before anything is sent.
+    spec.validate(&args.job).map_err(|e| anyhow::anyhow!("invalid job: {e}"))?;
+    let subjects = Subjects::new(&args.bus.prefix)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let code = runtime.block_on(async {
+        let (client, _) =
+            bus::connect_with(&args.bus.nats, &format!("slaq-submit-{}", args.job), 16, &args.bus.auth.to_auth())
+                .await?;
+        let timeout = Duration::from_secs_f64(args.timeout);
+        let ack: Ack = bus::request(&client, subjects.job_hello(&args.job), Encoding::MsgPack, &spec, timeout)
+            .await
+            .context("submitting the job (is `slaq serve` running?)")?;
+        anyhow::ensure!(ack.ok, "the scheduler refused the job: {}", ack.error.unwrap_or_default());
+        eprintln!("submitted {}", args.job);
+        if !args.wait {
+            return Ok(0);
+        }
+        wait_for_outcome(&client, &subjects, &args.job, timeout).await
+    })?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// Polls the scheduler's status until `job` has ended: 0 if it finished, 1 if it failed or was
+/// cancelled, 3 if the scheduler no longer knows it and has no outcome for it.
+async fn wait_for_outcome(
+    client: &async_nats::Client,
+    subjects: &Subjects,
+    job: &str,
+    timeout: Duration,
+) -> anyhow::Result<i32> {
+    // Polls in a row that found neither the job nor its outcome.
+    let mut missing = 0;
+    loop {
+        let request = StatusRequest { jobs: Some(job.to_string()), limit: None };
+        match bus::request::<_, StatusSnapshot>(client, subjects.ctl_status(), Encoding::MsgPack, &request, timeout)
+            .await
+        {
+            Ok(status) => {
+                if let Some(outcome) = status.ended.iter().rev().find(|o| o.job == job) {
+                    eprintln!("{job}: {} after {} restart(s)", outcome.outcome, outcome.restarts);
+                    return Ok(if outcome.outcome == "finished" { 0 } else { 1 });
+                }
+                if status.jobs.iter().any(|j| j.job == job) {
+                    missing = 0;
+                } else {
+                    missing += 1;
+                    if missing >= 10 {
+                        eprintln!("{job}: the scheduler no longer knows it and has no outcome for it");
+                        return Ok(3);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "status not answered; asking again"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(protocol::valid_id(&args.job), "--job must be 1-64 characters from [A-Za-z0-9_-]");
+    let subjects = Subjects::new(&args.bus.prefix)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let (client, _) = bus::connect_with(&args.bus.nats, "slaq-cancel", 16, &args.bus.auth.to_auth()).await?;
+        let bye = JobEnd { job: args.job.clone(), reason: EndReason::Cancelled };
+        bus::publish(&client, subjects.job_bye(&args.job), Encoding::MsgPack, &bye).await?;
+        tokio::time::timeout(Duration::from_secs(5), client.flush())
+            .await
+            .context("NATS did not take the cancellation within 5 s")??;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    eprintln!("cancelled {}", args.job);
+    Ok(())
 }
 
 /// This host's name (gethostname(2)), if it has one.

@@ -56,6 +56,8 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
         Command::Status(args) => live::status(args),
+        Command::Submit(args) => live::submit(*args),
+        Command::Cancel(args) => live::cancel(args),
         Command::Emulate(args) => live::emulate(*args),
     }
 }

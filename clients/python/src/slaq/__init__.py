@@ -7,6 +7,7 @@ after every iteration, receive the allocation (the job's workers and batch size)
 from .wire import Allocation, SlaqError
 from .aio import AsyncJob
 from .sync import Job
+from .submit import submit, submit_async
 
-__all__ = ["Allocation", "AsyncJob", "Job", "SlaqError"]
+__all__ = ["Allocation", "AsyncJob", "Job", "SlaqError", "submit", "submit_async"]
 __version__ = "0.1.0"

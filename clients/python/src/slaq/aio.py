@@ -64,7 +64,9 @@ class AsyncJob:
         return self
 
     async def start(self, url: str = "nats://127.0.0.1:4222", *, connection=None, hello_timeout: float = 5.0,
-                    connect_options: Optional[dict] = None):
+                    connect_options: Optional[dict] = None, hello: bool = True):
+        """``hello=False``: attach to a job that exists already (a submitted job's rank 0 reports
+        for it): no hello, so the submitted spec stays as it is, and no keepalive."""
         self._changed = asyncio.Condition()
         if connection is None:
             options = {"name": f"slaq-job-{self.job}"}
@@ -77,11 +79,12 @@ class AsyncJob:
             self._js = self._nc.jetstream()
         try:
             await self._nc.subscribe(self.subjects.alloc, cb=self._on_alloc)
-            await self.hello(timeout=hello_timeout)
+            if hello:
+                await self.hello(timeout=hello_timeout)
         except BaseException:
             await self.close()
             raise
-        if self.keepalive:
+        if self.keepalive and hello:
             self._keepalive_task = asyncio.get_running_loop().create_task(self._keep_alive())
 
     async def _keep_alive(self):

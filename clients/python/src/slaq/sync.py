@@ -16,14 +16,15 @@ class Job:
     """
 
     def __init__(self, job: str, nats: str = "nats://127.0.0.1:4222", *, hello_timeout: float = 5.0,
-                 timeout: float = 10.0, connect_options: Optional[dict] = None, **kwargs):
+                 timeout: float = 10.0, connect_options: Optional[dict] = None, hello: bool = True, **kwargs):
         self._timeout = timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"slaq-job-{job}", daemon=True)
         self._thread.start()
         self._job = AsyncJob(job, **kwargs)
         try:
-            self._run(self._job.start(nats, hello_timeout=hello_timeout, connect_options=connect_options))
+            self._run(self._job.start(nats, hello_timeout=hello_timeout, connect_options=connect_options,
+                                      hello=hello))
         except BaseException:
             self._stop_loop()
             raise

@@ -90,13 +90,28 @@ class Allocation:
         return (self.term or 0, self.epoch)
 
 
+def job_command(argv, env=None, cwd=None, checkpoint_dir=None, max_restarts=3) -> dict:
+    """A submitted job's command (``argv`` run as is, never through a shell)."""
+    argv = [str(a) for a in argv]
+    if not argv or not argv[0]:
+        raise SlaqError("the command is empty")
+    command = {"argv": argv, "max_restarts": int(max_restarts)}
+    if env:
+        command["env"] = {str(k): str(v) for k, v in env.items()}
+    if cwd is not None:
+        command["cwd"] = str(cwd)
+    if checkpoint_dir is not None:
+        command["checkpoint_dir"] = str(checkpoint_dir)
+    return command
+
+
 def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
              target_loss=None, slo_iter_seconds=None, batch_sizes=None, parameter_server=False,
-             max_local_batch=None) -> dict:
+             max_local_batch=None, command=None) -> dict:
     spec = {"job": job, "weight": float(weight), "min_workers": int(min_workers)}
     optional = {"family": family, "tenant": tenant, "max_workers": max_workers, "target_loss": target_loss,
                 "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes,
-                "max_local_batch": max_local_batch}
+                "max_local_batch": max_local_batch, "command": command}
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parameter_server:
         spec["parameter_server"] = True
