@@ -48,6 +48,9 @@ pub struct AllocatorSettings {
     /// A submitted job whose generation has sent no report for this long is restarted (as if
     /// its process had failed). `None`: never.
     pub stall_timeout: Option<Duration>,
+    /// A submitted job keeps its workers for at least this long after each change (see
+    /// `min_generation_ms`).
+    pub min_generation: Duration,
 }
 
 /// Seconds before the first restart of a failed generation; doubled at each further restart,
@@ -359,13 +362,35 @@ impl AllocatorActor {
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let now_s = self.now_s();
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        // A submitted job in the first `min_generation` of a generation keeps exactly its
+        // workers: every change restarts its processes.
+        let min_generation_s = self.settings.min_generation.as_secs_f64();
+        let pinned: Vec<bool> = self
+            .jobs
+            .values()
+            .zip(&lost_workers)
+            .map(|(e, &lost)| {
+                e.command.is_some()
+                    && !e.workers.is_empty()
+                    && !lost
+                    && !e.supervision.ending
+                    && now_s - e.supervision.generation_started_s < min_generation_s
+            })
+            .collect();
         let mut job_bids: Vec<JobBid<_>> = self
             .jobs
             .values()
-            .map(|entry| {
+            .zip(&pinned)
+            .map(|(entry, &pinned)| {
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 match &entry.bid {
+                    _ if pinned => JobBid {
+                        min_workers: have,
+                        max_workers: have,
+                        attained_service: entry.attained_service,
+                        gain: None,
+                    },
                     _ if stale => {
                         JobBid { min_workers: 0, max_workers: 0, attained_service: entry.attained_service, gain: None }
                     }
@@ -389,8 +414,8 @@ impl AllocatorActor {
         // 1,024 workers must not take the cluster (the no-bid rule above is the scheduler's
         // own, and stays).
         let honoured = schedule::honoured_minimums(num_workers as u32, &job_bids);
-        for ((bid, entry), min) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured) {
-            if entry.bid.is_some() {
+        for (((bid, entry), min), pinned) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured).zip(pinned) {
+            if entry.bid.is_some() && !pinned {
                 bid.min_workers = min;
             }
         }

@@ -210,6 +210,10 @@ pub struct RawScheduler {
     /// (`max_restarts` of them, then it ends as failed). Set it above the job's start-up and
     /// longest iteration. 0: never.
     pub stall_timeout_ms: u64,
+    /// A submitted job's workers are not changed again within this long of its last change
+    /// (unless it loses one): each change restarts all its processes, and a policy's
+    /// tie-breaks must not restart a job every epoch. 0: no such rule.
+    pub min_generation_ms: u64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
@@ -255,6 +259,7 @@ impl Default for RawScheduler {
             idle_job_timeout_ms: 600_000,
             stale_job_ms: 120_000,
             stall_timeout_ms: 300_000,
+            min_generation_ms: 30_000,
             max_min_workers: 1_024,
             restart_s: 30.0,
             move_horizon_s: 120.0,
@@ -294,6 +299,7 @@ pub struct ServeConfig {
     pub idle_job_timeout: Option<Duration>,
     pub stale_job: Option<Duration>,
     pub stall_timeout: Option<Duration>,
+    pub min_generation: Duration,
     pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
@@ -518,6 +524,7 @@ impl RawConfig {
             idle_job_timeout: (s.idle_job_timeout_ms > 0).then(|| Duration::from_millis(s.idle_job_timeout_ms)),
             stale_job: (s.stale_job_ms > 0).then(|| Duration::from_millis(s.stale_job_ms)),
             stall_timeout: (s.stall_timeout_ms > 0).then(|| Duration::from_millis(s.stall_timeout_ms)),
+            min_generation: Duration::from_millis(s.min_generation_ms),
             max_min_workers: s.max_min_workers,
             state_mode,
             durable: crate::bus::durable::DurableSettings {

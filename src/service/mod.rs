@@ -183,6 +183,7 @@ pub async fn run(
         worker_timeout: config.worker_timeout,
         stale_job: config.stale_job,
         stall_timeout: config.stall_timeout,
+        min_generation: config.min_generation,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
         fence: config.fence.clone(),

@@ -12,6 +12,7 @@ mod observe;
 mod placement;
 mod policy_props;
 mod protocol_fuzz;
+mod pyenv;
 mod python;
 mod ranks;
 mod replicas;

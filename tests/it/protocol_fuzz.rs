@@ -130,7 +130,8 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             kind: None,
             advertise: Some("10.0.0.7".into()),
         };
-        let running = protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4), exit: Some(0) };
+        let running =
+            protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4), exit: Some(0) };
         let beat = Heartbeat { at: Some(2.0), running: Some(running), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {

@@ -3,92 +3,15 @@
 //! environment under `target/` with the package installed, so `cargo test` needs nothing but
 //! Python (with `venv`) and access to PyPI the first time.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::harness::{Background, NatsServer, Scheduler, client, eventually, fast_settings, wait_status};
 use slaq::bus;
 use slaq::protocol::{Ack, Encoding, Heartbeat, Subjects, WorkerSpec};
 
-const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python");
-
-fn system_python() -> Option<&'static str> {
-    ["python3", "python"]
-        .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
-}
-
-/// A fingerprint of the package's sources: the environment is rebuilt when they change.
-fn package_fingerprint() -> String {
-    use std::hash::{Hash, Hasher};
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            if name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info") || name == "build" {
-                continue;
-            }
-            if path.is_dir() { walk(&path, out) } else { out.push(path) }
-        }
-    }
-    let mut files = Vec::new();
-    walk(Path::new(PACKAGE), &mut files);
-    files.sort();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for f in files {
-        f.hash(&mut hasher);
-        std::fs::read(&f).unwrap_or_default().hash(&mut hasher);
-    }
-    format!("{:016x}", hasher.finish())
-}
-
-fn run(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The virtual environment's interpreter, with the client package (and so `nats-py` and
-/// `msgpack`) installed; `None` where there is no Python at all. Made once per test run, and
-/// only again when the package changed; a file lock keeps parallel test processes apart.
-fn python_env() -> Option<PathBuf> {
-    static ENV: OnceLock<Option<PathBuf>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let python = system_python()?;
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-env");
-        std::fs::create_dir_all(&dir).expect("target dir");
-        let lock = std::fs::File::create(dir.with_extension("lock")).expect("lock file");
-        lock.lock().expect("lock the environment");
-        let interpreter = dir.join("bin").join("python");
-        let stamp = dir.join("slaq-client.fingerprint");
-        let fingerprint = package_fingerprint();
-        if std::fs::read_to_string(&stamp).ok().as_deref() != Some(fingerprint.as_str()) || !interpreter.exists() {
-            run(
-                Command::new(python).args(["-m", "venv", "--clear"]).arg(&dir),
-                "creating a virtual environment (Debian: apt-get install python3-venv)",
-            );
-            run(
-                Command::new(&interpreter).args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    PACKAGE,
-                ]),
-                "installing the client package into it (needs PyPI for nats-py and msgpack)",
-            );
-            std::fs::write(&stamp, fingerprint).expect("stamp");
-        }
-        Some(interpreter)
-    })
-    .clone()
+fn python_env() -> Option<std::path::PathBuf> {
+    crate::pyenv::python_env("python-env", &[])
 }
 
 fn output(mut cmd: Command) -> std::process::Output {
@@ -125,7 +48,7 @@ async fn the_python_client_package_passes_its_tests_against_the_scheduler() {
     let worker = one_worker(&nats.url, &s, "pw1").await;
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "unittest", "discover", "-v", "-s", "tests"])
-        .current_dir(PACKAGE)
+        .current_dir(crate::pyenv::PACKAGE)
         .env("SLAQ_TEST_NATS_URL", &nats.url);
     let out = tokio::task::spawn_blocking(move || output(cmd)).await.unwrap();
     let log = String::from_utf8_lossy(&out.stderr);

@@ -1,0 +1,305 @@
+//! Real distributed training under slaq: PyTorch (CPU, gloo) installed from PyPI into a
+//! virtual environment under `target/`, `slaq serve` and two `slaq worker` agents (2 machines ×
+//! 2 slots) over a real nats-server, and three DDP jobs (`examples/torch_ddp.py`) submitted
+//! with `slaq submit --wait` at staggered times. Its own test binary: it runs after the `it`
+//! tests, not beside them (it keeps both cores busy).
+
+#[allow(dead_code)]
+#[path = "../it/harness.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../it/pyenv.rs"]
+mod pyenv;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use harness::{NatsServer, Scheduler, client, fast_settings, temp_dir, wait_status};
+use slaq::protocol::Subjects;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_ddp.py");
+/// Iterations between the periodic checkpoints the jobs take (besides the one at SIGTERM).
+const CHECKPOINT_EVERY: u64 = 20;
+
+/// The test environment's interpreter with torch and scikit-learn; panics (never skips) if
+/// they cannot be installed.
+fn torch_python() -> PathBuf {
+    pyenv::python_env("torch-env", &["torch", "scikit-learn"])
+        .expect("the training test needs Python 3 with venv (apt-get install -y python3-venv)")
+}
+
+/// A child process killed (with its process group's jobs, through the agent's death) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn agent(url: &str, id: &str, machine: &str, dir: &Path) -> Proc {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{id}.log"))).expect("log");
+    Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .args(["worker", "--id", id, "--machine", machine, "--slots", "2", "--advertise", "127.0.0.1"])
+        .args(["--nats", url, "--beat-ms", "300", "--stop-grace-s", "10"])
+        .env("RUST_LOG", "slaq=info")
+        .stderr(log)
+        .spawn()
+        .map(Proc)
+        .expect("slaq worker starts")
+}
+
+/// `slaq submit --wait` of one DDP job.
+fn submit(url: &str, python: &Path, job: &str, dir: &Path, iterations: u32) -> Proc {
+    let log = std::fs::File::create(dir.join(format!("{job}.submit.log"))).expect("log");
+    Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .args(["submit", "--job", job, "--nats", url, "--max-workers", "4", "--max-restarts", "8", "--wait"])
+        .arg("--checkpoint-dir")
+        .arg(dir.join(format!("{job}.ckpt")))
+        .arg("--")
+        .arg(python)
+        .arg(EXAMPLE)
+        .args(["--iterations", &iterations.to_string(), "--iter-sleep", "0.04"])
+        .args(["--checkpoint-every-iters", &CHECKPOINT_EVERY.to_string(), "--checkpoint-every-s", "1000"])
+        .arg("--log")
+        .arg(dir.join("events.jsonl"))
+        .stderr(log)
+        .spawn()
+        .map(Proc)
+        .expect("slaq submit starts")
+}
+
+fn events(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn field<'a>(e: &'a Value, k: &str) -> &'a Value {
+    &e[k]
+}
+
+fn int(e: &Value, k: &str) -> u64 {
+    field(e, k).as_u64().unwrap_or_else(|| panic!("{k} in {e}"))
+}
+
+fn is(e: &Value, event: &str, job: &str) -> bool {
+    e["event"] == event && e["job"] == job
+}
+
+/// Polls the events until `check` holds (panics after `within`).
+async fn wait_events(dir: &Path, what: &str, within: Duration, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let e = events(dir);
+        if check(&e) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "{what}: never happened; {} events", e.len());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The latest generation of `job` in which all its ranks started, and its world size.
+fn latest_world(e: &[Value], job: &str) -> Option<(u64, u64)> {
+    let mut starts: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    for s in e.iter().filter(|s| is(s, "start", job)) {
+        let slot = starts.entry(int(s, "generation")).or_insert((int(s, "world"), 0));
+        slot.1 += 1;
+    }
+    starts.into_iter().rev().find(|(_, (world, n))| *n as u64 == *world).map(|(g, (w, _))| (g, w))
+}
+
+/// Processes whose command line names `needle` (our temporary directory).
+fn processes_naming(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) && pid != std::process::id() {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn kill9(pid: u64) {
+    // SAFETY: kill(2) with plain integers.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
+    let python = tokio::task::spawn_blocking(torch_python).await.expect("the environment is made");
+    let dir = temp_dir("train");
+    let nats = NatsServer::start();
+    // Fair sharing: its sizes are known in advance (4, then 2 + 2, then 2 + 1 + 1, ...), so the
+    // jobs surely grow and shrink. The stall timeout covers torch's start on a loaded machine.
+    // A generation lasts at least 5 s: fair's spare worker would otherwise move to the least
+    // served job at every epoch, restarting two jobs each time.
+    let settings = fast_settings("policy = \"fair\"\nstall_timeout_ms = 90000\nmin_generation_ms = 5000\n")
+        .replace("worker_timeout_ms = 1500", "worker_timeout_ms = 3000");
+    let scheduler = Scheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    wait_status(&c, &s).await;
+    let mut n1 = Some(agent(&nats.url, "n1", "node-1", &dir));
+    let mut n2 = Some(agent(&nats.url, "n2", "node-2", &dir));
+    let long = Duration::from_secs(120);
+
+    // Job a alone gets all four workers; b then takes two of them; c a share too.
+    let mut a = submit(&nats.url, &python, "ddp-a", &dir, 700);
+    wait_events(&dir, "ddp-a on 4 workers", long, |e| latest_world(e, "ddp-a").is_some_and(|(_, w)| w == 4)).await;
+    let mut b = submit(&nats.url, &python, "ddp-b", &dir, 450);
+    wait_events(&dir, "ddp-a and ddp-b on 2 each", long, |e| {
+        latest_world(e, "ddp-a").is_some_and(|(_, w)| w == 2) && latest_world(e, "ddp-b").is_some_and(|(_, w)| w == 2)
+    })
+    .await;
+    let mut c_job = submit(&nats.url, &python, "ddp-c", &dir, 350);
+    let e = wait_events(&dir, "ddp-c running", long, |e| latest_world(e, "ddp-c").is_some()).await;
+
+    // A process of a job is killed (SIGKILL, no checkpoint): the job restarts from its last
+    // periodic checkpoint.
+    let victim_job = ["ddp-a", "ddp-b", "ddp-c"]
+        .into_iter()
+        .find(|j| latest_world(&e, j).is_some_and(|(_, w)| w >= 2))
+        .expect("a job on two workers");
+    let (generation, _) = latest_world(&e, victim_job).unwrap();
+    let victim = e
+        .iter()
+        .rfind(|s| is(s, "start", victim_job) && int(s, "generation") == generation && int(s, "rank") == 1)
+        .map(|s| int(s, "pid"))
+        .unwrap();
+    kill9(victim);
+    wait_events(&dir, "the job whose process was killed runs again", long, |e| {
+        latest_world(e, victim_job).is_some_and(|(g, _)| g > generation)
+    })
+    .await;
+
+    // A whole agent is killed: its processes die with it, the jobs it served restart on the
+    // workers left once its workers time out; later it comes back.
+    let before_agent_kill = events(&dir).len();
+    drop(n2.take());
+    wait_events(&dir, "a generation started on node-1 alone after the agent died", long, |e| {
+        e[before_agent_kill..].iter().any(|s| s["event"] == "start")
+    })
+    .await;
+    n2 = Some(agent(&nats.url, "n2", "node-2", &dir));
+
+    // Every job finishes: `slaq submit --wait` exits 0.
+    let deadline = Instant::now() + Duration::from_secs(360);
+    for (job, proc) in [("ddp-a", &mut a), ("ddp-b", &mut b), ("ddp-c", &mut c_job)] {
+        let status = loop {
+            if let Some(status) = proc.0.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{job} did not finish in time");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let said = std::fs::read_to_string(dir.join(format!("{job}.submit.log"))).unwrap_or_default();
+        assert!(status.success(), "slaq submit --wait for {job}: {status}; it said: {said}");
+    }
+
+    // The agents stop; nothing of any job is left.
+    for agent in [n1.take(), n2.take()].into_iter().flatten() {
+        let mut agent = agent;
+        // SAFETY: kill(2) with plain integers.
+        unsafe {
+            libc::kill(agent.0.id() as i32, libc::SIGTERM);
+        }
+        let status = agent.0.wait().expect("the agent exits");
+        assert!(status.success(), "the agent exits cleanly on SIGTERM: {status}");
+    }
+    let needle = dir.to_string_lossy().to_string();
+    let left = processes_naming(&needle);
+    assert!(left.is_empty(), "processes of the jobs left after the agents stopped: {left:?}");
+    drop(scheduler);
+
+    let e = events(&dir);
+    let mut worlds_of: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    let mut generations_of: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    let mut lost: Vec<u64> = Vec::new();
+    // Seconds from a generation's stop (its rank 0 saved at SIGTERM) to the next one's start
+    // (every rank joined, checkpoint restored).
+    let mut restart_s: Vec<f64> = Vec::new();
+    for job in ["ddp-a", "ddp-b", "ddp-c"] {
+        // Every generation formed one world: each start's all_gather of (rank, generation) is
+        // exactly 0..N-1 with its own generation, and no rank started twice.
+        let mut ranks: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+        for s in e.iter().filter(|s| is(s, "start", job)) {
+            let (g, world) = (int(s, "generation"), int(s, "world"));
+            let members: Vec<(u64, u64)> = s["members"]
+                .as_array()
+                .expect("members")
+                .iter()
+                .map(|m| (m[0].as_u64().unwrap(), m[1].as_u64().unwrap()))
+                .collect();
+            assert_eq!(members, (0..world).map(|r| (r, g)).collect::<Vec<_>>(), "{job} generation {g}: {s}");
+            assert!(ranks.entry(g).or_default().insert(int(s, "rank")), "{job} generation {g}: a rank twice");
+            worlds_of.entry(job).or_default().insert(world);
+            generations_of.entry(job).or_default().insert(g);
+        }
+        // Each generation resumed from the checkpoint: never more than the checkpoint interval
+        // behind the furthest iteration reached before it, and with the parameters saved then.
+        let mut reached = 0u64;
+        let mut stopped_at: Option<f64> = None;
+        let mut saved: BTreeMap<u64, String> = BTreeMap::new();
+        for ev in e.iter().filter(|ev| ev["job"] == job) {
+            match ev["event"].as_str() {
+                Some("loss") => reached = reached.max(int(ev, "iteration")),
+                Some("saved") => {
+                    saved.insert(int(ev, "iteration"), ev["digest"].as_str().unwrap().to_string());
+                }
+                Some("stopped") if int(ev, "rank") == 0 => {
+                    saved.insert(int(ev, "iteration"), ev["saved"].as_str().unwrap().to_string());
+                    stopped_at = ev["t"].as_f64();
+                }
+                Some("start") if int(ev, "rank") == 0 => {
+                    let start = int(ev, "start");
+                    assert!(
+                        start + CHECKPOINT_EVERY >= reached,
+                        "{job} generation {}: resumed at {start}, {reached} had been reached",
+                        int(ev, "generation")
+                    );
+                    if start > 0 {
+                        assert_eq!(
+                            ev["restored"].as_str(),
+                            saved.get(&start).map(String::as_str),
+                            "{job}: the parameters restored at {start} are those saved"
+                        );
+                    }
+                    lost.push(reached.saturating_sub(start));
+                    if let (Some(stop), Some(t)) = (stopped_at.take(), ev["t"].as_f64()) {
+                        restart_s.push(((t - stop) * 10.0).round() / 10.0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // It learned: the last loss is below the first.
+        let losses: Vec<f64> =
+            e.iter().filter(|ev| is(ev, "loss", job)).map(|ev| ev["loss"].as_f64().unwrap()).collect();
+        let (first, last) = (losses[0], *losses.last().unwrap());
+        assert!(last < first, "{job}: loss {first} at first, {last} at the end");
+        assert!(e.iter().any(|ev| is(ev, "done", job)), "{job} ran to its last iteration");
+    }
+    let moved = worlds_of.values().filter(|w| w.len() >= 2).count();
+    assert!(moved >= 1, "a job ran at two world sizes at least: {worlds_of:?}");
+    eprintln!(
+        "training: generations per job {:?}; world sizes {:?}; iterations lost per restart {:?}; \
+         seconds from a graceful stop to the next generation's start {:?}",
+        generations_of.iter().map(|(j, g)| (j, g.len())).collect::<Vec<_>>(),
+        worlds_of,
+        lost,
+        restart_s
+    );
+}
