@@ -18,6 +18,7 @@ mod ranks;
 mod replicas;
 mod security;
 mod sim;
+mod submit;
 
 use std::path::PathBuf;
 
