@@ -157,9 +157,11 @@ async fn a_stalled_generation_restarts_and_rank_0_exiting_0_finishes_the_job() {
 
 #[tokio::test]
 async fn a_submitted_job_waits_without_processes_and_keeps_its_command() {
-    let nats = NatsServer::start();
-    let settings = fast_settings("idle_job_timeout_ms = 800\nstale_job_ms = 800\n");
-    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let nats = NatsServer::start_jetstream();
+    let settings = fast_settings(
+        "idle_job_timeout_ms = 800\nstale_job_ms = 800\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n",
+    );
+    let scheduler = Scheduler::start(&nats.url, &settings);
     let s = Subjects::new("slaq").unwrap();
     let c = client(&nats.url).await;
     crate::harness::wait_status(&c, &s).await;
@@ -176,6 +178,10 @@ async fn a_submitted_job_waits_without_processes_and_keeps_its_command() {
     // Its own process says hello without a command (as a job's rank 0 may): the command stays,
     // and a worker that joins is told it.
     assert!(hello(&c, &s, &JobSpec { max_workers: Some(1), ..JobSpec::new("sj3") }).await.ok);
+    // ... also in the state it saved: a restart brings the command back.
+    assert!(scheduler.terminate().success());
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    crate::harness::wait_status(&c, &s).await;
     let mut w = FakeWorker::start(&c, &s, "sw3").await;
     let a = w.next_generation(0).await;
     assert_eq!(a.command.map(|c| c.argv), Some(vec!["train".to_string(), "--lr".into(), "0.1".into()]));
