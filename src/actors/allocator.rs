@@ -51,6 +51,8 @@ pub struct AllocatorSettings {
     /// A submitted job keeps its workers for at least this long after each change (see
     /// `min_generation_ms`).
     pub min_generation: Duration,
+    /// ... and at least this many times its measured restart cost.
+    pub restart_amortisation: f64,
 }
 
 /// Seconds before the first restart of a failed generation; doubled at each further restart,
@@ -75,6 +77,19 @@ struct Supervision {
     restart_at_s: Option<f64>,
     /// Its restarts are used up: it is being ended as failed.
     ending: bool,
+    /// A new generation (not the first) has not reported yet: its restart is being timed.
+    timing_restart: bool,
+    /// What a restart costs it: seconds from a new generation to its first new report
+    /// (a moving average of the last few), once measured.
+    restart_s: Option<f64>,
+}
+
+impl Supervision {
+    /// How long the current generation keeps its workers: `min_generation_s`, or `factor`
+    /// times the measured restart cost if that is longer.
+    fn tenure_s(&self, min_generation_s: f64, factor: f64) -> f64 {
+        min_generation_s.max(self.restart_s.map_or(0.0, |r| r * factor))
+    }
 }
 
 struct JobEntry {
@@ -365,6 +380,7 @@ impl AllocatorActor {
         // A submitted job in the first `min_generation` of a generation keeps exactly its
         // workers: every change restarts its processes.
         let min_generation_s = self.settings.min_generation.as_secs_f64();
+        let amortise = self.settings.restart_amortisation;
         let pinned: Vec<bool> = self
             .jobs
             .values()
@@ -374,7 +390,7 @@ impl AllocatorActor {
                     && !e.workers.is_empty()
                     && !lost
                     && !e.supervision.ending
-                    && now_s - e.supervision.generation_started_s < min_generation_s
+                    && now_s - e.supervision.generation_started_s < e.supervision.tenure_s(min_generation_s, amortise)
             })
             .collect();
         let mut job_bids: Vec<JobBid<_>> = self
@@ -523,6 +539,7 @@ impl AllocatorActor {
                 entry.generation += 1;
                 let sup = &mut entry.supervision;
                 (sup.generation_started_s, sup.restart_at_s) = (now_s, None);
+                sup.timing_restart = entry.generation > 1 && !workers.is_empty();
                 sup.points = entry.bid.as_ref().map_or(0, |b| b.points);
                 let launches = launches(&self.registry, &mut self.ports, entry, &workers, batches[j], now_s);
                 if launches.first().is_some_and(Option::is_none) {
@@ -733,6 +750,7 @@ impl AllocatorActor {
                     generation: e.generation,
                     restarts: e.supervision.restarts,
                     submitted: e.command.is_some(),
+                    restart_s: e.supervision.restart_s,
                 })
                 .collect(),
             workers: self
@@ -805,7 +823,17 @@ impl Handler<BidUpdate> for AllocatorActor {
         // A bid from a job that has left (still in flight) is dropped.
         if let Some(entry) = self.jobs.get_mut(&msg.job) {
             if msg.bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
-                entry.supervision.progress_s = self.started.elapsed().as_secs_f64();
+                let now_s = self.started.elapsed().as_secs_f64();
+                let sup = &mut entry.supervision;
+                sup.progress_s = now_s;
+                // The first new iteration of the current generation (reports that say theirs;
+                // the old generation's last reports, sent while it stops, do not count).
+                let current = msg.bid.generation.is_some_and(|g| g >= entry.generation);
+                if current && entry.command.is_some() && std::mem::take(&mut sup.timing_restart) {
+                    let took = now_s - sup.generation_started_s;
+                    sup.restart_s = Some(sup.restart_s.map_or(took, |r| 0.5 * r + 0.5 * took));
+                    self.metrics.restart_seconds.observe(took);
+                }
             }
             entry.bid = Some(msg.bid);
         }
@@ -900,6 +928,7 @@ impl Handler<JobStopped> for AllocatorActor {
                 outcome: msg.outcome.to_string(),
                 restarts: entry.supervision.restarts,
                 epoch: self.epoch,
+                restart_s: entry.supervision.restart_s,
             });
         }
     }

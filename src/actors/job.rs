@@ -49,6 +49,8 @@ pub struct JobActor {
     grads: Option<(f64, f64)>,
     /// Its model as last fitted; `None` once its spec, shapes or gradients change.
     model: Option<Arc<JobModel>>,
+    /// The latest generation of its processes that reported a new iteration.
+    generation: Option<u64>,
 }
 
 /// Shapes a job's iteration-time model remembers.
@@ -135,6 +137,7 @@ impl JobActor {
             refit_interval,
             refit_scheduled: false,
             counters: ReportCounters::default(),
+            generation: None,
             max_iter_jump: u64::MAX,
             durable: None,
             unsaved: false,
@@ -214,6 +217,7 @@ impl JobActor {
             last_loss: self.predictor.last_loss(),
             predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
             points: self.predictor.num_points(),
+            generation: self.generation,
         }
     }
 
@@ -253,6 +257,7 @@ impl Handler<Report> for JobActor {
             return;
         }
         self.counters.accepted.inc();
+        self.generation = self.generation.max(report.generation);
         if report.workers > 0 && report.iter_seconds > 0.0 {
             self.predictor.observe_time(report.workers, report.iter_seconds);
             if let Some(machines) = report.machines {
@@ -367,6 +372,8 @@ pub struct Bid {
     /// Predicted gain over the horizon with its current workers (for `status`).
     pub predicted_gain: Option<f64>,
     pub points: u64,
+    /// The latest generation of its processes that reported a new iteration (reports that say).
+    pub generation: Option<u64>,
 }
 
 /// The counters a job actor increments for each report it receives (shared handles into the

@@ -78,6 +78,7 @@ mod tests {
             sync_seconds: None,
             grad_sqr: None,
             grad_var: None,
+            generation: None,
             job: "j".into(),
             iter: 3,
             loss: 0.5,

@@ -219,6 +219,10 @@ pub struct LossReport {
     pub grad_sqr: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_var: Option<f64>,
+    /// The generation of the processes that ran the iteration (`SLAQ_GENERATION`): the first
+    /// new iteration of a generation times what its restart cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 impl LossReport {
@@ -235,6 +239,7 @@ impl LossReport {
             sync_seconds: self.sync_seconds,
             grad_sqr: self.grad_sqr,
             grad_var: self.grad_var,
+            generation: self.generation,
         }
         .validate(subject_job)
     }
@@ -259,6 +264,8 @@ pub struct LossReportRef<'a> {
     pub grad_sqr: Option<f64>,
     #[serde(default)]
     pub grad_var: Option<f64>,
+    #[serde(default)]
+    pub generation: Option<u64>,
 }
 
 /// The numbers of one loss report, as the job actor needs them.
@@ -273,6 +280,7 @@ pub struct LossPoint {
     pub sync_seconds: Option<f64>,
     /// `(grad_sqr, grad_var)` when both were reported.
     pub grads: Option<(f64, f64)>,
+    pub generation: Option<u64>,
 }
 
 impl LossReportRef<'_> {
@@ -316,6 +324,7 @@ impl LossReportRef<'_> {
             machines: self.machines,
             sync_seconds: self.sync_seconds,
             grads: self.grad_sqr.zip(self.grad_var),
+            generation: self.generation,
         })
     }
 }
@@ -592,6 +601,10 @@ pub struct JobStatus {
     /// It was submitted with a command (the agents run it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub submitted: bool,
+    /// A submitted job's measured restart cost: seconds from a new generation to its first new
+    /// report (a moving average), once measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_s: Option<f64>,
 }
 
 /// How a job ended, kept for a while after it left (`slaq submit --wait` reads it).
@@ -603,6 +616,9 @@ pub struct JobOutcome {
     pub outcome: String,
     pub restarts: u32,
     pub epoch: u64,
+    /// Its measured restart cost (see `JobStatus::restart_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_s: Option<f64>,
 }
 
 /// One worker in a status snapshot.
@@ -712,6 +728,7 @@ mod tests {
             sync_seconds: None,
             grad_sqr: None,
             grad_var: None,
+            generation: None,
             job: "j".into(),
             iter: 1,
             loss: 1.0,

@@ -214,6 +214,10 @@ pub struct RawScheduler {
     /// (unless it loses one): each change restarts all its processes, and a policy's
     /// tie-breaks must not restart a job every epoch. 0: no such rule.
     pub min_generation_ms: u64,
+    /// ... and at least this many times its measured restart cost (the time from a new
+    /// generation to its first new report), so that restarts take at most about 1/(1 + this)
+    /// of its time. 0: the fixed `min_generation_ms` only.
+    pub restart_amortisation: f64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
@@ -260,6 +264,7 @@ impl Default for RawScheduler {
             stale_job_ms: 120_000,
             stall_timeout_ms: 300_000,
             min_generation_ms: 30_000,
+            restart_amortisation: 4.0,
             max_min_workers: 1_024,
             restart_s: 30.0,
             move_horizon_s: 120.0,
@@ -300,6 +305,7 @@ pub struct ServeConfig {
     pub stale_job: Option<Duration>,
     pub stall_timeout: Option<Duration>,
     pub min_generation: Duration,
+    pub restart_amortisation: f64,
     pub max_min_workers: u32,
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
@@ -525,6 +531,7 @@ impl RawConfig {
             stale_job: (s.stale_job_ms > 0).then(|| Duration::from_millis(s.stale_job_ms)),
             stall_timeout: (s.stall_timeout_ms > 0).then(|| Duration::from_millis(s.stall_timeout_ms)),
             min_generation: Duration::from_millis(s.min_generation_ms),
+            restart_amortisation: s.restart_amortisation,
             max_min_workers: s.max_min_workers,
             state_mode,
             durable: crate::bus::durable::DurableSettings {

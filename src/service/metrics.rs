@@ -36,6 +36,8 @@ pub struct Metrics {
     pub job_restarts: IntCounter,
     /// Submitted jobs ended as failed (their restarts used up).
     pub jobs_failed: IntCounter,
+    /// Seconds from a submitted job's new generation to its first new report (its restart).
+    pub restart_seconds: prometheus::Histogram,
     /// Workers whose agent ran another job than the scheduler recorded (told again).
     pub assignment_mismatches: IntCounter,
     /// Epochs not run because the lease was not certainly held.
@@ -136,6 +138,14 @@ impl Metrics {
                 "Generations of submitted jobs restarted after a process failed or the job stalled",
             )
             .expect("valid metric"),
+            restart_seconds: prometheus::Histogram::with_opts(
+                HistogramOpts::new(
+                    "slaq_job_restart_seconds",
+                    "Seconds from a submitted job's new generation to its first new report",
+                )
+                .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
+            )
+            .expect("valid metric"),
             jobs_failed: IntCounter::new("slaq_jobs_failed_total", "Submitted jobs ended as failed, restarts used up")
                 .expect("valid metric"),
             assignment_mismatches: IntCounter::new(
@@ -216,6 +226,7 @@ impl Metrics {
             Box::new(self.jobs_expired.clone()),
             Box::new(self.job_restarts.clone()),
             Box::new(self.jobs_failed.clone()),
+            Box::new(self.restart_seconds.clone()),
             Box::new(self.assignment_mismatches.clone()),
             Box::new(self.epochs_skipped.clone()),
             Box::new(self.state_writes.clone()),

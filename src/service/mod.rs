@@ -184,6 +184,7 @@ pub async fn run(
         stale_job: config.stale_job,
         stall_timeout: config.stall_timeout,
         min_generation: config.min_generation,
+        restart_amortisation: config.restart_amortisation,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
         fence: config.fence.clone(),

@@ -394,6 +394,7 @@ pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
         sync_seconds: None,
         grad_sqr: None,
         grad_var: None,
+        generation: None,
         job: job.into(),
         iter,
         loss: 1.0 / iter as f64,

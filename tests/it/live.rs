@@ -162,6 +162,7 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
         sync_seconds: None,
         grad_sqr: None,
         grad_var: None,
+        generation: None,
         job: "j".into(),
         iter: 1,
         loss: f64::NAN,

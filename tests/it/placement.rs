@@ -164,6 +164,7 @@ async fn slo_and_free_jobs(c: &async_nats::Client) {
                 sync_seconds: Some(0.0),
                 grad_sqr: Some(1.0),
                 grad_var: Some(1000.0),
+                generation: None,
                 ..report(job, k, 4)
             };
             send(c, &r).await;

@@ -49,8 +49,8 @@ proptest! {
     }
 
     #[test]
-    fn valid_reports_round_trip(iter in 1u64.., loss in -1e12f64..1e12, secs in 0.0f64..1e6, workers in any::<u32>()) {
-        let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None };
+    fn valid_reports_round_trip(iter in 1u64.., loss in -1e12f64..1e12, secs in 0.0f64..1e6, workers in any::<u32>(), generation in proptest::option::of(any::<u64>())) {
+        let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None, generation };
         for encoding in [Encoding::MsgPack, Encoding::Json] {
             let bytes = protocol::encode(encoding, &r).unwrap();
             let back: LossReport = protocol::decode(encoding, &bytes, "loss report").unwrap();
@@ -72,7 +72,7 @@ proptest! {
     ) {
         let r = LossReport {
             job: "j".into(), iter: 1, loss: 1.0, iter_seconds: secs, workers, batch_size: None, sent_at: None,
-            machines, sync_seconds: sync, grad_sqr: sqr, grad_var: var,
+            machines, sync_seconds: sync, grad_sqr: sqr, grad_var: var, generation: None,
         };
         match r.validate("j") {
             Ok(point) => {
@@ -106,6 +106,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             sync_seconds: Some(0.05),
             grad_sqr: Some(1.5),
             grad_var: Some(30.0),
+            generation: Some(7),
             job: "j1".into(),
             iter: 3,
             loss: 0.5,
@@ -120,6 +121,12 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             parameter_server: true,
             max_local_batch: Some(32),
             slo_iter_seconds: Some(0.5),
+            command: Some(protocol::JobCommand {
+                env: [("LR".to_string(), "0.1".to_string())].into(),
+                cwd: Some("/srv/train".into()),
+                checkpoint_dir: Some("/shared/ckpt/j1".into()),
+                ..protocol::JobCommand::new(vec!["python".into(), "train.py".into(), "--epochs=3".into()])
+            }),
             ..JobSpec::new("j1")
         };
         let end = JobEnd { job: "j1".into(), reason: protocol::EndReason::Finished };
@@ -207,6 +214,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             sync_seconds: None,
             grad_sqr: None,
             grad_var: None,
+            generation: None,
             job: "j1".into(),
             iter: 3,
             loss: 0.5,
@@ -242,6 +250,16 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     assert_eq!(cause(&s.job_hello("j1"), &spec(&|_| {})), None);
     assert_eq!(cause(&s.job_hello("j1"), &spec(&|j| j.min_workers = 2000)), Some(RejectCause::InvalidSpec));
     assert_eq!(cause(&s.job_hello("j1"), &spec(&|j| j.weight = -1.0)), Some(RejectCause::InvalidSpec));
+    let command = |argv: Vec<String>| Some(protocol::JobCommand::new(argv));
+    assert_eq!(cause(&s.job_hello("j1"), &spec(&|j| j.command = command(vec![]))), Some(RejectCause::InvalidSpec));
+    assert_eq!(
+        cause(&s.job_hello("j1"), &spec(&|j| j.command = command(vec!["x".repeat(17 * 1024)]))),
+        Some(RejectCause::Oversized)
+    );
+    assert_eq!(
+        cause(&s.job_hello("j1"), &spec(&|j| j.command = command(vec!["a".into(); 300]))),
+        Some(RejectCause::Oversized)
+    );
     let beat = |b: &Heartbeat| protocol::encode(Encoding::MsgPack, b).unwrap();
     let running = Heartbeat {
         running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1, generation: None, exit: None }),

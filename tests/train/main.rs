@@ -146,8 +146,10 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
     // jobs surely grow and shrink. The stall timeout covers torch's start on a loaded machine.
     // A generation lasts at least 5 s: fair's spare worker would otherwise move to the least
     // served job at every epoch, restarting two jobs each time.
-    let settings = fast_settings("policy = \"fair\"\nstall_timeout_ms = 90000\nmin_generation_ms = 5000\n")
-        .replace("worker_timeout_ms = 1500", "worker_timeout_ms = 3000");
+    let settings = fast_settings(
+        "policy = \"fair\"\nstall_timeout_ms = 90000\nmin_generation_ms = 5000\nrestart_amortisation = 0\n",
+    )
+    .replace("worker_timeout_ms = 1500", "worker_timeout_ms = 3000");
     let scheduler = Scheduler::start(&nats.url, &settings);
     let s = Subjects::new("slaq").unwrap();
     let c = client(&nats.url).await;
@@ -197,6 +199,7 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
 
     // Every job finishes: `slaq submit --wait` exits 0.
     let deadline = Instant::now() + Duration::from_secs(360);
+    let mut said_all = String::new();
     for (job, proc) in [("ddp-a", &mut a), ("ddp-b", &mut b), ("ddp-c", &mut c_job)] {
         let status = loop {
             if let Some(status) = proc.0.try_wait().expect("wait") {
@@ -207,6 +210,17 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
         };
         let said = std::fs::read_to_string(dir.join(format!("{job}.submit.log"))).unwrap_or_default();
         assert!(status.success(), "slaq submit --wait for {job}: {status}; it said: {said}");
+        // Every job was moved at least once: the scheduler measured what a restart cost it.
+        let cost: f64 = said
+            .split("a restart cost it ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{job}: no measured restart cost: {said}"));
+        // Starting Python, importing torch and forming a gloo world takes seconds: a smaller
+        // figure would be the old generation's last reports, not the new one's first.
+        assert!(cost >= 1.0, "{job}: a restart measured at {cost} s");
+        said_all.push_str(&said);
     }
 
     // The agents stop; nothing of any job is left.
@@ -302,4 +316,5 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
         lost,
         restart_s
     );
+    eprintln!("{said_all}");
 }

@@ -196,7 +196,8 @@ async fn wait_for_outcome(
         {
             Ok(status) => {
                 if let Some(outcome) = status.ended.iter().rev().find(|o| o.job == job) {
-                    eprintln!("{job}: {} after {} restart(s)", outcome.outcome, outcome.restarts);
+                    let cost = outcome.restart_s.map_or(String::new(), |s| format!("; a restart cost it {s:.1} s"));
+                    eprintln!("{job}: {} after {} restart(s){cost}", outcome.outcome, outcome.restarts);
                     return Ok(if outcome.outcome == "finished" { 0 } else { 1 });
                 }
                 if status.jobs.iter().any(|j| j.job == job) {
@@ -294,6 +295,19 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             j.batch_size.map_or("-".into(), |b| b.to_string()),
             j.dropped
         );
+    }
+    if snapshot.jobs.iter().any(|j| j.submitted) {
+        println!("\n{:<24} {:>10} {:>8} {:>10}", "submitted job", "generation", "restarts", "restart s");
+        for j in snapshot.jobs.iter().filter(|j| j.submitted) {
+            let cost = j.restart_s.map_or("-".to_string(), |s| format!("{s:.1}"));
+            println!("{:<24} {:>10} {:>8} {:>10}", j.job, j.generation, j.restarts, cost);
+        }
+    }
+    if !snapshot.ended.is_empty() {
+        println!("\n{:<24} {:<10} {:>8} {:>8}", "ended job", "outcome", "restarts", "epoch");
+        for o in &snapshot.ended {
+            println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome, o.restarts, o.epoch);
+        }
     }
     println!("\n{:<24} {:<16} {:<24} {:<6} {:>10}", "worker", "machine", "job", "role", "silent s");
     for w in &snapshot.workers {

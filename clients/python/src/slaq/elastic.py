@@ -208,7 +208,8 @@ class Reporter:
 
     def report(self, iteration: int, loss: float, iter_seconds: float, batch_size: Optional[int] = None):
         if self._job is not None:
-            self._job.report(iteration, loss, iter_seconds, workers=self.ctx.world_size, batch_size=batch_size)
+            self._job.report(iteration, loss, iter_seconds, workers=self.ctx.world_size, batch_size=batch_size,
+                             generation=self.ctx.generation)
 
     def finish(self, reason: str = "finished"):
         """The job is done (rank 0 says bye); then this reporter is closed."""
