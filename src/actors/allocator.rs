@@ -430,13 +430,27 @@ impl AllocatorActor {
         // 1,024 workers must not take the cluster (the no-bid rule above is the scheduler's
         // own, and stays).
         let honoured = schedule::honoured_minimums(num_workers as u32, &job_bids);
-        for (((bid, entry), min), pinned) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured).zip(pinned) {
+        for (((bid, entry), min), &pinned) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured).zip(&pinned) {
             if entry.bid.is_some() && !pinned {
                 bid.min_workers = min;
             }
         }
-        let allocation =
+        let mut allocation =
             schedule::plan(self.settings.policy, &self.settings.plan, num_workers as u32, &job_bids, &mut ledgers);
+        // Jobs that run only at some sizes get one of them; what that frees goes to others,
+        // the least served first.
+        let sizes: Vec<Option<&[u32]>> = self
+            .jobs
+            .values()
+            .zip(&pinned)
+            .map(|(e, &pinned)| if pinned { None } else { e.bid.as_ref().and_then(|b| b.sizes.as_deref()) })
+            .collect();
+        if sizes.iter().any(Option::is_some) {
+            let max: Vec<u32> = job_bids.iter().map(|b| b.max_workers).collect();
+            let mut order: Vec<usize> = (0..job_bids.len()).collect();
+            order.sort_by(|&a, &b| job_bids[a].attained_service.total_cmp(&job_bids[b].attained_service));
+            schedule::restrict_sizes(&mut allocation.workers, &sizes, &max, num_workers as u32, &order);
+        }
         let policy_done = Instant::now();
 
         // By key, not by name: a lookup by name reads two strings scattered over the heap per

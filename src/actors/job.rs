@@ -218,6 +218,12 @@ impl JobActor {
             predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
             points: self.predictor.num_points(),
             generation: self.generation,
+            sizes: self.spec.worker_counts.as_ref().map(|c| {
+                let mut c = c.clone();
+                c.sort_unstable();
+                c.dedup();
+                c.into()
+            }),
         }
     }
 
@@ -374,6 +380,8 @@ pub struct Bid {
     pub points: u64,
     /// The latest generation of its processes that reported a new iteration (reports that say).
     pub generation: Option<u64>,
+    /// The only worker counts it may run at (ascending), if it declared them.
+    pub sizes: Option<Arc<[u32]>>,
 }
 
 /// The counters a job actor increments for each report it receives (shared handles into the

@@ -61,6 +61,9 @@ pub struct JobSpec {
     /// command keeps the one submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<JobCommand>,
+    /// The only worker counts the job may run at (e.g. powers of two), besides none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_counts: Option<Vec<u32>>,
 }
 
 /// Largest total size of a command's arguments, environment and paths, in bytes.
@@ -162,6 +165,7 @@ impl JobSpec {
             parameter_server: false,
             max_local_batch: None,
             command: None,
+            worker_counts: None,
         }
     }
 }
@@ -191,6 +195,13 @@ impl JobSpec {
         }
         if let Some(command) = &self.command {
             command.validate()?;
+        }
+        if self
+            .worker_counts
+            .as_ref()
+            .is_some_and(|c| c.is_empty() || c.len() > 64 || c.iter().any(|&n| n == 0 || n > MAX_BATCH_SIZE))
+        {
+            return invalid("worker_counts must be 1 to 64 counts, each at least 1");
         }
         Ok(())
     }

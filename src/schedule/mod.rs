@@ -129,6 +129,37 @@ pub fn fair_shares<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<f64> {
     bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
 }
 
+/// Holds jobs that may run only at some sizes (`JobSpec::worker_counts`) to those sizes: each
+/// such job's count goes down to the largest allowed size not above it (none is always
+/// allowed); then the workers left over go, job by job in `order`, to a restricted job whose next
+/// allowed size they reach within its `max`, or to an unrestricted job up to its `max`.
+/// Unrestricted jobs keep at least what they had. `sizes` are ascending.
+pub fn restrict_sizes(workers: &mut [u32], sizes: &[Option<&[u32]>], max: &[u32], capacity: u32, order: &[usize]) {
+    for (w, allowed) in workers.iter_mut().zip(sizes) {
+        if let Some(allowed) = allowed {
+            *w = allowed.iter().copied().filter(|&s| s <= *w).max().unwrap_or(0);
+        }
+    }
+    let mut free = u64::from(capacity).saturating_sub(workers.iter().map(|&w| u64::from(w)).sum::<u64>());
+    for &j in order {
+        if free == 0 {
+            break;
+        }
+        let take = match sizes[j] {
+            Some(allowed) => allowed
+                .iter()
+                .copied()
+                .find(|&s| s > workers[j] && s <= max[j])
+                .map(|s| u64::from(s - workers[j]))
+                .filter(|&more| more <= free)
+                .unwrap_or(0),
+            None => free.min(u64::from(max[j].saturating_sub(workers[j]))),
+        };
+        workers[j] += take as u32;
+        free -= take;
+    }
+}
+
 /// The minimums a plan can honour: each job's own `min_workers`, up to its fair share of the
 /// cluster counted as if nobody had a minimum (rounded down). A minimum is a request, not a
 /// claim on the cluster: one job asking for 1,024 workers gets at most what fair sharing would
@@ -234,8 +265,49 @@ pub fn make_bid(predictor: &mut JobPredictor, horizon_s: f64, epoch_s: f64, work
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     type Gain = fn(u32) -> f64;
+
+    #[test]
+    fn restricted_sizes_round_down_and_the_rest_goes_where_it_fits() {
+        let pow2: &[u32] = &[1, 2, 4, 8];
+        // Job 0 (powers of two) was given 7: 4. Its 3 spare workers: job 1 (powers of two, at
+        // 2) reaches 4 with 2 of them, job 2 (any size, max 10) takes the last.
+        let mut w = vec![7, 2, 3];
+        restrict_sizes(&mut w, &[Some(pow2), Some(pow2), None], &[16, 16, 10], 12, &[1, 2, 0]);
+        assert_eq!(w, vec![4, 4, 4]);
+        // Nothing it may take: a restricted job below its smallest size gets none.
+        let mut w = vec![1, 5];
+        restrict_sizes(&mut w, &[Some(&[2, 4][..]), None], &[4, 5], 6, &[0, 1]);
+        assert_eq!(w, vec![0, 5]);
+    }
+
+    proptest! {
+        #[test]
+        fn restricted_sizes_are_kept_and_the_cluster_is_not_exceeded(
+            jobs in prop::collection::vec((0u32..20, prop::option::of(prop::collection::btree_set(1u32..16, 1..4)), 0u32..20), 1..8),
+            capacity in 0u32..60,
+        ) {
+            let sets: Vec<Option<Vec<u32>>> = jobs.iter().map(|(_, s, _)| s.as_ref().map(|s| s.iter().copied().collect())).collect();
+            let sizes: Vec<Option<&[u32]>> = sets.iter().map(|s| s.as_deref()).collect();
+            let max: Vec<u32> = jobs.iter().map(|j| j.2.max(j.0)).collect();
+            // A plan within the capacity and each job's maximum.
+            let mut left = capacity;
+            let mut w: Vec<u32> = jobs.iter().map(|j| { let g = j.0.min(left); left -= g; g }).collect();
+            let before = w.clone();
+            let order: Vec<usize> = (0..w.len()).collect();
+            restrict_sizes(&mut w, &sizes, &max, capacity, &order);
+            prop_assert!(w.iter().sum::<u32>() <= capacity);
+            for (j, &got) in w.iter().enumerate() {
+                prop_assert!(got <= max[j]);
+                match &sizes[j] {
+                    Some(allowed) => prop_assert!(got == 0 || allowed.contains(&got), "{got} not in {allowed:?}"),
+                    None => prop_assert!(got >= before[j], "an unrestricted job lost workers"),
+                }
+            }
+        }
+    }
 
     fn bids(n: usize, gain: Gain) -> Vec<JobBid<Gain>> {
         (0..n).map(|_| JobBid::new(Some(gain))).collect()

@@ -292,3 +292,39 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
     let _ = launcher.kill();
     let _ = launcher.wait();
 }
+
+/// A job that runs only at some sizes (`--worker-counts`) gets one of them, never another; the
+/// workers that frees go to a job that can use them.
+#[tokio::test]
+async fn a_job_with_worker_counts_gets_only_those_counts() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings("policy = \"fair\"\nmin_generation_ms = 0\n"));
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    crate::harness::wait_status(&c, &s).await;
+    let mut workers = Vec::new();
+    for id in ["wc1", "wc2", "wc3"] {
+        workers.push(FakeWorker::start(&c, &s, id).await);
+    }
+    let spec = JobSpec { worker_counts: Some(vec![4, 2]), ..submitted("pow2", 3) };
+    assert!(hello(&c, &s, &spec).await.ok);
+    let count =
+        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map(|j| j.workers);
+    // Alone on three workers (fair would give it all three): two.
+    eventually(&c, &s, Duration::from_secs(10), "pow2 on 2 workers", |st| count(st, "pow2") == Some(2)).await;
+    assert!(hello(&c, &s, &submitted("any", 3)).await.ok);
+    let st = eventually(&c, &s, Duration::from_secs(10), "the third worker goes to the other job", |st| {
+        count(st, "any") == Some(1)
+    })
+    .await;
+    assert_eq!(count(&st, "pow2"), Some(2));
+    for _ in 0..10 {
+        let st = crate::harness::wait_status(&c, &s).await;
+        let n = count(&st, "pow2").unwrap();
+        assert!(n == 0 || n == 2 || n == 4, "pow2 on {n} workers");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Sizes out of range are refused.
+    let bad = JobSpec { worker_counts: Some(vec![0]), ..submitted("bad-sizes", 3) };
+    assert!(!hello(&c, &s, &bad).await.ok);
+}

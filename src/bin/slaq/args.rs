@@ -204,6 +204,9 @@ pub(crate) struct SubmitArgs {
     pub(crate) min_workers: u32,
     #[arg(long)]
     pub(crate) max_workers: Option<u32>,
+    /// The only worker counts the job may run at, comma-separated (e.g. 1,2,4,8).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) worker_counts: Option<Vec<u32>>,
     /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
     #[arg(long)]
     pub(crate) family: Option<String>,

@@ -152,6 +152,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         family: args.family.clone(),
         weight: args.weight,
         command: Some(command),
+        worker_counts: args.worker_counts.clone(),
         ..JobSpec::new(&args.job)
     };
     // Refused here with the scheduler's own rules, before anything is sent.
