@@ -539,6 +539,35 @@ mod tests {
     }
 
     #[test]
+    fn what_an_assignment_runs() {
+        let spec = WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None };
+        let config = AgentConfig::new(Subjects::new("slaq").unwrap(), spec);
+        let command = protocol::JobCommand {
+            env: [("LR".to_string(), "0.1".to_string()), ("RANK".to_string(), "7".to_string())].into(),
+            checkpoint_dir: Some("/ckpt".into()),
+            ..protocol::JobCommand::new(vec!["python".into(), "train.py".into(), "a b".into()])
+        };
+        let submitted = WorkerAssignment { command: Some(command), ..assignment("w1", 3, Some("j")) };
+        // As given, never through a shell; reserved names dropped even if a sender slipped them in.
+        let p = program(&config, &submitted).unwrap().unwrap();
+        assert_eq!(p.argv, ["python", "train.py", "a b"]);
+        assert_eq!(p.env, [("LR".to_string(), "0.1".to_string()), ("SLAQ_CHECKPOINT_DIR".into(), "/ckpt".into())]);
+        // Allowed prefixes: on the whole command line.
+        let strict = AgentConfig { allow_command: vec!["python train".into()], ..config.clone() };
+        assert!(program(&strict, &submitted).unwrap().is_some());
+        let other = AgentConfig { allow_command: vec!["/opt/jobs/".into()], ..config.clone() };
+        assert!(program(&other, &submitted).is_err());
+        // A launcher gets the arguments as "$@" (and the allow list is its business).
+        let launcher = AgentConfig { exec: Some("exec sandbox \"$@\"".into()), ..other };
+        let p = program(&launcher, &submitted).unwrap().unwrap();
+        assert_eq!(p.argv, ["sh", "-c", "exec sandbox \"$@\"", "slaq-job", "python", "train.py", "a b"]);
+        // No command: the agent's own --exec, or nothing; idle: nothing.
+        assert_eq!(program(&launcher, &assignment("w1", 3, Some("j"))).unwrap().unwrap().argv.len(), 4);
+        assert!(program(&config, &assignment("w1", 3, Some("j"))).unwrap().is_none());
+        assert!(program(&config, &assignment("w1", 3, None)).is_err());
+    }
+
+    #[test]
     fn inconsistent_ranks_are_refused() {
         let with = |l: Launch| WorkerAssignment { launch: Some(l), ..assignment("w1", 3, Some("j")) };
         assert!(check_assignment(&with(launch(1, 1, 2)), "w1", (0, 0)).is_ok());
