@@ -26,6 +26,10 @@ parser.add_argument("--batch", type=int, default=64, help="global batch (unless 
 parser.add_argument("--checkpoint-every-s", type=float, default=30.0)
 parser.add_argument("--checkpoint-every-iters", type=int, default=None)
 parser.add_argument("--iter-sleep", type=float, default=0.0, help="seconds added to each step (demos)")
+parser.add_argument("--work-s", type=float, default=0.0,
+                    help="seconds of stand-in compute per step, divided among the ranks as data-parallel "
+                         "compute is (for measuring schedules on a machine with fewer cores than workers)")
+parser.add_argument("--hidden", type=int, default=64)
 parser.add_argument("--log", default=None)
 args = parser.parse_args()
 
@@ -44,7 +48,7 @@ def log(event, **fields):
 x, y = load_digits(return_X_y=True)
 x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+model = torch.nn.Sequential(torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10))
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 ckpt = slaq.elastic.Checkpoint(ctx, {"model": model, "optimizer": opt},  # slaq
                                every_s=args.checkpoint_every_s, every_iters=args.checkpoint_every_iters)
@@ -72,8 +76,8 @@ for it in range(start + 1, args.iterations + 1):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if args.iter_sleep:
-        time.sleep(args.iter_sleep)
+    if args.iter_sleep or args.work_s:
+        time.sleep(args.iter_sleep + args.work_s / ctx.world_size)
     if ctx.rank == 0:
         with torch.no_grad():
             full = F.cross_entropy(model(x), y).item()  # the loss on the whole training set

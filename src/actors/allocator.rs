@@ -19,11 +19,13 @@ use crate::bus::Publisher;
 use crate::bus::durable::Durable;
 use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::cluster::ranks::{self, PortBook};
-use crate::policy::{ByRef, JobBid, PolicyKind, placement};
+use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
+use crate::policy::{ByRef, GainFn, JobBid, PolicyKind, placement};
 use crate::protocol::{
     EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause, Role,
     Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
+use crate::quality::GainCurve;
 use crate::schedule::{self, FloorLedger, PlanSettings};
 use crate::service::metrics::Metrics;
 
@@ -53,12 +55,40 @@ pub struct AllocatorSettings {
     pub min_generation: Duration,
     /// ... and at least this many times its measured restart cost.
     pub restart_amortisation: f64,
+    /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
+    /// costs its bid that much of it (`schedule::restart_priced`).
+    pub bid_horizon_s: f64,
+}
+
+/// What a job bids this epoch: its own gains, or (a submitted job, which every change
+/// restarts) those gains with the restart priced in.
+enum BidGain<'a> {
+    Curve(ByRef<'a, Tabled<GainCurve>>),
+    Priced(schedule::GainTable),
+}
+
+impl GainFn for BidGain<'_> {
+    fn gain(&self, workers: u32) -> f64 {
+        match self {
+            BidGain::Curve(c) => c.gain(workers),
+            BidGain::Priced(t) => t.gain(workers),
+        }
+    }
+
+    fn table(&self) -> &[f64] {
+        match self {
+            BidGain::Curve(c) => c.table(),
+            BidGain::Priced(t) => t.table(),
+        }
+    }
 }
 
 /// Seconds before the first restart of a failed generation; doubled at each further restart,
 /// up to `RESTART_BACKOFF_MAX_S`.
 const RESTART_BACKOFF_S: f64 = 1.0;
 const RESTART_BACKOFF_MAX_S: f64 = 60.0;
+/// Entries of a submitted job's restart-priced gain table (its workers are capped there).
+const PRICED_TABLE_LEN: usize = 16 * DEFAULT_TABLE_LEN;
 /// Ended jobs kept for `status` (and `slaq submit --wait`).
 const ENDED_KEPT: usize = 256;
 
@@ -377,6 +407,7 @@ impl AllocatorActor {
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let now_s = self.now_s();
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        let num_workers = self.registry.len();
         // A submitted job in the first `min_generation` of a generation keeps exactly its
         // workers: every change restarts its processes.
         let min_generation_s = self.settings.min_generation.as_secs_f64();
@@ -414,7 +445,19 @@ impl AllocatorActor {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
                         attained_service: entry.attained_service,
-                        gain: b.gain.as_ref().map(ByRef),
+                        gain: b.gain.as_ref().map(|g| match &entry.command {
+                            // Every change restarts it: the measured cost once known, else the
+                            // configured one (the prior).
+                            Some(_) => BidGain::Priced(schedule::restart_priced(
+                                g,
+                                have,
+                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s),
+                                self.settings.bid_horizon_s,
+                                b.max_workers.min(num_workers as u32),
+                                PRICED_TABLE_LEN,
+                            )),
+                            None => BidGain::Curve(ByRef(g)),
+                        }),
                     },
                     None => JobBid {
                         min_workers: have,
@@ -425,7 +468,6 @@ impl AllocatorActor {
                 }
             })
             .collect();
-        let num_workers = self.registry.len();
         // A job's own minimum is honoured within its fair share only: one hello asking for
         // 1,024 workers must not take the cluster (the no-bid rule above is the scheduler's
         // own, and stays).

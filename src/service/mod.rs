@@ -185,6 +185,7 @@ pub async fn run(
         stall_timeout: config.stall_timeout,
         min_generation: config.min_generation,
         restart_amortisation: config.restart_amortisation,
+        bid_horizon_s: config.horizon_s,
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
         fence: config.fence.clone(),
