@@ -55,7 +55,7 @@ ckpt = slaq.elastic.Checkpoint(ctx, {"model": model, "optimizer": opt},  # slaq
 start = ckpt.restore()  # slaq: the iteration the last generation reached
 restored = slaq.elastic.digest(model) if start else None
 ddp = torch.nn.parallel.DistributedDataParallel(model) if ctx.distributed else model
-reporter = slaq.elastic.Reporter(ctx, family="mlp")  # slaq: rank 0 reports the loss
+reporter = slaq.elastic.Reporter(ctx, checkpoint=ckpt)  # slaq: rank 0 reports the loss
 
 # Every rank of this generation says who it is: one world of ranks 0..N-1.
 members = [None] * ctx.world_size

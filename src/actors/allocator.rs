@@ -447,11 +447,12 @@ impl AllocatorActor {
                         attained_service: entry.attained_service,
                         gain: b.gain.as_ref().map(|g| match &entry.command {
                             // Every change restarts it: the measured cost once known, else the
-                            // configured one (the prior).
+                            // configured one (the prior), plus the work since its checkpoint.
                             Some(_) => BidGain::Priced(schedule::restart_priced(
                                 g,
                                 have,
-                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s),
+                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
+                                    + b.checkpoint_age_s.unwrap_or(0.0),
                                 self.settings.bid_horizon_s,
                                 b.max_workers.min(num_workers as u32),
                                 PRICED_TABLE_LEN,

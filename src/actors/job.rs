@@ -51,6 +51,8 @@ pub struct JobActor {
     model: Option<Arc<JobModel>>,
     /// The latest generation of its processes that reported a new iteration.
     generation: Option<u64>,
+    /// The work a stop would lose, as its latest report said.
+    checkpoint_age_s: Option<f64>,
 }
 
 /// Shapes a job's iteration-time model remembers.
@@ -138,6 +140,7 @@ impl JobActor {
             refit_scheduled: false,
             counters: ReportCounters::default(),
             generation: None,
+            checkpoint_age_s: None,
             max_iter_jump: u64::MAX,
             durable: None,
             unsaved: false,
@@ -218,6 +221,7 @@ impl JobActor {
             predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
             points: self.predictor.num_points(),
             generation: self.generation,
+            checkpoint_age_s: self.checkpoint_age_s,
             sizes: self.spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
                 c.sort_unstable();
@@ -264,6 +268,9 @@ impl Handler<Report> for JobActor {
         }
         self.counters.accepted.inc();
         self.generation = self.generation.max(report.generation);
+        if report.checkpoint_age_s.is_some() {
+            self.checkpoint_age_s = report.checkpoint_age_s;
+        }
         if report.workers > 0 && report.iter_seconds > 0.0 {
             self.predictor.observe_time(report.workers, report.iter_seconds);
             if let Some(machines) = report.machines {
@@ -382,6 +389,8 @@ pub struct Bid {
     pub generation: Option<u64>,
     /// The only worker counts it may run at (ascending), if it declared them.
     pub sizes: Option<Arc<[u32]>>,
+    /// The work a stop would lose (seconds since its last checkpoint), if it says.
+    pub checkpoint_age_s: Option<f64>,
 }
 
 /// The counters a job actor increments for each report it receives (shared handles into the

@@ -79,6 +79,7 @@ mod tests {
             grad_sqr: None,
             grad_var: None,
             generation: None,
+            checkpoint_age_s: None,
             job: "j".into(),
             iter: 3,
             loss: 0.5,

@@ -234,6 +234,10 @@ pub struct LossReport {
     /// new iteration of a generation times what its restart cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// The work a stop would lose now: seconds since the job's last checkpoint (0 for a job
+    /// that checkpoints when it is stopped). A move costs it this plus the restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_age_s: Option<f64>,
 }
 
 impl LossReport {
@@ -251,6 +255,7 @@ impl LossReport {
             grad_sqr: self.grad_sqr,
             grad_var: self.grad_var,
             generation: self.generation,
+            checkpoint_age_s: self.checkpoint_age_s,
         }
         .validate(subject_job)
     }
@@ -277,6 +282,8 @@ pub struct LossReportRef<'a> {
     pub grad_var: Option<f64>,
     #[serde(default)]
     pub generation: Option<u64>,
+    #[serde(default)]
+    pub checkpoint_age_s: Option<f64>,
 }
 
 /// The numbers of one loss report, as the job actor needs them.
@@ -292,6 +299,7 @@ pub struct LossPoint {
     /// `(grad_sqr, grad_var)` when both were reported.
     pub grads: Option<(f64, f64)>,
     pub generation: Option<u64>,
+    pub checkpoint_age_s: Option<f64>,
 }
 
 impl LossReportRef<'_> {
@@ -320,6 +328,12 @@ impl LossReportRef<'_> {
             return Err(ProtocolError::Invalid("sync_seconds must be in [0, iter_seconds]", RejectCause::NegativeTime));
         }
         let stat = |x: Option<f64>| x.is_some_and(|v| !(v.is_finite() && v >= 0.0));
+        if stat(self.checkpoint_age_s) {
+            return Err(ProtocolError::Invalid(
+                "checkpoint_age_s must be finite and non-negative",
+                RejectCause::NegativeTime,
+            ));
+        }
         if stat(self.grad_sqr) || stat(self.grad_var) {
             return Err(ProtocolError::Invalid(
                 "gradient statistics must be finite and non-negative",
@@ -336,6 +350,7 @@ impl LossReportRef<'_> {
             sync_seconds: self.sync_seconds,
             grads: self.grad_sqr.zip(self.grad_var),
             generation: self.generation,
+            checkpoint_age_s: self.checkpoint_age_s,
         })
     }
 }
@@ -740,6 +755,7 @@ mod tests {
             grad_sqr: None,
             grad_var: None,
             generation: None,
+            checkpoint_age_s: None,
             job: "j".into(),
             iter: 1,
             loss: 1.0,

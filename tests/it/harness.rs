@@ -395,6 +395,7 @@ pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
         grad_sqr: None,
         grad_var: None,
         generation: None,
+        checkpoint_age_s: None,
         job: job.into(),
         iter,
         loss: 1.0 / iter as f64,

@@ -163,6 +163,7 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
         grad_sqr: None,
         grad_var: None,
         generation: None,
+        checkpoint_age_s: None,
         job: "j".into(),
         iter: 1,
         loss: f64::NAN,

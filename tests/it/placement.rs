@@ -165,6 +165,7 @@ async fn slo_and_free_jobs(c: &async_nats::Client) {
                 grad_sqr: Some(1.0),
                 grad_var: Some(1000.0),
                 generation: None,
+                checkpoint_age_s: None,
                 ..report(job, k, 4)
             };
             send(c, &r).await;

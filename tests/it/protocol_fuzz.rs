@@ -50,7 +50,7 @@ proptest! {
 
     #[test]
     fn valid_reports_round_trip(iter in 1u64.., loss in -1e12f64..1e12, secs in 0.0f64..1e6, workers in any::<u32>(), generation in proptest::option::of(any::<u64>())) {
-        let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None, generation };
+        let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None, generation, checkpoint_age_s: None };
         for encoding in [Encoding::MsgPack, Encoding::Json] {
             let bytes = protocol::encode(encoding, &r).unwrap();
             let back: LossReport = protocol::decode(encoding, &bytes, "loss report").unwrap();
@@ -72,7 +72,7 @@ proptest! {
     ) {
         let r = LossReport {
             job: "j".into(), iter: 1, loss: 1.0, iter_seconds: secs, workers, batch_size: None, sent_at: None,
-            machines, sync_seconds: sync, grad_sqr: sqr, grad_var: var, generation: None,
+            machines, sync_seconds: sync, grad_sqr: sqr, grad_var: var, generation: None, checkpoint_age_s: None,
         };
         match r.validate("j") {
             Ok(point) => {
@@ -107,6 +107,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             grad_sqr: Some(1.5),
             grad_var: Some(30.0),
             generation: Some(7),
+            checkpoint_age_s: Some(12.5),
             job: "j1".into(),
             iter: 3,
             loss: 0.5,
@@ -215,6 +216,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             grad_sqr: None,
             grad_var: None,
             generation: None,
+            checkpoint_age_s: None,
             job: "j1".into(),
             iter: 3,
             loss: 0.5,
@@ -236,6 +238,8 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     assert_eq!(cause(&loss, &report(&|r| r.loss = f64::NAN)), Some(RejectCause::NonFiniteLoss));
     assert_eq!(cause(&loss, &report(&|r| r.iter = 0)), Some(RejectCause::BadIteration));
     assert_eq!(cause(&loss, &report(&|r| r.iter_seconds = -1.0)), Some(RejectCause::NegativeTime));
+    assert_eq!(cause(&loss, &report(&|r| r.checkpoint_age_s = Some(-1.0))), Some(RejectCause::NegativeTime));
+    assert_eq!(cause(&loss, &report(&|r| r.checkpoint_age_s = Some(f64::INFINITY))), Some(RejectCause::NegativeTime));
     assert_eq!(cause(&loss, &report(&|r| r.batch_size = Some(0))), Some(RejectCause::Oversized));
     assert_eq!(cause(&loss, &vec![0x90; 64 * 1024 + 1]), Some(RejectCause::Oversized));
     assert_eq!(cause("slaq.v1.job.a.b.loss", &report(&|_| {})), Some(RejectCause::InvalidId));

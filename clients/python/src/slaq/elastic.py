@@ -9,7 +9,7 @@ new set. So a script::
     ctx = slaq.elastic.init()                                   # torch.distributed, env://
     ckpt = slaq.elastic.Checkpoint(ctx, {"model": model, "optimizer": opt}, every_s=30)
     start = ckpt.restore()                                      # the iteration it had reached
-    reporter = slaq.elastic.Reporter(ctx, family="mlp")        # rank 0 reports, others no-op
+    reporter = slaq.elastic.Reporter(ctx, checkpoint=ckpt)    # rank 0 reports, others no-op
     for it in range(start + 1, iterations + 1):
         loss = train_step()
         reporter.report(it, loss, iter_seconds)
@@ -192,8 +192,12 @@ class Reporter:
     Credentials for NATS, if it needs them, come from ``NATS_USER``/``NATS_PASSWORD`` or
     ``NATS_CREDS`` in the job's environment."""
 
-    def __init__(self, ctx: Context, **kwargs):
+    def __init__(self, ctx: Context, checkpoint: Optional["Checkpoint"] = None, **kwargs):
+        """``checkpoint``: the job's :class:`Checkpoint`, so that each report says what a stop
+        would lose (nothing when it saves at SIGTERM; without one, everything since start)."""
         self.ctx = ctx
+        self.checkpoint = checkpoint
+        self._started = time.monotonic()
         self._job = None
         if ctx.rank == 0 and ctx.job and ctx.nats:
             from .sync import Job
@@ -208,8 +212,10 @@ class Reporter:
 
     def report(self, iteration: int, loss: float, iter_seconds: float, batch_size: Optional[int] = None):
         if self._job is not None:
+            saves_at_stop = self.checkpoint is not None and self.checkpoint.path is not None
+            age = 0.0 if saves_at_stop else time.monotonic() - self._started
             self._job.report(iteration, loss, iter_seconds, workers=self.ctx.world_size, batch_size=batch_size,
-                             generation=self.ctx.generation)
+                             generation=self.ctx.generation, checkpoint_age_s=age)
 
     def finish(self, reason: str = "finished"):
         """The job is done (rank 0 says bye); then this reporter is closed."""

@@ -122,8 +122,10 @@ def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_
 # Optional statistics a report may carry (see the wire contract): the machines its workers span
 # and the part of the iteration spent synchronising (for the placement-aware iteration-time
 # model), the gradient's squared norm and variance (statistical efficiency of larger batches), and
-# the generation of the processes that ran it (``SLAQ_GENERATION``: slaq times its restarts).
-REPORT_STATS = {"machines": int, "sync_seconds": float, "grad_sqr": float, "grad_var": float, "generation": int}
+# the generation of the processes that ran it (``SLAQ_GENERATION``: slaq times its restarts), and
+# the work a stop would lose (``checkpoint_age_s``: a move costs the job that plus a restart).
+REPORT_STATS = {"machines": int, "sync_seconds": float, "grad_sqr": float, "grad_var": float, "generation": int,
+                "checkpoint_age_s": float}
 
 
 def loss_report(job: str, iteration: int, loss: float, iter_seconds: float, workers: int,
