@@ -322,9 +322,7 @@ pub async fn run(
     let mut to_start: Option<WorkerAssignment> = None;
     let mut last = (0, 0);
     // What it runs, as its heartbeats tell the scheduler.
-    let mut running = Running { job: None, term: 0, epoch: 0, generation: None, exit: None };
-    // Commands refused (or that could not start), for the log.
-    let mut refused = 0u64;
+    let mut running = Running { job: None, term: 0, epoch: 0, generation: None, exit: None, refused: 0 };
     let send_beat = |running: &Running| {
         let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
         let client = client.clone();
@@ -341,11 +339,10 @@ pub async fn run(
         }
     };
     // Starts what an assignment runs, noting a refusal as the generation's exit.
-    let mut launch_process = |assignment: &WorkerAssignment, running: &mut Running| match start(&config, assignment) {
+    let launch_process = |assignment: &WorkerAssignment, running: &mut Running| match start(&config, assignment) {
         Ok(p) => p,
         Err(code) => {
-            refused += 1;
-            info!(refused, "commands refused or not started so far");
+            running.refused += 1;
             running.exit = Some(code);
             None
         }
@@ -392,7 +389,8 @@ pub async fn run(
                     continue;
                 }
                 if let Err(why) = check_assignment(&assignment, &me, last) {
-                    warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, "ignoring an assignment");
+                    running.refused += 1;
+                    warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, refused = running.refused, "ignoring an assignment");
                     continue;
                 }
                 let term = order(&assignment).0;
@@ -400,13 +398,15 @@ pub async fn run(
                     match hello().await {
                         Some(answered) if answered >= term => confirmed_term = answered,
                         answered => {
-                            warn!(term, answered = ?answered, "ignoring an assignment of a term no scheduler confirms");
+                            running.refused += 1;
+                            warn!(term, answered = ?answered, refused = running.refused, "ignoring an assignment of a term no scheduler confirms");
                             continue;
                         }
                     }
                 }
                 let change = change(&running, role, launch.as_ref(), &assignment);
                 if change == Change::Stale {
+                    running.refused += 1;
                     warn!(worker = %me, job = ?assignment.job, generation = ?assignment.launch.as_ref().map(|l| l.generation), "ignoring an older generation of the job it runs");
                     continue;
                 }
@@ -517,7 +517,7 @@ mod tests {
     #[test]
     fn a_process_restarts_on_a_new_generation_only() {
         let with = |job: Option<&str>, l: Option<Launch>| WorkerAssignment { launch: l, ..assignment("w1", 5, job) };
-        let runs = Running { job: Some("j".into()), term: 0, epoch: 4, generation: Some(3), exit: None };
+        let runs = Running { job: Some("j".into()), term: 0, epoch: 4, generation: Some(3), exit: None, refused: 0 };
         let role = protocol::Role::Worker;
         let now = launch(3, 1, 2);
         // Told again the same: untouched; told again without ranks (a re-tell): untouched.

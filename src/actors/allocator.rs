@@ -819,6 +819,7 @@ impl AllocatorActor {
                     machine: w.spec.machine.clone(),
                     role: w.role,
                     silent_s: now_s - w.last_seen_s,
+                    refused: w.refused,
                 })
                 .collect(),
             // The message counters live in the metrics registry (one source for both).
@@ -1131,6 +1132,14 @@ impl Handler<WorkerBeat> for AllocatorActor {
             if let Some(running) = &running {
                 self.reconcile(&worker, running, now);
                 self.exited(&worker, running);
+                if let Some(w) = self.registry.get_mut(&worker)
+                    && running.refused != w.refused
+                {
+                    // A smaller count is a new agent for the worker, counting from 0.
+                    let before = if running.refused < w.refused { 0 } else { w.refused };
+                    self.metrics.agent_refusals.inc_by(running.refused - before);
+                    w.refused = running.refused;
+                }
             }
         } else {
             self.metrics.rejected(RejectCause::UnknownWorker).inc();

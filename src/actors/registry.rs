@@ -17,6 +17,8 @@ pub struct WorkerEntry {
     pub told_s: f64,
     /// Its place in its job's current generation, as last published.
     pub launch: Option<Launch>,
+    /// Assignments and commands its agent says it refused.
+    pub refused: u64,
 }
 
 /// The job a worker serves: its name, and the allocator's key for it (unique per job for the
@@ -37,17 +39,24 @@ impl WorkerRegistry {
     /// A worker says hello (again): it keeps its job if it had one.
     pub fn hello(&mut self, spec: WorkerSpec, now_s: f64) {
         let id = spec.worker.clone();
-        let (job, role, told_s, launch) = self
-            .workers
-            .remove(&id)
-            .map_or((None, Role::Worker, f64::NEG_INFINITY, None), |w| (w.job, w.role, w.told_s, w.launch));
-        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role, told_s, launch });
+        let (job, role, told_s, launch, refused) =
+            self.workers.remove(&id).map_or((None, Role::Worker, f64::NEG_INFINITY, None, 0), |w| {
+                (w.job, w.role, w.told_s, w.launch, w.refused)
+            });
+        self.workers.insert(id, WorkerEntry { spec, last_seen_s: now_s, job, role, told_s, launch, refused });
     }
 
     /// A worker known from saved state, with the job it served.
     pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
-        let entry =
-            WorkerEntry { spec, last_seen_s: now_s, job, role: Role::Worker, told_s: f64::NEG_INFINITY, launch: None };
+        let entry = WorkerEntry {
+            spec,
+            last_seen_s: now_s,
+            job,
+            role: Role::Worker,
+            told_s: f64::NEG_INFINITY,
+            launch: None,
+            refused: 0,
+        };
         self.workers.insert(entry.spec.worker.clone(), entry);
     }
 

@@ -464,6 +464,14 @@ pub struct Running {
     /// 128 + the signal that killed it; 126 when the agent refused or could not start it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<i32>,
+    /// Assignments and commands the agent refused since it started (inconsistent ranks, older
+    /// terms or generations, commands outside `--allow-command`, commands that would not start).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Heartbeat {
@@ -659,6 +667,9 @@ pub struct WorkerStatus {
     pub role: Role,
     /// Seconds since its last heartbeat.
     pub silent_s: f64,
+    /// Assignments and commands its agent refused (as its heartbeats say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused: u64,
 }
 
 /// What the scheduler believes (`slaq.v1.ctl.status`).

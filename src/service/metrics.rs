@@ -36,6 +36,8 @@ pub struct Metrics {
     pub job_restarts: IntCounter,
     /// Submitted jobs ended as failed (their restarts used up).
     pub jobs_failed: IntCounter,
+    /// Assignments and commands agents refused (as their heartbeats say).
+    pub agent_refusals: IntCounter,
     /// Seconds from a submitted job's new generation to its first new report (its restart).
     pub restart_seconds: prometheus::Histogram,
     /// Workers whose agent ran another job than the scheduler recorded (told again).
@@ -146,6 +148,11 @@ impl Metrics {
                 .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
             )
             .expect("valid metric"),
+            agent_refusals: IntCounter::new(
+                "slaq_agent_refusals_total",
+                "Assignments and commands the worker agents refused, as their heartbeats say",
+            )
+            .expect("valid metric"),
             jobs_failed: IntCounter::new("slaq_jobs_failed_total", "Submitted jobs ended as failed, restarts used up")
                 .expect("valid metric"),
             assignment_mismatches: IntCounter::new(
@@ -226,6 +233,7 @@ impl Metrics {
             Box::new(self.jobs_expired.clone()),
             Box::new(self.job_restarts.clone()),
             Box::new(self.jobs_failed.clone()),
+            Box::new(self.agent_refusals.clone()),
             Box::new(self.restart_seconds.clone()),
             Box::new(self.assignment_mismatches.clone()),
             Box::new(self.epochs_skipped.clone()),

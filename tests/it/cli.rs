@@ -94,6 +94,31 @@ fn bad_input_gets_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
 }
 
+/// `slaq submit` refuses bad input before anything is sent (no scheduler runs here: a
+/// submission that got as far as NATS would fail differently).
+#[test]
+fn a_bad_submission_gets_a_clear_refusal() {
+    let nats = ["--nats", "nats://127.0.0.1:1"];
+    let refused = |args: &[&str], says: &str| {
+        let out = slaq(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    };
+    refused(&["submit", "--job", "j", nats[0], nats[1]], "PROGRAM");
+    refused(&["submit", "--job", "j", "--frobnicate", "--", "python"], "--frobnicate");
+    refused(&["submit", "--job", "bad id", nats[0], nats[1], "--", "python"], "--job");
+    let long = "x".repeat(20_000);
+    refused(&["submit", "--job", "j", nats[0], nats[1], "--", "python", &long], "longer than 16 KiB");
+    refused(&["submit", "--job", "j", nats[0], nats[1], "--env", "RANK=3", "--", "python"], "may not set RANK");
+    refused(&["submit", "--job", "j", nats[0], nats[1], "--env", "NOEQUALS", "--", "python"], "NAME=VALUE");
+    refused(&["submit", "--job", "j", nats[0], nats[1], "--worker-counts", "0", "--", "python"], "worker_counts");
+    refused(
+        &["submit", "--job", "j", nats[0], nats[1], "--min-workers", "5", "--max-workers", "2", "--", "python"],
+        "max_workers",
+    );
+}
+
 #[test]
 fn simulate_pollux_workload_json_has_every_policy_and_the_published_figures() {
     let out = Command::new(env!("CARGO_BIN_EXE_slaq"))

@@ -138,8 +138,14 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
             kind: None,
             advertise: Some("10.0.0.7".into()),
         };
-        let running =
-            protocol::Running { job: Some("j2".into()), term: 3, epoch: 9, generation: Some(4), exit: Some(0) };
+        let running = protocol::Running {
+            job: Some("j2".into()),
+            term: 3,
+            epoch: 9,
+            generation: Some(4),
+            exit: Some(0),
+            refused: 2,
+        };
         let beat = Heartbeat { at: Some(2.0), running: Some(running), ..Heartbeat::new("j1") };
         let mut v = Vec::new();
         for e in [Encoding::MsgPack, Encoding::Json] {
@@ -266,7 +272,14 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     );
     let beat = |b: &Heartbeat| protocol::encode(Encoding::MsgPack, b).unwrap();
     let running = Heartbeat {
-        running: Some(protocol::Running { job: Some("x y".into()), term: 1, epoch: 1, generation: None, exit: None }),
+        running: Some(protocol::Running {
+            job: Some("x y".into()),
+            term: 1,
+            epoch: 1,
+            generation: None,
+            exit: None,
+            refused: 0,
+        }),
         ..Heartbeat::new("j1")
     };
     assert_eq!(cause(&s.worker_beat("j1"), &beat(&running)), Some(RejectCause::InvalidId));

@@ -35,6 +35,7 @@ impl FakeWorker {
             epoch: 0,
             generation: None,
             exit: None,
+            refused: 0,
         }));
         let (c2, s2, id2, r2) = (c.clone(), s.clone(), id.to_string(), running.clone());
         let beats = Background::spawn(async move {
@@ -279,6 +280,11 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
     })
     .await;
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1, "the refused command did not run");
+    // The agent counts what it refused, and the scheduler shows it.
+    eventually(&c, &s, Duration::from_secs(10), "the refusal is counted", |st| {
+        st.workers.iter().any(|w| w.worker == "ag2" && w.refused >= 1)
+    })
+    .await;
     let _ = strict.kill();
     let _ = strict.wait();
 

@@ -233,7 +233,7 @@ pub(crate) struct SubmitArgs {
     #[arg(long, default_value_t = 5.0)]
     pub(crate) timeout: f64,
     /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub(crate) command: Vec<String>,
 }
 
