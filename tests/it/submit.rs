@@ -79,17 +79,23 @@ fn submitted(job: &str, max_restarts: u32) -> JobSpec {
     JobSpec { command: Some(command), ..JobSpec::new(job) }
 }
 
+/// A nats-server and `slaq serve` with `settings`, a client, and the subjects, once it answers.
+async fn scheduler(settings: &str) -> (NatsServer, Scheduler, async_nats::Client, Subjects) {
+    let nats = NatsServer::start();
+    let scheduler = Scheduler::start(&nats.url, settings);
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    crate::harness::wait_status(&c, &s).await;
+    (nats, scheduler, c, s)
+}
+
 async fn hello(c: &async_nats::Client, s: &Subjects, spec: &JobSpec) -> Ack {
     bus::request(c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.unwrap()
 }
 
 #[tokio::test]
 async fn a_failing_command_restarts_with_backoff_then_ends_failed() {
-    let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
-    let s = Subjects::new("slaq").unwrap();
-    let c = client(&nats.url).await;
-    crate::harness::wait_status(&c, &s).await;
+    let (_nats, _scheduler, c, s) = scheduler(&fast_settings("min_generation_ms = 0\n")).await;
     let mut w = FakeWorker::start(&c, &s, "sw1").await;
     assert!(hello(&c, &s, &submitted("sj1", 2)).await.ok);
     let first = w.next_generation(0).await;
@@ -121,12 +127,7 @@ async fn a_failing_command_restarts_with_backoff_then_ends_failed() {
 
 #[tokio::test]
 async fn a_stalled_generation_restarts_and_rank_0_exiting_0_finishes_the_job() {
-    let nats = NatsServer::start();
-    let settings = fast_settings("min_generation_ms = 0\nstall_timeout_ms = 1500\n");
-    let _scheduler = Scheduler::start(&nats.url, &settings);
-    let s = Subjects::new("slaq").unwrap();
-    let c = client(&nats.url).await;
-    crate::harness::wait_status(&c, &s).await;
+    let (_nats, _scheduler, c, s) = scheduler(&fast_settings("min_generation_ms = 0\nstall_timeout_ms = 1500\n")).await;
     let mut w = FakeWorker::start(&c, &s, "sw2").await;
     assert!(hello(&c, &s, &submitted("sj2", 3)).await.ok);
     let first = w.next_generation(0).await.launch.unwrap().generation;
@@ -190,11 +191,7 @@ async fn a_submitted_job_waits_without_processes_and_keeps_its_command() {
 
 #[tokio::test]
 async fn bad_commands_are_refused_at_the_hello() {
-    let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
-    let s = Subjects::new("slaq").unwrap();
-    let c = client(&nats.url).await;
-    crate::harness::wait_status(&c, &s).await;
+    let (_nats, _scheduler, c, s) = scheduler(&fast_settings("")).await;
     let with = |command: JobCommand| JobSpec { command: Some(command), ..JobSpec::new("bad") };
     let cases = [
         ("empty", with(JobCommand::new(vec![]))),
@@ -230,11 +227,7 @@ async fn bad_commands_are_refused_at_the_hello() {
 /// as exit 126, so the job ends as failed); and hands one to an `--exec` launcher as "$@".
 #[tokio::test]
 async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
-    let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
-    let s = Subjects::new("slaq").unwrap();
-    let c = client(&nats.url).await;
-    crate::harness::wait_status(&c, &s).await;
+    let (nats, _scheduler, c, s) = scheduler(&fast_settings("min_generation_ms = 0\n")).await;
     let dir = temp_dir("submit");
     let out = dir.join("out.txt");
     let agent = |id: &str, extra: &[&str]| {
@@ -303,11 +296,7 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
 /// workers that frees go to a job that can use them.
 #[tokio::test]
 async fn a_job_with_worker_counts_gets_only_those_counts() {
-    let nats = NatsServer::start();
-    let _scheduler = Scheduler::start(&nats.url, &fast_settings("policy = \"fair\"\nmin_generation_ms = 0\n"));
-    let s = Subjects::new("slaq").unwrap();
-    let c = client(&nats.url).await;
-    crate::harness::wait_status(&c, &s).await;
+    let (_nats, _scheduler, c, s) = scheduler(&fast_settings("policy = \"fair\"\nmin_generation_ms = 0\n")).await;
     let mut workers = Vec::new();
     for id in ["wc1", "wc2", "wc3"] {
         workers.push(FakeWorker::start(&c, &s, id).await);
