@@ -203,6 +203,14 @@ impl JobSpec {
         {
             return invalid("worker_counts must be 1 to 64 counts, each at least 1");
         }
+        // A job that could never run would wait for ever: a submitted one is never forgotten.
+        let max = self.max_workers.unwrap_or(u32::MAX);
+        if self.worker_counts.as_ref().is_some_and(|c| c.iter().all(|&n| n > max)) {
+            return invalid("every worker_counts entry is above max_workers: the job could never run");
+        }
+        if self.command.is_some() && max == 0 {
+            return invalid("a submitted job with max_workers 0 could never run");
+        }
         Ok(())
     }
 }

@@ -212,11 +212,23 @@ async fn bad_commands_are_refused_at_the_hello() {
         ),
         ("relative cwd", with(JobCommand { cwd: Some("rel".into()), ..JobCommand::new(vec!["t".into()]) })),
         ("restarts", with(JobCommand { max_restarts: 1000, ..JobCommand::new(vec!["t".into()]) })),
+        ("never runs", JobSpec { max_workers: Some(0), ..with(JobCommand::new(vec!["t".into()])) }),
+        (
+            "sizes above max",
+            JobSpec {
+                max_workers: Some(2),
+                worker_counts: Some(vec![4, 8]),
+                ..with(JobCommand::new(vec!["t".into()]))
+            },
+        ),
     ];
     for (what, spec) in cases {
         let ack = hello(&c, &s, &spec).await;
         assert!(!ack.ok, "{what}: accepted");
-        assert!(ack.error.as_deref().is_some_and(|e| e.contains("command")), "{what}: {ack:?}");
+        assert!(
+            ack.error.as_deref().is_some_and(|e| e.contains("command") || e.contains("never run")),
+            "{what}: {ack:?}"
+        );
     }
     let st = crate::harness::wait_status(&c, &s).await;
     assert!(st.jobs.is_empty(), "nothing refused was kept: {:?}", st.jobs);
