@@ -1101,7 +1101,11 @@ impl AllocatorActor {
         let current = entry.launch.as_ref().map(|l| l.generation);
         let rank0 = entry.launch.as_ref().is_some_and(|l| l.rank == 0);
         let Some(job) = entry.job.as_ref().map(|j| j.id.clone()) else { return };
-        if running.job.as_deref() != Some(job.as_str()) || running.generation.is_none() || running.generation != current
+        // After a restart the scheduler has no ranks for its restored workers (agents keep
+        // running what they ran): the generation their agents run is taken as the current one.
+        if running.job.as_deref() != Some(job.as_str())
+            || running.generation.is_none()
+            || (current.is_some() && running.generation != current)
         {
             return;
         }

@@ -335,3 +335,36 @@ async fn a_job_with_worker_counts_gets_only_those_counts() {
     let bad = JobSpec { worker_counts: Some(vec![0]), ..submitted("bad-sizes", 3) };
     assert!(!hello(&c, &s, &bad).await.ok);
 }
+
+/// A scheduler killed while a submitted job runs comes back with it: the agents' processes go
+/// on untouched, and a process that fails afterwards is still restarted (the restored workers'
+/// generation is the one their agents say they run).
+#[tokio::test]
+async fn a_submitted_job_survives_a_scheduler_restart_and_is_still_supervised() {
+    let nats = NatsServer::start_jetstream();
+    let settings = fast_settings("min_generation_ms = 0\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n");
+    let scheduler = Scheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    crate::harness::wait_status(&c, &s).await;
+    let mut w = FakeWorker::start(&c, &s, "sw9").await;
+    assert!(hello(&c, &s, &submitted("sj9", 3)).await.ok);
+    w.next_generation(0).await;
+    // Saved (the spec with its command, the worker and its assignment), then SIGKILL.
+    eventually(&c, &s, Duration::from_secs(10), "sj9 runs on sw9", |st| {
+        st.workers.iter().any(|x| x.worker == "sw9" && x.job.as_deref() == Some("sj9"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    scheduler.kill();
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    eventually(&c, &s, Duration::from_secs(20), "sj9 is back, submitted, on sw9", |st| {
+        st.jobs.iter().any(|j| j.job == "sj9" && j.submitted)
+            && st.workers.iter().any(|x| x.worker == "sw9" && x.job.as_deref() == Some("sj9"))
+    })
+    .await;
+    // The process fails now: a new generation, long before any stall timeout.
+    w.exits(1);
+    let again = tokio::time::timeout(Duration::from_secs(15), w.next_generation(0)).await;
+    assert!(again.is_ok(), "a failure after the restart was not noticed");
+}
