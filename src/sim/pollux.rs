@@ -115,6 +115,33 @@ pub struct Config {
     /// 180, 300 and 600 s, and is reported on workloads 5–8 and the other loads, which it did
     /// not see (README, "Pollux's workloads").
     pub restart_horizon_s: f64,
+    /// Whether slaq is told how long each job is (its last epoch's progress, what
+    /// Optimus+Oracle gets) or not (as Pollux is not).
+    pub job_length: JobLength,
+}
+
+/// What slaq knows of a job's length (`--job-length`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum JobLength {
+    /// Told: the progress left is the declared length minus the progress made.
+    #[default]
+    Known,
+    /// Not told: the progress left is taken to be `factor` times what the job has made so far
+    /// (with 1, a job is as likely to be past its middle as not: the least-attained-service
+    /// prior of Tiresias), and at least what it makes in one decision on one GPU.
+    Unknown { factor: f64 },
+}
+
+impl JobLength {
+    /// The progress a job has left, as slaq may know it: from its declared length (`target`,
+    /// called only when the length is known), or from the progress it has made, at least
+    /// `floor` (what it makes in one decision on one GPU).
+    pub fn remaining(self, target: impl FnOnce() -> f64, progress: f64, floor: f64) -> f64 {
+        match self {
+            JobLength::Known => target() - progress,
+            JobLength::Unknown { factor } => (factor * progress).max(floor).max(1e-9),
+        }
+    }
 }
 
 impl Default for Config {
@@ -129,6 +156,7 @@ impl Default for Config {
             max_s: 30.0 * 86_400.0,
             plan: PlanSettings::default(),
             restart_horizon_s: 120.0,
+            job_length: JobLength::Known,
         }
     }
 }
@@ -360,10 +388,12 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                     Policy::Fair => job.spec.replicas.max(1),
                     _ => (2 * job.max_profiled).clamp(1, total),
                 };
-                let remaining = job.spec.app.target_progress() - job.progress;
                 let (min, max) = if pinned { (cur, cur) } else { (0, cap) };
                 let gain = (policy != Policy::Fair).then(|| {
                     let rates = planner::rates(m, max, config.slots);
+                    let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
+                    let remaining =
+                        config.job_length.remaining(|| job.spec.app.target_progress(), job.progress, one_gpu_decision);
                     let g = planner::gains(&rates, remaining, place_settings.horizon_s, cur, config.restart_s);
                     Gains(planner::concave_hull(&g))
                 });
@@ -454,6 +484,17 @@ pub fn published(results: &Path, policy: &str, load: &str) -> Option<(std::colle
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_of_unknown_length_is_judged_by_its_progress_alone() {
+        let unknown = JobLength::Unknown { factor: 1.0 };
+        // The declared length is never read.
+        let told = |_: ()| -> f64 { panic!("the declared length was read") };
+        assert_eq!(unknown.remaining(|| told(()), 30.0, 2.0), 30.0);
+        assert_eq!(unknown.remaining(|| told(()), 0.5, 2.0), 2.0, "at least one decision on one GPU");
+        assert_eq!(JobLength::Unknown { factor: 4.0 }.remaining(|| told(()), 30.0, 2.0), 120.0);
+        assert_eq!(JobLength::Known.remaining(|| 100.0, 30.0, 2.0), 70.0);
+    }
 
     fn one(app: &str, replicas: u32, batch: u32) -> WorkloadJob {
         WorkloadJob { name: "j".into(), submit_s: 0.0, app: application(app).unwrap(), replicas, batch }

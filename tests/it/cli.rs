@@ -147,6 +147,17 @@ fn simulate_pollux_workload_json_has_every_policy_and_the_published_figures() {
         assert!(v["published_mean_jct_s"][name].as_f64().is_some_and(|x| x > 0.0), "{name}");
     }
     assert!(v["workloads"]["workload-3@0.5"]["jct_s"]["slaq"].as_object().is_some_and(|j| !j.is_empty()));
+    // Not told the jobs' lengths: the run completes, and says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_slaq"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["simulate", "--pollux-workload", "data/pollux/workloads-0.5/workload-3.csv"])
+        .args(["--policy", "slaq", "--job-length", "unknown", "--json"])
+        .output()
+        .expect("slaq runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["job_length"], "unknown");
+    assert_eq!(v["policies"]["slaq"]["unfinished_jobs"], 0);
     let bad = slaq(&["simulate", "--pollux-workload", "no/such/file.csv"]);
     assert!(!bad.status.success());
 }

@@ -493,6 +493,14 @@ pub(crate) struct SimulateArgs {
     /// [default: 120, chosen on workloads 1-4 at load 1.0].
     #[arg(long)]
     pub(crate) restart_horizon: Option<f64>,
+    /// With --pollux-workload: whether slaq is told each job's length (known: its last epoch, as
+    /// Optimus+Oracle is) or not (unknown: as Pollux is not).
+    #[arg(long, default_value = "known", value_parser = ["known", "unknown"])]
+    pub(crate) job_length: String,
+    /// With --job-length unknown: the progress a job has left is taken to be this many times
+    /// the progress it has made.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) unknown_length_factor: f64,
     /// With --pollux-workload: the published results to compare with.
     #[arg(long, default_value = "data/pollux/results")]
     pub(crate) published: PathBuf,

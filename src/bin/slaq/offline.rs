@@ -176,6 +176,11 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     let mut config =
         Config { slo_factor: args.slo_factor, seed: args.seed.first().copied().unwrap_or(1), ..Config::default() };
+    if args.job_length == "unknown" {
+        let factor = args.unknown_length_factor;
+        anyhow::ensure!(factor.is_finite() && factor > 0.0, "--unknown-length-factor must be positive");
+        config.job_length = pollux::JobLength::Unknown { factor };
+    }
     if let Some(h) = args.restart_horizon {
         anyhow::ensure!(h.is_finite() && h > 0.0, "--restart-horizon must be positive");
         config.restart_horizon_s = h;
@@ -272,6 +277,7 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
         "published_mean_jct_s": published,
         "workloads": per_workload,
         "cluster": {"machines": config.machines, "slots": config.slots, "epoch_s": config.epoch_s, "restart_s": config.restart_s},
+        "job_length": args.job_length,
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
