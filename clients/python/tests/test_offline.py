@@ -1,7 +1,10 @@
 """The client without a server: the codec, the contract's checks and the loop adapters."""
 
 import json
+import os
+import signal
 import unittest
+from unittest import mock
 
 import msgpack
 
@@ -9,7 +12,7 @@ from slaq import Allocation, SlaqError
 from slaq.integrations import keras as keras_adapter
 from slaq.integrations import lightning as lightning_adapter
 from slaq.integrations.loop import Reporter, as_float
-from slaq.wire import Codec, Subjects, job_spec, loss_report
+from slaq.wire import Codec, Subjects, job_command, job_spec, loss_report
 
 
 class FakeJob:
@@ -69,6 +72,21 @@ class Wire(unittest.TestCase):
         self.assertNotIn("machines", loss_report("j", 1, 0.5, 0.2, 4, machines=None))
         with self.assertRaises(SlaqError):
             loss_report("j", 1, 0.5, 0.2, 4, gradient=1.0)
+
+    def test_a_submitted_jobs_spec_carries_its_command(self):
+        command = job_command(["python", "train.py", 3], env={"LR": 0.1}, cwd="/srv", checkpoint_dir="/ckpt")
+        spec = job_spec("j", max_workers=4, worker_counts=[1, 2, 4], command=command)
+        self.assertEqual(spec["command"], {"argv": ["python", "train.py", "3"], "max_restarts": 3,
+                                           "env": {"LR": "0.1"}, "cwd": "/srv", "checkpoint_dir": "/ckpt"})
+        self.assertEqual(spec["worker_counts"], [1, 2, 4])
+        self.assertNotIn("command", job_spec("j"))
+        for empty in ([], [""]):
+            with self.assertRaises(SlaqError):
+                job_command(empty)
+
+    def test_reports_say_their_generation_and_what_a_stop_would_lose(self):
+        r = loss_report("j", 3, 0.5, 0.1, 2, generation=4, checkpoint_age_s=12)
+        self.assertEqual((r["generation"], r["checkpoint_age_s"]), (4, 12.0))
 
     def test_allocation_from_message(self):
         a = Allocation.from_message({"job": "j", "epoch": 7, "workers": ["w1", "w2"], "batch_size": 128})
@@ -134,3 +152,26 @@ class Loops(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Elastic(unittest.TestCase):
+    def test_a_script_run_by_hand_is_one_process_and_needs_no_torch(self):
+        from slaq import elastic
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLAQ_", "RANK", "WORLD_SIZE"))}
+        before = signal.getsignal(signal.SIGTERM)
+        try:
+            with mock.patch.dict(os.environ, env, clear=True):
+                ctx = elastic.init()
+            self.assertEqual((ctx.rank, ctx.world_size, ctx.distributed, ctx.job), (0, 1, False, None))
+            self.assertEqual((ctx.global_batch(64), ctx.local_batch(64)), (64, 64))
+            ckpt = elastic.Checkpoint(ctx, {}, every_s=None)
+            self.assertEqual(ckpt.restore(), 0)
+            self.assertFalse(ckpt.step(1))
+            # SIGTERM: the next step says to leave.
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+            self.assertTrue(ckpt.step(2))
+            reporter = elastic.Reporter(ctx, checkpoint=ckpt)
+            reporter.report(2, 0.5, 0.1)  # nowhere to report to: nothing happens
+            reporter.finish()
+        finally:
+            signal.signal(signal.SIGTERM, before)
