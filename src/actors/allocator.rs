@@ -97,11 +97,10 @@ const ENDED_KEPT: usize = 256;
 struct Supervision {
     /// Generations restarted after a failure or a stall.
     restarts: u32,
-    /// When the current generation started, and its report count then.
+    /// When the current generation started.
     generation_started_s: f64,
     /// When its report count last grew.
     progress_s: f64,
-    points: u64,
     /// A generation that failed (counted once), and when its restart is due.
     failed_generation: Option<u64>,
     restart_at_s: Option<f64>,
@@ -280,13 +279,9 @@ impl AllocatorActor {
         }
         sup.failed_generation = Some(entry.generation);
         if sup.restarts >= command.max_restarts {
-            sup.ending = true;
-            sup.restart_at_s = None;
             warn!(job, why, restarts = sup.restarts, "the job's restarts are used up: it ends as failed");
             self.metrics.jobs_failed.inc();
-            if let Some(to) = &self.ending {
-                let _ = to.send((job.to_string(), EndReason::Failed));
-            }
+            self.end(job, EndReason::Failed);
             return;
         }
         sup.restarts += 1;
@@ -301,6 +296,19 @@ impl AllocatorActor {
             backoff_s = backoff,
             "restarting the job's processes"
         );
+    }
+
+    /// Sends a submitted job to the ingest loop to be ended (as a bye would), once.
+    fn end(&mut self, job: &str, reason: EndReason) {
+        let Some(entry) = self.jobs.get_mut(job).filter(|e| e.command.is_some()) else { return };
+        let sup = &mut entry.supervision;
+        if std::mem::replace(&mut sup.ending, true) {
+            return;
+        }
+        sup.restart_at_s = None;
+        if let Some(to) = &self.ending {
+            let _ = to.send((job.to_string(), reason));
+        }
     }
 
     /// Submitted jobs whose current generation has reported nothing for the stall timeout.
@@ -601,7 +609,6 @@ impl AllocatorActor {
                 let sup = &mut entry.supervision;
                 (sup.generation_started_s, sup.restart_at_s) = (now_s, None);
                 sup.timing_restart = entry.generation > 1 && !workers.is_empty();
-                sup.points = entry.bid.as_ref().map_or(0, |b| b.points);
                 let launches = launches(&self.registry, &mut self.ports, entry, &workers, batches[j], now_s);
                 if launches.first().is_some_and(Option::is_none) {
                     without_ranks.get_or_insert(id.as_str());
@@ -1121,14 +1128,8 @@ impl AllocatorActor {
         }
         match code {
             0 if rank0 => {
-                let Some(entry) = self.jobs.get_mut(&job).filter(|e| e.command.is_some()) else { return };
-                if std::mem::replace(&mut entry.supervision.ending, true) {
-                    return;
-                }
                 info!(job, "the job's rank 0 exited 0: finished");
-                if let Some(to) = &self.ending {
-                    let _ = to.send((job, EndReason::Finished));
-                }
+                self.end(&job, EndReason::Finished);
             }
             0 => {}
             126 => self.fail(&job, "an agent refused or could not start the command"),
