@@ -685,7 +685,7 @@ impl Ingest {
             return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
         }
         let id = spec.job.clone();
-        let spec_command = spec.command.clone();
+        let command = spec.command.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (predictor, shapes, grads) = match saved {
@@ -714,7 +714,6 @@ impl Ingest {
         });
         let addr = Addr::new(tx);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let command = spec_command;
         let route = Route {
             addr: addr.clone(),
             limiter,
