@@ -8,6 +8,17 @@ use std::time::{Duration, Instant};
 use slaq::bus;
 use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
 
+/// A child process (an agent, a submission) killed and reaped on drop, so that a failing test
+/// leaves nothing running.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -4,14 +4,15 @@
 //! SIGTERM before its worker starts the next, and nothing may outlive the agents.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use slaq::bus;
 use slaq::protocol::{Ack, Encoding, EndReason, JobEnd, JobSpec, Subjects};
 
 use crate::harness::{
-    Background, NatsServer, Scheduler, client, fast_settings, loss_report, temp_dir, wait_for_file, wait_status,
+    Background, ChildGuard, NatsServer, Scheduler, client, fast_settings, loss_report, temp_dir, wait_for_file,
+    wait_status,
 };
 
 /// One line of the exec script's log: a start or a stop.
@@ -78,16 +79,7 @@ fn has_world(text: &str, job: &str, world: u32) -> bool {
 }
 
 /// A `slaq worker` child, killed with its process group's jobs if the test ends early.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn agent(url: &str, id: &str, machine: &str, script: &str) -> Agent {
+fn agent(url: &str, id: &str, machine: &str, script: &str) -> ChildGuard {
     let log = temp_dir("agent").join("agent.log");
     Command::new(env!("CARGO_BIN_EXE_slaq"))
         .args(["worker", "--id", id, "--machine", machine, "--slots", "2", "--advertise", "127.0.0.1"])
@@ -95,7 +87,7 @@ fn agent(url: &str, id: &str, machine: &str, script: &str) -> Agent {
         .env("RUST_LOG", "slaq=info")
         .stderr(std::fs::File::create(log).expect("agent log"))
         .spawn()
-        .map(Agent)
+        .map(ChildGuard)
         .expect("slaq worker starts")
 }
 

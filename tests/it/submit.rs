@@ -11,7 +11,9 @@ use slaq::protocol::{
     self, Ack, Encoding, Heartbeat, JobCommand, JobSpec, Running, Subjects, WorkerAssignment, WorkerSpec,
 };
 
-use crate::harness::{Background, NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir};
+use crate::harness::{
+    Background, ChildGuard, NatsServer, Scheduler, client, eventually, fast_settings, loss_report, temp_dir,
+};
 
 /// A worker the test plays: registered, beating (with what it runs) every 200 ms, and reading
 /// its assignments.
@@ -248,6 +250,7 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
             .args(extra)
             .stderr(std::fs::File::create(dir.join(format!("{id}.log"))).unwrap())
             .spawn()
+            .map(ChildGuard)
             .unwrap()
     };
     // The arguments reach the program as they are: a `;` or `$(...)` is no shell syntax here.
@@ -265,7 +268,7 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
         max_restarts: 0,
         ..JobCommand::new(vec!["sh".into(), "-c".into(), script, "a; $(rm -rf /)".into(), "x y".into()])
     };
-    let mut plain = agent("ag1", &[]);
+    let plain = agent("ag1", &[]);
     assert!(hello(&c, &s, &JobSpec { command: Some(command.clone()), ..JobSpec::new("run-it") }).await.ok);
     let text = crate::harness::wait_for_file(&out, "the command ran", |t| t.lines().count() >= 1).await;
     assert_eq!(text.lines().next(), Some(format!("a; $(rm -rf /)|x y|hi there|/ckpt/j|0|{}|", dir.display()).as_str()));
@@ -274,11 +277,10 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
         st.ended.iter().any(|o| o.job == "run-it" && o.outcome == "finished")
     })
     .await;
-    let _ = plain.kill();
-    let _ = plain.wait();
+    drop(plain);
 
     // An agent that may run only /opt/slaq-jobs/...: refused, exit 126, the job fails.
-    let mut strict = agent("ag2", &["--allow-command", "/opt/slaq-jobs/"]);
+    let strict = agent("ag2", &["--allow-command", "/opt/slaq-jobs/"]);
     assert!(hello(&c, &s, &JobSpec { command: Some(command.clone()), ..JobSpec::new("refused") }).await.ok);
     eventually(&c, &s, Duration::from_secs(10), "the refused job failed", |st| {
         st.ended.iter().any(|o| o.job == "refused" && o.outcome == "failed")
@@ -290,18 +292,16 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
         st.workers.iter().any(|w| w.worker == "ag2" && w.refused >= 1)
     })
     .await;
-    let _ = strict.kill();
-    let _ = strict.wait();
+    drop(strict);
 
     // A launcher: the job's arguments arrive as "$@".
     let launched = dir.join("launched.txt");
     let exec = format!("echo launcher \"$#\" \"$1\" >> {}", launched.display());
-    let mut launcher = agent("ag3", &["--exec", &exec]);
+    let launcher = agent("ag3", &["--exec", &exec]);
     assert!(hello(&c, &s, &JobSpec { command: Some(command), ..JobSpec::new("launched") }).await.ok);
     let text = crate::harness::wait_for_file(&launched, "the launcher ran", |t| !t.is_empty()).await;
     assert_eq!(text.trim(), "launcher 5 sh");
-    let _ = launcher.kill();
-    let _ = launcher.wait();
+    drop(launcher);
 }
 
 /// A job that runs only at some sizes (`--worker-counts`) gets one of them, never another; the

@@ -13,12 +13,12 @@ mod pyenv;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use harness::{NatsServer, Scheduler, client, fast_settings, temp_dir, wait_status};
+use harness::{ChildGuard, NatsServer, Scheduler, client, fast_settings, temp_dir, wait_status};
 use slaq::protocol::Subjects;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_ddp.py");
@@ -32,17 +32,7 @@ fn torch_python() -> PathBuf {
         .expect("the training test needs Python 3 with venv (apt-get install -y python3-venv)")
 }
 
-/// A child process killed (with its process group's jobs, through the agent's death) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn agent(url: &str, id: &str, machine: &str, dir: &Path) -> Proc {
+fn agent(url: &str, id: &str, machine: &str, dir: &Path) -> ChildGuard {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{id}.log"))).expect("log");
     Command::new(env!("CARGO_BIN_EXE_slaq"))
         .args(["worker", "--id", id, "--machine", machine, "--slots", "2", "--advertise", "127.0.0.1"])
@@ -50,12 +40,12 @@ fn agent(url: &str, id: &str, machine: &str, dir: &Path) -> Proc {
         .env("RUST_LOG", "slaq=info")
         .stderr(log)
         .spawn()
-        .map(Proc)
+        .map(ChildGuard)
         .expect("slaq worker starts")
 }
 
 /// `slaq submit --wait` of one DDP job.
-fn submit(url: &str, python: &Path, job: &str, dir: &Path, iterations: u32) -> Proc {
+fn submit(url: &str, python: &Path, job: &str, dir: &Path, iterations: u32) -> ChildGuard {
     let log = std::fs::File::create(dir.join(format!("{job}.submit.log"))).expect("log");
     Command::new(env!("CARGO_BIN_EXE_slaq"))
         .args(["submit", "--job", job, "--nats", url, "--max-workers", "4", "--max-restarts", "8", "--wait"])
@@ -70,7 +60,7 @@ fn submit(url: &str, python: &Path, job: &str, dir: &Path, iterations: u32) -> P
         .arg(dir.join("events.jsonl"))
         .stderr(log)
         .spawn()
-        .map(Proc)
+        .map(ChildGuard)
         .expect("slaq submit starts")
 }
 
