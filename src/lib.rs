@@ -9,6 +9,7 @@ pub mod agent;
 pub mod bus;
 pub mod cluster;
 pub mod emulate;
+pub mod metrics;
 pub mod policy;
 pub mod protocol;
 pub mod quality;

@@ -11,23 +11,20 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, info, warn};
 
-use rand::SeedableRng;
-
 use super::job::{Bid, BidUpdate, JobActor, WorkersChanged, job_model};
 use super::registry::{JobRef, WorkerRegistry};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
-use crate::cluster::planner::{self, JobModel, PlaceSettings};
 use crate::cluster::ranks::{self, PortBook};
+use crate::metrics::Metrics;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
-use crate::policy::{ByRef, GainFn, JobBid, PolicyKind, placement};
+use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::{
     EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause, Role,
     Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::quality::GainCurve;
-use crate::schedule::{self, FloorLedger, PlanSettings};
-use crate::service::metrics::Metrics;
+use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, PlanSettings};
 
 /// What the allocator needs of the configuration.
 #[derive(Clone, Debug)]
@@ -184,9 +181,6 @@ struct PendingGain {
 const EPOCH_HISTORY: usize = 1024;
 /// Seconds between saves of a job's service and floor ledger.
 const PLAN_SAVE_S: f64 = 30.0;
-/// Each worker's job and role, each job's batch, and (jobs with an SLO, of them predicted to
-/// miss it).
-type Placed = (Vec<Option<usize>>, Vec<Role>, Vec<Option<u32>>, (usize, usize));
 
 /// A worker whose heartbeat shows another job than recorded is told again at most this often
 /// (an assignment just published may still be on its way).
@@ -410,7 +404,6 @@ impl AllocatorActor {
         let n = self.jobs.len();
         let mut ledgers: Vec<FloorLedger> = Vec::with_capacity(n);
         let (mut lost_workers, mut pinned): (Vec<bool>, Vec<bool>) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        let mut any_sized = false;
         for e in self.jobs.values_mut() {
             ledgers.push(std::mem::take(&mut e.ledger));
             let sup = &e.supervision;
@@ -423,97 +416,51 @@ impl AllocatorActor {
                     && !sup.ending
                     && now_s - sup.generation_started_s < sup.tenure_s(min_generation_s, amortise),
             );
-            any_sized |= e.bid.as_ref().is_some_and(|b| b.sizes.is_some());
         }
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> =
             if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
         let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
-        // A job that has not bid yet keeps exactly the workers it has. A job that has held
-        // workers and said nothing for `stale_job` bids for none until it reports again: a dead
-        // job's last prediction must not keep winning workers.
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
-        let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len();
-        let mut job_bids: Vec<JobBid<_>> = self
-            .jobs
-            .values()
+        let job_bids = self.bids(&pinned, now_s, num_workers as u32);
+        let jobs: Vec<EpochJob<'_, BidGain<'_>>> = job_bids
+            .into_iter()
+            .zip(self.jobs.values())
             .zip(&pinned)
-            .map(|(entry, &pinned)| {
-                let have = entry.workers.len() as u32;
-                let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
-                match &entry.bid {
-                    _ if pinned => JobBid {
-                        min_workers: have,
-                        max_workers: have,
-                        attained_service: entry.attained_service,
-                        gain: None,
-                    },
-                    _ if stale => {
-                        JobBid { min_workers: 0, max_workers: 0, attained_service: entry.attained_service, gain: None }
-                    }
-                    Some(b) => JobBid {
-                        min_workers: b.min_workers,
-                        max_workers: b.max_workers,
-                        attained_service: entry.attained_service,
-                        gain: b.gain.as_ref().map(|g| match &entry.command {
-                            // Every change restarts it: the measured cost once known, else the
-                            // configured one (the prior), plus the work since its checkpoint.
-                            Some(_) => BidGain::Priced(schedule::restart_priced(
-                                g,
-                                have,
-                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
-                                    + b.checkpoint_age_s.unwrap_or(0.0),
-                                self.settings.bid_horizon_s,
-                                b.max_workers.min(num_workers as u32),
-                                PRICED_TABLE_LEN,
-                            )),
-                            None => BidGain::Curve(ByRef(g)),
-                        }),
-                    },
-                    None => JobBid {
-                        min_workers: have,
-                        max_workers: have,
-                        attained_service: entry.attained_service,
-                        gain: None,
-                    },
+            .map(|((bid, entry), &pinned)| {
+                let own = entry.bid.as_ref().filter(|_| !pinned);
+                EpochJob {
+                    bid,
+                    // Without a bid, or pinned, the bounds are the scheduler's own and stand.
+                    own_minimum: own.is_some(),
+                    sizes: own.and_then(|b| b.sizes.as_deref()),
+                    model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
                 }
             })
             .collect();
-        // A job's own minimum is honoured within its fair share only: one hello asking for
-        // 1,024 workers must not take the cluster (the no-bid rule above is the scheduler's
-        // own, and stays).
-        let honoured = schedule::honoured_minimums(num_workers as u32, &job_bids);
-        for (((bid, entry), min), &pinned) in job_bids.iter_mut().zip(self.jobs.values()).zip(honoured).zip(&pinned) {
-            if entry.bid.is_some() && !pinned {
-                bid.min_workers = min;
-            }
-        }
-        let mut allocation =
-            schedule::plan(self.settings.policy, &self.settings.plan, num_workers as u32, &job_bids, &mut ledgers);
-        // Jobs that run only at some sizes get one of them; what that frees goes to others,
-        // the least served first.
-        if any_sized {
-            let sizes: Vec<Option<&[u32]>> = self
-                .jobs
-                .values()
-                .zip(&pinned)
-                .map(|(e, &pinned)| if pinned { None } else { e.bid.as_ref().and_then(|b| b.sizes.as_deref()) })
-                .collect();
-            let max: Vec<u32> = job_bids.iter().map(|b| b.max_workers).collect();
-            let mut order: Vec<usize> = (0..job_bids.len()).collect();
-            order.sort_by(|&a, &b| job_bids[a].attained_service.total_cmp(&job_bids[b].attained_service));
-            schedule::restrict_sizes(&mut allocation.workers, &sizes, &max, num_workers as u32, &order);
-        }
-        let policy_done = Instant::now();
-
         // By key, not by name: a lookup by name reads two strings scattered over the heap per
         // worker, most of an epoch at 16,000 workers.
         let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &key)| (key, i)).collect();
         let current: Vec<Option<usize>> =
             self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect();
-        let (next, roles, batches, slo) = self.place(&allocation.workers, &current);
+        let machine_of = self.machines();
+        let input = EpochInput {
+            policy: self.settings.policy,
+            plan: self.settings.plan,
+            place: self.settings.place,
+            jobs: &jobs,
+            machine_of: machine_of.as_deref(),
+            current: &current,
+            seed: self.epoch,
+        };
+        let plan = schedule::plan_epoch(&input, &mut ledgers);
+        drop(jobs);
+        let policy_done = Instant::now();
+        let EpochPlan { counts, next, serves, batches, slo_jobs, slo_missed } = plan;
+        let batches: Vec<Option<u32>> = batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
+        let roles = serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
         let epoch = self.epoch + 1;
 
         // Only workers that move, and jobs whose membership changed, cost anything here.
@@ -522,8 +469,7 @@ impl AllocatorActor {
         let mut job_changed = lost_workers;
         let mut workers_moved = 0;
         let tell_all = std::mem::take(&mut self.tell_all);
-        for ((((worker, entry), &before), &after), &role) in
-            self.registry.iter_mut().zip(&current).zip(&next).zip(&roles)
+        for ((((worker, entry), &before), &after), role) in self.registry.iter_mut().zip(&current).zip(&next).zip(roles)
         {
             // Same job and role, or no job and no stale name of a job that left.
             let same = before == after && role == entry.role && (after.is_some() || entry.job.is_none());
@@ -656,7 +602,7 @@ impl AllocatorActor {
             epoch,
             num_jobs,
             num_workers,
-            workers_assigned: allocation.total(),
+            workers_assigned: counts.iter().map(|&c| u64::from(c)).sum(),
             workers_moved,
             jobs_without_bid,
             collect_ms: ms(collected - started),
@@ -664,8 +610,8 @@ impl AllocatorActor {
             publish_ms: 0.0,
             total_ms: 0.0,
             gains,
-            slo_jobs: slo.0,
-            slo_missed: slo.1,
+            slo_jobs,
+            slo_missed,
         };
         self.publisher.send_all(outgoing.into_iter().flatten().collect());
         let done = Instant::now();
@@ -686,21 +632,11 @@ impl AllocatorActor {
         self.epoch = epoch;
     }
 
-    /// Counts to concrete workers (`cluster::planner`): workers are grouped by machine (a worker
-    /// without one is its own machine); jobs keep their machines where they can and are placed
-    /// with locality; a parameter-server job's last workers serve parameters; jobs that declare
-    /// batch sizes get Courier's batch for their new layout. With one slot per machine every
-    /// layout is equally local, and the fewest-moves mapping of `policy::placement` is used.
-    /// Returns each worker's job and role, and each job's batch.
-    fn place(&self, counts: &[u32], current: &[Option<usize>]) -> Placed {
-        let models: Vec<&JobModel> = self
-            .jobs
-            .values()
-            .map(|e| e.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()))
-            .collect();
-        // Machines only matter where some worker shares its machine (checked without building
-        // anything: at 16,000 workers without machines this is the whole cost).
-        let machine_of: Option<Vec<usize>> = self.registry.iter().any(|(_, w)| w.spec.machine.is_some()).then(|| {
+    /// Each worker's machine as a dense index (a worker without one is its own machine), or
+    /// `None` when no worker names a machine (checked without building anything: at 16,000
+    /// workers without machines this is the whole cost).
+    fn machines(&self) -> Option<Vec<usize>> {
+        self.registry.iter().any(|(_, w)| w.spec.machine.is_some()).then(|| {
             let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
             self.registry
                 .iter()
@@ -709,66 +645,49 @@ impl AllocatorActor {
                     *index.entry(w.spec.machine.as_deref().unwrap_or(id.as_str())).or_insert(n)
                 })
                 .collect()
-        });
-        let next = match &machine_of {
-            Some(machine_of) => {
-                let mut capacity = vec![0u32; machine_of.iter().max().map_or(0, |m| m + 1)];
-                for &m in machine_of {
-                    capacity[m] += 1;
+        })
+    }
+
+    /// Each job's bid this epoch, in id order. A job that has not bid yet keeps exactly the
+    /// workers it has, and so does a submitted job within its tenure (`pinned`). A job that has
+    /// held workers and said nothing for `stale_job` bids for none until it reports again: a dead
+    /// job's last prediction must not keep winning workers. A submitted job's gains carry the
+    /// restart that any change costs it.
+    fn bids(&self, pinned: &[bool], now_s: f64, num_workers: u32) -> Vec<JobBid<BidGain<'_>>> {
+        let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        self.jobs
+            .values()
+            .zip(pinned)
+            .map(|(entry, &pinned)| {
+                let have = entry.workers.len() as u32;
+                let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
+                let attained_service = entry.attained_service;
+                match &entry.bid {
+                    _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
+                    _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
+                    Some(b) => JobBid {
+                        min_workers: b.min_workers,
+                        max_workers: b.max_workers,
+                        attained_service,
+                        gain: b.gain.as_ref().map(|g| match &entry.command {
+                            // Every change restarts it: the measured cost once known, else the
+                            // configured one (the prior), plus the work since its checkpoint.
+                            Some(_) => BidGain::Priced(schedule::restart_priced(
+                                g,
+                                have,
+                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
+                                    + b.checkpoint_age_s.unwrap_or(0.0),
+                                self.settings.bid_horizon_s,
+                                b.max_workers.min(num_workers),
+                                PRICED_TABLE_LEN,
+                            )),
+                            None => BidGain::Curve(ByRef(g)),
+                        }),
+                    },
+                    None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
                 }
-                if capacity.iter().all(|&c| c <= 1) {
-                    placement::place(counts, current)
-                } else {
-                    let held = planner::layouts_of(models.len(), machine_of, current);
-                    let owned: Vec<JobModel> =
-                        models.iter().zip(held).map(|(&m, current)| JobModel { current, ..m.clone() }).collect();
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(self.epoch);
-                    let layouts = planner::place(&owned, counts, &capacity, &self.settings.place, &mut rng);
-                    planner::assign_workers(&layouts, machine_of, current)
-                }
-            }
-            None => placement::place(counts, current),
-        };
-        let mut roles = vec![Role::Worker; next.len()];
-        let mut batches = vec![None; models.len()];
-        // Roles and batches, for the jobs that have them: their layouts and workers as placed.
-        let special: Vec<bool> = models.iter().map(|m| m.ps || !m.batches.is_empty()).collect();
-        if !special.contains(&true) {
-            return (next, roles, batches, (0, 0));
-        }
-        let mut slo = (0, 0);
-        let own_machines: Vec<usize>;
-        let of = match &machine_of {
-            Some(of) => of.as_slice(),
-            None => {
-                own_machines = (0..next.len()).collect();
-                &own_machines
-            }
-        };
-        let layouts = planner::layouts_of(models.len(), of, &next);
-        let mut members: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
-        for (w, job) in next.iter().enumerate() {
-            if let Some(j) = job.filter(|&j| models[j].ps) {
-                members[j].push(w);
-            }
-        }
-        for (j, model) in models.iter().enumerate().filter(|(j, _)| special[*j] && !layouts[*j].is_empty()) {
-            let counts: Vec<u32> = layouts[j].iter().map(|l| l.1).collect();
-            let choice = (!model.batches.is_empty()).then(|| planner::batch_to_run(model, &counts)).flatten();
-            batches[j] = choice.map(|c| c.config.batch);
-            if let (Some(c), Some(_)) = (choice, model.slo_iter_s) {
-                slo.0 += 1;
-                slo.1 += usize::from(!c.meets_slo);
-            }
-            if model.ps && members[j].len() >= 2 {
-                let local = choice.map_or(f64::from(model.limits.min_local), |c| f64::from(c.config.local_bsz));
-                let (_, servers) = planner::ps_split(model, members[j].len() as u32, local);
-                for &w in members[j].iter().rev().take(servers as usize) {
-                    roles[w] = Role::Ps;
-                }
-            }
-        }
-        (next, roles, batches, slo)
+            })
+            .collect()
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and

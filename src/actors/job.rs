@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use crate::bus::durable::Durable;
 use crate::cluster::model::{self, BatchLimits, Observation};
-use crate::cluster::planner::{self, JobModel};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule;
+use crate::schedule::{self as planner, JobModel};
 
 /// The largest first iteration a job may report (iterations are also model inputs as `f64`).
 const MAX_FIRST_ITER: u64 = 1 << 40;

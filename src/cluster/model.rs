@@ -21,14 +21,12 @@
 //! one.
 //!
 //! **Statistical efficiency**: with gradient statistics reported, one step at total batch `B`
-//! makes [`super::trace::step_gain`] steps of progress at the initial batch; without them a
+//! makes [`step_gain`] steps of progress at the initial batch; without them a
 //! larger batch is assumed to gain nothing.
 //!
 //! **Batch under an SLO (Courier)** ([`choose_batch`]): among the allowed batches, the one with
 //! the most predicted progress per second whose predicted iteration time meets the SLO; if none
 //! meets it, the fastest.
-
-use super::trace::step_gain;
 
 /// A job's GPUs: how many, over how many machines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,10 +314,28 @@ pub fn choose_batch(
     best.or(fastest)
 }
 
+/// Progress that one step at total batch `batch` makes, in steps at `init_batch`, given the
+/// gradient statistics: `(var + sqr) / (var/s + sqr)` with `s = batch / init_batch` (Pollux's
+/// statistical efficiency times `s`). Between 1 (`var = 0`: no gain from a larger batch) and `s`.
+pub fn step_gain(grad_sqr: f64, grad_var: f64, batch: f64, init_batch: f64) -> f64 {
+    let s = (batch / init_batch).max(1.0);
+    let (sqr, var) = (grad_sqr.max(0.0), grad_var.max(0.0));
+    if sqr + var <= 0.0 || !(sqr + var).is_finite() {
+        return 1.0;
+    }
+    (var + sqr) / (var / s + sqr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::trace::application;
     use super::*;
+
+    #[test]
+    fn a_larger_batch_makes_more_progress_per_step_only_with_gradient_noise() {
+        assert!(step_gain(1.0, 1.0, 256.0, 128.0) > 1.0 && step_gain(1.0, 0.0, 256.0, 128.0) == 1.0);
+        assert_eq!(step_gain(1.0, 1.0, 64.0, 128.0), 1.0, "below the initial batch: one step's worth");
+    }
 
     fn observe(app: &str, counts: &[u32], bsz: f64) -> Observation {
         let (step, sync) = application(app).and_then(|a| a.step_time(counts, bsz)).unwrap_or((1.0, 0.0));

@@ -271,18 +271,6 @@ impl AppTrace {
     }
 }
 
-/// Progress that one step at total batch `batch` makes, in steps at `init_batch`, given the
-/// gradient statistics: `(var + sqr) / (var/s + sqr)` with `s = batch / init_batch` (Pollux's
-/// statistical efficiency times `s`). Between 1 (`var = 0`: no gain from a larger batch) and `s`.
-pub fn step_gain(grad_sqr: f64, grad_var: f64, batch: f64, init_batch: f64) -> f64 {
-    let s = (batch / init_batch).max(1.0);
-    let (sqr, var) = (grad_sqr.max(0.0), grad_var.max(0.0));
-    if sqr + var <= 0.0 || !(sqr + var).is_finite() {
-        return 1.0;
-    }
-    (var + sqr) / (var / s + sqr)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +315,5 @@ mod tests {
         assert!((cifar.grad_stats(192.0, 0).0 - 0.5 * (s128 + s256)).abs() < 1e-9);
         assert_eq!(cifar.grad_stats(64.0, 0), cifar.grad_stats(128.0, 0));
         assert_eq!(cifar.progress_at(1), 391.0);
-        assert!(step_gain(1.0, 1.0, 256.0, 128.0) > 1.0 && step_gain(1.0, 0.0, 256.0, 128.0) == 1.0);
     }
 }

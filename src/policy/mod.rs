@@ -6,7 +6,6 @@
 //! the live allocator call any of them the same way (see [`PolicyKind::allocate`]).
 
 pub mod fair;
-pub mod placement;
 pub mod slaq;
 pub mod table;
 
@@ -39,7 +38,7 @@ impl<F: Fn(u32) -> f64> GainFn for F {
 }
 
 /// Gains given as values `g(0), g(1), …, g(n)`, flat past `n` (the deep-learning planner's
-/// gains, `cluster::planner::gains`).
+/// gains, `schedule::gains`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gains(pub Vec<f64>);
 

@@ -294,7 +294,7 @@ pub struct ServeConfig {
     pub job_threads: usize,
     pub refit_interval: Duration,
     pub plan: crate::schedule::PlanSettings,
-    pub place: crate::cluster::planner::PlaceSettings,
+    pub place: crate::schedule::PlaceSettings,
     pub predictor: PredictorConfig,
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
@@ -477,8 +477,8 @@ impl RawConfig {
         if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
             return invalid("restart_s must be at least 0 and move_horizon_s positive");
         }
-        let place = crate::cluster::planner::PlaceSettings {
-            placer: crate::cluster::planner::Placer::Lp,
+        let place = crate::schedule::PlaceSettings {
+            placer: crate::schedule::Placer::Lp,
             restart_s: s.restart_s,
             horizon_s: s.move_horizon_s,
         };

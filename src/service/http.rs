@@ -11,8 +11,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::metrics::Metrics;
 use crate::bus::BusCounters;
+use crate::metrics::Metrics;
 
 #[derive(Clone)]
 pub struct HttpState {

@@ -10,7 +10,7 @@
 
 pub mod config;
 mod http;
-pub mod metrics;
+
 mod replica;
 
 pub use replica::run_replica;
@@ -33,13 +33,13 @@ use crate::actors::allocator::{
 use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, NatsAuth, Publisher};
+use crate::metrics::Metrics;
 use crate::protocol::{
     self, Ack, Encoding, EndReason, EpochSummary, Inbound, InboundLimits, JobCommand, JobSpec, ProtocolError,
     RejectCause, StatusRequest, StatusSnapshot,
 };
 use crate::quality::JobPredictor;
 pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
-use metrics::Metrics;
 
 /// The scheduler's two NATS connections. `bus` talks with jobs, workers and operators: it
 /// receives their messages, publishes allocations and assignments, and answers requests, on

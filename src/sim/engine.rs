@@ -7,7 +7,7 @@
 
 use crate::policy::{GainFn, JobBid, PolicyKind};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
-use crate::schedule::{self, FloorLedger, PlanSettings};
+use crate::schedule::{self, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings};
 
 use super::metrics::{RunMetrics, Tracker};
 use super::replay::ReplayJob;
@@ -248,7 +248,8 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         }
     }
     let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
-    let mut bids: Vec<JobBid<SimGain<'_>>> = Vec::with_capacity(active.len());
+    let model = JobModel::unknown();
+    let mut epoch_jobs: Vec<EpochJob<'_, SimGain<'_>>> = Vec::with_capacity(active.len());
     for &j in active {
         let s = &states[j];
         let gain = if !needs_gains {
@@ -258,23 +259,35 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         } else {
             s.bid.map(SimGain::Predicted)
         };
-        bids.push(JobBid {
+        let bid = JobBid {
             min_workers: config.min_workers_per_job,
             max_workers: config.max_workers_per_job,
             attained_service: s.attained_service,
             gain,
-        });
+        };
+        // The curves' jobs declare no batch and run on workers without machines: the plan is
+        // their counts (the fewest moves maps them to workers, which the simulator does not track).
+        epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model });
     }
-    let allocation = schedule::plan(policy.kind, &config.plan, config.num_workers, &bids, &mut ledgers);
-    debug_assert!(
-        crate::policy::check_contract(
-            &crate::policy::Problem { num_workers: config.num_workers, jobs: &bids },
-            &allocation
-        )
-        .is_ok()
-    );
-    drop(bids);
-    for ((&j, &w), ledger) in active.iter().zip(&allocation.workers).zip(ledgers) {
+    // The workers: each active job holds its count of them, in job order, the rest are free.
+    let mut current: Vec<Option<usize>> = Vec::with_capacity(config.num_workers as usize);
+    for (i, &j) in active.iter().enumerate() {
+        current.extend(std::iter::repeat_n(Some(i), states[j].replay.workers as usize));
+    }
+    current.resize(config.num_workers as usize, None);
+    let input = EpochInput {
+        policy: policy.kind,
+        plan: config.plan,
+        place: PlaceSettings { placer: Placer::Greedy, restart_s: 0.0, horizon_s: config.gain_horizon_s },
+        jobs: &epoch_jobs,
+        machine_of: None,
+        current: &current,
+        seed: 0,
+    };
+    let planned = schedule::plan_epoch(&input, &mut ledgers);
+    debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);
+    drop(epoch_jobs);
+    for ((&j, &w), ledger) in active.iter().zip(&planned.counts).zip(ledgers) {
         states[j].replay.workers = w;
         states[j].ledger = ledger;
     }

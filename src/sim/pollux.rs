@@ -6,8 +6,7 @@
 //! The scheduler sees what a job reports, never the traces: the step and sync times of the
 //! shapes it ran in (fitted into [`PerfParams`] by [`model::fit`]), its gradient statistics at
 //! its current epoch, its progress and its declared length (the progress of its last epoch).
-//! Every decision is the live planner's: `schedule::plan` for counts, then
-//! [`planner::place`] and [`planner::batch_for`].
+//! Every decision is the live scheduler's: [`plan_epoch`] (counts, placement, batch).
 //!
 //! Policies:
 //! - `fair`: each job asks for the GPUs and batch its user chose (the workload's
@@ -26,15 +25,15 @@
 
 use std::path::Path;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-
+use crate::cluster::model::step_gain;
 use crate::cluster::model::{self, BatchConfig, BatchLimits, Observation, PerfParams, Shape};
 use crate::cluster::place::Layout;
-use crate::cluster::planner::{self, JobModel, PlaceSettings, Placer};
-use crate::cluster::trace::{AppTrace, application, step_gain};
+use crate::cluster::trace::{AppTrace, application};
 use crate::policy::{Gains, JobBid, PolicyKind};
-use crate::schedule::{FloorLedger, PlanSettings, plan};
+use crate::schedule::place::layouts_of;
+use crate::schedule::{
+    self as planner, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, plan_epoch,
+};
 
 /// One job of a workload file.
 #[derive(Clone, Debug)]
@@ -316,7 +315,6 @@ impl Job<'_> {
 
 /// Runs one workload under `policy`.
 pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summary, Vec<JobOutcome>) {
-    let mut rng = StdRng::seed_from_u64(config.seed);
     let mut jobs: Vec<Job<'_>> = workload
         .iter()
         .map(|spec| {
@@ -352,10 +350,10 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             }
         })
         .collect();
-    let capacity = vec![config.slots; config.machines as usize];
     let total = config.machines * config.slots;
+    let machine_of: Vec<usize> = (0..total).map(|w| (w / config.slots) as usize).collect();
+    let mut decision = 0u64;
     let residence = min_residence(config);
-    let plan_settings = config.plan;
     let place_settings = PlaceSettings {
         placer: match policy {
             Policy::Fair => Placer::Greedy,
@@ -400,17 +398,38 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                 JobBid { min_workers: min, max_workers: max, attained_service: job.attained, gain }
             })
             .collect();
-        let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut jobs[j].ledger)).collect();
-        let kind = if policy == Policy::Fair { PolicyKind::Fair } else { PolicyKind::Slaq };
-        let counts = plan(kind, &plan_settings, total, &bids, &mut ledgers).workers;
-        for (&j, ledger) in active.iter().zip(ledgers) {
-            jobs[j].ledger = ledger;
+        let epoch_jobs: Vec<EpochJob<'_, Gains>> = bids
+            .into_iter()
+            .zip(&models)
+            .map(|(bid, model)| EpochJob { bid, own_minimum: false, sizes: None, model })
+            .collect();
+        // Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
+        let mut current: Vec<Option<usize>> = vec![None; total as usize];
+        for (i, &j) in active.iter().enumerate() {
+            for &(m, c) in &jobs[j].layout {
+                let on = &mut current[m * config.slots as usize..(m + 1) * config.slots as usize];
+                for slot in on.iter_mut().filter(|s| s.is_none()).take(c as usize) {
+                    *slot = Some(i);
+                }
+            }
         }
-        // 2. Placement, 3. batch.
-        let layouts = planner::place(&models, &counts, &capacity, &place_settings, &mut rng);
-        for ((&j, layout), model) in active.iter().zip(layouts).zip(&models) {
+        let input = EpochInput {
+            policy: if policy == Policy::Fair { PolicyKind::Fair } else { PolicyKind::Slaq },
+            plan: config.plan,
+            place: place_settings,
+            jobs: &epoch_jobs,
+            machine_of: Some(&machine_of),
+            current: &current,
+            seed: config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ decision,
+        };
+        let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut jobs[j].ledger)).collect();
+        let planned = plan_epoch(&input, &mut ledgers);
+        drop(epoch_jobs);
+        decision += 1;
+        let layouts = layouts_of(active.len(), &machine_of, &planned.next);
+        for (((&j, ledger), mut layout), batch) in active.iter().zip(ledgers).zip(layouts).zip(&planned.batches) {
             let job = &mut jobs[j];
-            let mut layout = layout;
+            job.ledger = ledger;
             layout.sort_unstable();
             let mut old = job.layout.clone();
             old.sort_unstable();
@@ -424,11 +443,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                 job.since_change = job.since_change.saturating_add(1);
             }
             job.layout = layout;
-            job.config = if job.layout.is_empty() {
-                None
-            } else {
-                planner::batch_to_run(model, &job.counts()).map(|c| c.config)
-            };
+            job.config = batch.map(|c| c.config);
         }
         // 4. Run the epoch.
         for &j in &active {

@@ -110,7 +110,7 @@ fn assignments(st: &StatusSnapshot) -> BTreeMap<String, Option<String>> {
 fn fresh_layout(st: &StatusSnapshot) -> BTreeMap<String, Option<String>> {
     let ids: Vec<&str> = st.jobs.iter().map(|j| j.job.as_str()).collect();
     let counts: Vec<u32> = st.jobs.iter().map(|j| j.workers).collect();
-    let placed = slaq::policy::placement::place(&counts, &vec![None; st.workers.len()]);
+    let placed = slaq::schedule::place::fewest_moves(&counts, &vec![None; st.workers.len()]);
     st.workers.iter().zip(placed).map(|(w, job)| (w.worker.clone(), job.map(|j| ids[j].to_string()))).collect()
 }
 

@@ -1,0 +1,377 @@
+//! [`plan_epoch`]: one epoch's whole decision, from the jobs' bids and models and each worker's
+//! current job to each worker's next job, its role, each job's batch and its SLO verdict.
+//!
+//! 1. **Counts** ([`super::counts`]): each job's own minimum honoured up to its fair share, the
+//!    fairness floor, then the policy; jobs that run only at some sizes are held to them.
+//! 2. **Workers** ([`super::place`]): with one slot per machine (or no machines) every layout is
+//!    equally local, and each job keeps what it can of its workers ([`fewest_moves`]); on machines
+//!    with several slots jobs are placed with locality ([`place`]) and the layouts mapped to
+//!    workers with the fewest moves ([`assign_workers`]).
+//! 3. **Batch and roles** ([`super::batch`]): Courier's batch on the layout chosen, for the jobs
+//!    that declare batch sizes; a parameter-server job's last workers serve parameters.
+//!
+//! Pure and deterministic: the same input gives the same plan (the LP rounding draws from a
+//! generator seeded by [`EpochInput::seed`]).
+
+use rand::SeedableRng;
+
+use crate::cluster::model::BatchChoice;
+use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
+
+use super::batch::batch_to_run;
+use super::bid::{JobModel, ps_split};
+use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict_sizes};
+use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
+
+/// One job as the planner sees it.
+#[derive(Clone, Debug)]
+pub struct EpochJob<'a, G> {
+    /// Its bounds, attained service and gains (`None`: no quality bid).
+    pub bid: JobBid<G>,
+    /// Its `min_workers` is its own request, honoured up to its fair share
+    /// ([`honoured_minimums`]); `false`: the bounds are the scheduler's own (a job that keeps
+    /// exactly its workers) and stand.
+    pub own_minimum: bool,
+    /// The only sizes it may run at, ascending (`None`: any).
+    pub sizes: Option<&'a [u32]>,
+    /// Its time model: what placement, batch and roles are priced with.
+    pub model: &'a JobModel,
+}
+
+/// Everything one epoch is decided on, besides the floor ledgers.
+#[derive(Clone, Debug)]
+pub struct EpochInput<'a, G> {
+    pub policy: PolicyKind,
+    pub plan: PlanSettings,
+    pub place: PlaceSettings,
+    /// The jobs, in the order of the job indices used in `current`.
+    pub jobs: &'a [EpochJob<'a, G>],
+    /// Each worker's machine, as a dense index (`None`: every worker is its own machine).
+    pub machine_of: Option<&'a [usize]>,
+    /// Each worker's job now (an index into `jobs`; anything else is free).
+    pub current: &'a [Option<usize>],
+    /// Seeds the placement's randomised rounding.
+    pub seed: u64,
+}
+
+/// One epoch's decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochPlan {
+    /// Workers per job.
+    pub counts: Vec<u32>,
+    /// Each worker's job (same order as `EpochInput::current`).
+    pub next: Vec<Option<usize>>,
+    /// Whether each worker serves parameters (else it computes).
+    pub serves: Vec<bool>,
+    /// Each job's batch on its layout, for the jobs that declare batch sizes.
+    pub batches: Vec<Option<BatchChoice>>,
+    /// Jobs with an SLO that run this epoch, and of them those predicted to miss it.
+    pub slo_jobs: usize,
+    pub slo_missed: usize,
+}
+
+/// The epoch's decision (see the module's documentation). `ledgers` (one per job) carry the
+/// fairness floor from epoch to epoch: they are read and booked.
+pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedger]) -> EpochPlan {
+    let jobs = input.jobs;
+    let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
+    let counts = counts(input, num_workers, ledgers);
+
+    let machines = input.machine_of.map(|of| {
+        let mut capacity = vec![0u32; of.iter().max().map_or(0, |m| m + 1)];
+        for &m in of {
+            capacity[m] += 1;
+        }
+        (of, capacity)
+    });
+    let next = match &machines {
+        Some((of, capacity)) if capacity.iter().any(|&c| c > 1) => {
+            let held = layouts_of(jobs.len(), of, input.current);
+            let models: Vec<JobModel> =
+                jobs.iter().zip(held).map(|(j, current)| JobModel { current, ..j.model.clone() }).collect();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(input.seed);
+            let layouts = place(&models, &counts, capacity, &input.place, &mut rng);
+            assign_workers(&layouts, of, input.current)
+        }
+        _ => fewest_moves(&counts, input.current),
+    };
+
+    let mut plan = EpochPlan {
+        counts,
+        serves: vec![false; next.len()],
+        batches: vec![None; jobs.len()],
+        slo_jobs: 0,
+        slo_missed: 0,
+        next,
+    };
+    // Batches and roles, for the jobs that have them: on their layouts as placed.
+    let special = |j: &EpochJob<'_, G>| j.model.ps || !j.model.batches.is_empty();
+    if !jobs.iter().any(special) {
+        return plan;
+    }
+    let own: Vec<usize>;
+    let of = match input.machine_of {
+        Some(of) => of,
+        None => {
+            own = (0..plan.next.len()).collect();
+            &own
+        }
+    };
+    let layouts = layouts_of(jobs.len(), of, &plan.next);
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
+    for (w, job) in plan.next.iter().enumerate() {
+        if let Some(j) = job.filter(|&j| jobs[j].model.ps) {
+            members[j].push(w);
+        }
+    }
+    for (j, job) in jobs.iter().enumerate().filter(|(j, job)| special(job) && !layouts[*j].is_empty()) {
+        let model = job.model;
+        let on: Vec<u32> = layouts[j].iter().map(|l| l.1).collect();
+        let choice = if model.batches.is_empty() { None } else { batch_to_run(model, &on) };
+        plan.batches[j] = choice;
+        if let (Some(c), Some(_)) = (choice, model.slo_iter_s) {
+            plan.slo_jobs += 1;
+            plan.slo_missed += usize::from(!c.meets_slo);
+        }
+        if model.ps && members[j].len() >= 2 {
+            let local = choice.map_or(f64::from(model.limits.min_local), |c| f64::from(c.config.local_bsz));
+            let (_, servers) = ps_split(model, members[j].len() as u32, local);
+            for &w in members[j].iter().rev().take(servers as usize) {
+                plan.serves[w] = true;
+            }
+        }
+    }
+    plan
+}
+
+/// Step 1: workers per job.
+fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut [FloorLedger]) -> Vec<u32> {
+    let jobs = input.jobs;
+    let mut bids: Vec<JobBid<ByRef<'_, G>>> = jobs
+        .iter()
+        .map(|j| JobBid {
+            min_workers: j.bid.min_workers,
+            max_workers: j.bid.max_workers,
+            attained_service: j.bid.attained_service,
+            gain: j.bid.gain.as_ref().map(ByRef),
+        })
+        .collect();
+    // A job's own minimum is a request, honoured within its fair share only: one job asking for
+    // the cluster must not take it.
+    if jobs.iter().any(|j| j.own_minimum && j.bid.min_workers > 0) {
+        let honoured = honoured_minimums(num_workers, &bids);
+        for ((bid, job), min) in bids.iter_mut().zip(jobs).zip(honoured) {
+            if job.own_minimum {
+                bid.min_workers = min;
+            }
+        }
+    }
+    let mut counts = plan(input.policy, &input.plan, num_workers, &bids, ledgers).workers;
+    // Jobs that run only at some sizes get one of them; what that frees goes to others, the
+    // least served first.
+    if jobs.iter().any(|j| j.sizes.is_some()) {
+        let sizes: Vec<Option<&[u32]>> = jobs.iter().map(|j| j.sizes).collect();
+        let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
+        let mut order: Vec<usize> = (0..bids.len()).collect();
+        order.sort_by(|&a, &b| bids[a].attained_service.total_cmp(&bids[b].attained_service));
+        restrict_sizes(&mut counts, &sizes, &max, num_workers, &order);
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::place::Layout;
+    use crate::schedule::Placer;
+    use crate::schedule::bid::test_job;
+    use proptest::prelude::*;
+
+    type Gain = fn(u32) -> f64;
+
+    fn settings() -> (PlanSettings, PlaceSettings) {
+        (
+            PlanSettings { floor: 0.0, floor_window: 4 },
+            PlaceSettings { placer: Placer::Lp, restart_s: 30.0, horizon_s: 600.0 },
+        )
+    }
+
+    fn input<'a>(
+        jobs: &'a [EpochJob<'a, Gain>],
+        machine_of: Option<&'a [usize]>,
+        current: &'a [Option<usize>],
+    ) -> EpochInput<'a, Gain> {
+        let (plan, place) = settings();
+        EpochInput { policy: PolicyKind::Slaq, plan, place, jobs, machine_of, current, seed: 7 }
+    }
+
+    fn of_job(next: &[Option<usize>], j: usize) -> Vec<usize> {
+        next.iter().enumerate().filter(|(_, x)| **x == Some(j)).map(|(w, _)| w).collect()
+    }
+
+    #[test]
+    fn on_machines_a_job_is_packed_and_a_kept_job_keeps_its_workers() {
+        // Two machines of four slots; job 0 holds workers 0 and 1 (machine 0) and stays at 2;
+        // job 1 gains most and can take 4: it must get one whole machine, not 2 + 2.
+        let model = test_job(Layout::new());
+        let g0: Gain = |w| [0.0, 1.0, 2.0, 2.0, 2.0][w.min(4) as usize];
+        let g1: Gain = |w| f64::from(w.min(4));
+        let jobs = [
+            EpochJob {
+                bid: JobBid { max_workers: 2, ..JobBid::new(Some(g0)) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+            },
+            EpochJob {
+                bid: JobBid { max_workers: 4, ..JobBid::new(Some(g1)) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+            },
+        ];
+        let machine_of = [0, 0, 0, 0, 1, 1, 1, 1];
+        let current = [Some(0), Some(0), None, None, None, None, None, None];
+        let mut ledgers = vec![FloorLedger::default(); 2];
+        let p = plan_epoch(&input(&jobs, Some(&machine_of), &current), &mut ledgers);
+        assert_eq!(p.counts, vec![2, 4]);
+        assert_eq!(of_job(&p.next, 0), vec![0, 1], "kept");
+        assert_eq!(of_job(&p.next, 1), vec![4, 5, 6, 7], "one whole machine");
+        assert!(p.serves.iter().all(|s| !s), "no parameter-server job");
+        // The same without machines: the fewest moves, whatever the machines.
+        let p = plan_epoch(&input(&jobs, None, &current), &mut ledgers);
+        assert_eq!(of_job(&p.next, 0), vec![0, 1]);
+        assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn batches_roles_and_slo_verdicts_are_decided_on_the_layout_placed() {
+        let batch = test_job(Layout::new());
+        let mut ps = test_job(Layout::new());
+        ps.ps = true;
+        ps.batches.clear();
+        let mut slo = test_job(Layout::new());
+        slo.slo_iter_s = Some(1e-9);
+        let g: Gain = |w| f64::from(w.min(3));
+        let job = |model| EpochJob {
+            bid: JobBid { max_workers: 3, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model,
+        };
+        let jobs = [job(&batch), job(&ps), job(&slo)];
+        let machine_of: Vec<usize> = (0..12).map(|w| w / 4).collect();
+        let current = vec![None; 12];
+        let p = plan_epoch(&input(&jobs, Some(&machine_of), &current), &mut vec![FloorLedger::default(); 3]);
+        assert_eq!(p.counts, vec![3, 3, 3]);
+        let b = p.batches[0].expect("a batch for the job that declares sizes");
+        assert_eq!(Some(b), batch_to_run(&batch, &[3]), "Courier's batch on three GPUs of one machine");
+        assert_eq!(p.batches[1], None, "the ps job declares no batch");
+        let servers = of_job(&p.next, 1).into_iter().filter(|&w| p.serves[w]).count() as u32;
+        assert_eq!(servers, ps_split(&ps, 3, f64::from(ps.limits.min_local)).1);
+        assert!(servers >= 1 && of_job(&p.next, 0).iter().all(|&w| !p.serves[w]));
+        assert_eq!((p.slo_jobs, p.slo_missed), (1, 1), "an SLO of a nanosecond is missed");
+    }
+
+    #[test]
+    fn own_minimums_are_honoured_within_the_fair_share_and_the_scheduler_s_bounds_stand() {
+        let model = test_job(Layout::new());
+        let none: Gain = |_| 0.0;
+        let all: Gain = f64::from;
+        let jobs = [
+            EpochJob {
+                bid: JobBid { min_workers: 100, ..JobBid::new(Some(none)) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+            },
+            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model },
+        ];
+        let current = vec![None; 8];
+        let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.counts, vec![4, 4], "a minimum of 100 is honoured up to the fair share");
+        // The same bound set by the scheduler (a job keeping exactly its workers) stands.
+        let pinned = [
+            EpochJob {
+                bid: JobBid { min_workers: 6, max_workers: 6, ..JobBid::new(Some(none)) },
+                own_minimum: false,
+                sizes: None,
+                model: &model,
+            },
+            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model },
+        ];
+        let p = plan_epoch(&input(&pinned, None, &current), &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.counts, vec![6, 2]);
+    }
+
+    #[test]
+    fn sizes_are_kept_and_the_rest_goes_to_the_least_served() {
+        let model = test_job(Layout::new());
+        let g: Gain = f64::from;
+        let pow2: &[u32] = &[1, 2, 4];
+        let jobs = [
+            EpochJob {
+                bid: JobBid { max_workers: 3, ..JobBid::new(Some(g)) },
+                own_minimum: true,
+                sizes: Some(pow2),
+                model: &model,
+            },
+            EpochJob {
+                bid: JobBid { max_workers: 3, attained_service: 5.0, ..JobBid::new(Some(g)) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+            },
+        ];
+        let current = vec![None; 6];
+        let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.counts, vec![2, 3], "3 is not an allowed size: 2");
+        assert_eq!(p.next.iter().filter(|x| x.is_none()).count(), 1);
+    }
+
+    proptest! {
+        /// Whatever the bids and the cluster: counts within bounds and the cluster, the workers
+        /// mapped exactly to the counts, on as many machines as the cluster's shape needs, and
+        /// the same input planned twice gives the same plan.
+        #[test]
+        fn the_plan_is_consistent_and_deterministic(
+            jobs in prop::collection::vec((0u32..4, 1u32..10, 0u32..3, any::<bool>()), 1..8),
+            machines in prop::collection::vec(1usize..5, 1..6),
+            occupied in prop::collection::vec(prop::option::of(0usize..10), 0..30),
+            floor in 0.0f64..1.0,
+            seed in any::<u64>(),
+        ) {
+            let slopes: [Gain; 3] = [|w| f64::from(w).sqrt(), |w| f64::from(w.min(3)), |_| 0.0];
+            let model = test_job(Layout::new());
+            let mut ps = test_job(Layout::new());
+            ps.ps = true;
+            let epoch_jobs: Vec<EpochJob<'_, Gain>> = jobs.iter().map(|&(min, max, g, is_ps)| EpochJob {
+                bid: JobBid { min_workers: min.min(max), max_workers: max, attained_service: f64::from(g), gain: Some(slopes[g as usize]) },
+                own_minimum: true,
+                sizes: None,
+                model: if is_ps { &ps } else { &model },
+            }).collect();
+            let machine_of: Vec<usize> = machines.iter().enumerate().flat_map(|(m, &n)| std::iter::repeat_n(m, n)).collect();
+            let current: Vec<Option<usize>> = (0..machine_of.len()).map(|w| occupied.get(w).copied().flatten()).collect();
+            let (_, place) = settings();
+            let input = EpochInput {
+                policy: PolicyKind::Slaq,
+                plan: PlanSettings { floor, floor_window: 4 },
+                place,
+                jobs: &epoch_jobs,
+                machine_of: Some(&machine_of),
+                current: &current,
+                seed,
+            };
+            let mut ledgers = vec![FloorLedger::default(); jobs.len()];
+            let p = plan_epoch(&input, &mut ledgers.clone());
+            prop_assert!(p.counts.iter().sum::<u32>() as usize <= machine_of.len());
+            for (j, &c) in p.counts.iter().enumerate() {
+                prop_assert!(c <= jobs[j].1);
+                prop_assert_eq!(of_job(&p.next, j).len(), c as usize, "job {} of {:?}", j, p.counts);
+            }
+            prop_assert!(p.serves.iter().zip(&p.next).all(|(&s, j)| !s || j.is_some_and(|j| jobs[j].3)));
+            prop_assert_eq!(plan_epoch(&input, &mut ledgers), p);
+        }
+    }
+}
