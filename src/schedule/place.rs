@@ -15,7 +15,8 @@ use crate::policy::JobOrd;
 
 use super::bid::{JobModel, iter_time};
 
-/// Above this many jobs to place at once the LP is not tried (its time grows superlinearly).
+/// Above this many jobs to place at once the LP is not tried: its time grows superlinearly, and
+/// this bound, not a clock, keeps an epoch's placement short and deterministic.
 pub const LP_MAX_JOBS: usize = 256;
 
 /// How placement is done.
@@ -94,9 +95,7 @@ pub fn place(
     let demands: Vec<u32> = to_place.iter().map(|&j| counts[j]).collect();
     let cost = |i: usize, c: &[u32]| step_cost(&jobs[to_place[i]], c);
     let placed = match settings.placer {
-        Placer::Lp if to_place.len() <= LP_MAX_JOBS => {
-            place::lp_rounding(&free, &demands, &cost, 8, std::time::Duration::from_millis(200), rng)
-        }
+        Placer::Lp if to_place.len() <= LP_MAX_JOBS => place::lp_rounding(&free, &demands, &cost, 8, rng),
         Placer::Lp | Placer::Greedy => place::greedy(&free, &demands),
         Placer::FirstFit => place::first_fit(&free, &demands),
     };

@@ -325,9 +325,6 @@ pub(crate) struct BenchPlacementArgs {
     /// Timed repetitions of each decision (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
-    /// Seconds the LP may take at the large size before it is reported as too slow.
-    #[arg(long, default_value_t = 30.0)]
-    pub(crate) lp_limit: f64,
     #[arg(long)]
     pub(crate) json: bool,
 }

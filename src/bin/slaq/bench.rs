@@ -508,17 +508,19 @@ pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
 pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
     use slaq::cluster::bench;
     anyhow::ensure!(args.cases > 0 && args.runs > 0, "--cases and --runs must be positive");
-    anyhow::ensure!(args.lp_limit > 0.0 && args.lp_limit.is_finite(), "--lp-limit must be positive");
     let gaps = bench::gaps(args.cases, args.seed);
-    let limit = Duration::from_secs_f64(args.lp_limit);
     let mut sizes = Vec::new();
-    for (jobs, machines) in [(64usize, 16usize), (4000, 4000)] {
-        let (lp, greedy, lp_vs_greedy) = bench::decision_times(jobs, machines, 4, args.runs, limit);
+    // The live planner tries the LP on at most `LP_MAX_JOBS` jobs to place at once (the greedy
+    // above): that size is the LP's worst case in an epoch.
+    for (jobs, machines) in
+        [(64usize, 16usize), (slaq::schedule::LP_MAX_JOBS, slaq::schedule::LP_MAX_JOBS), (4000, 4000)]
+    {
+        let (lp, greedy, lp_vs_greedy) = decision_times(jobs, machines, 4, args.runs);
         sizes.push(serde_json::json!({
             "jobs": jobs, "machines": machines, "slots": 4,
-            "lp_rounding_ms": lp.map(|s| s * 1e3),
+            "lp_rounding_ms": lp * 1e3,
             "greedy_ms": greedy * 1e3,
-            "lp_cost_vs_greedy_pct": lp.map(|_| lp_vs_greedy),
+            "lp_cost_vs_greedy_pct": lp_vs_greedy,
         }));
     }
     let out = serde_json::json!({
@@ -528,7 +530,6 @@ pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
         "first_fit_gap_pct": gaps.first_fit_gap_pct,
         "random_gap_pct": gaps.random_gap_pct,
         "decision": sizes,
-        "lp_limit_s": args.lp_limit,
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -550,4 +551,56 @@ pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Seconds per decision of the LP rounding and the greedy for `jobs` jobs (1 to 8 slots each)
+/// on `machines` machines of `slots`, all free (median of `runs`), and the LP's cost against the
+/// greedy's (percent).
+fn decision_times(jobs: usize, machines: usize, slots: u32, runs: usize) -> (f64, f64, f64) {
+    use rand::{RngExt, SeedableRng};
+    use slaq::cluster::bench::fitted_models;
+    use slaq::cluster::model::Shape;
+    use slaq::cluster::place::{self, Layout};
+    use std::time::Instant;
+    let models = fitted_models();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let capacity = machines as u32 * slots;
+    let mut demands: Vec<u32> = (0..jobs).map(|_| rng.random_range(1..=8)).collect();
+    // Scale the demands to fill about 90% of the cluster.
+    let total: u32 = demands.iter().sum();
+    let target = (0.9 * f64::from(capacity)) as u32;
+    for d in &mut demands {
+        *d = ((u64::from(*d) * u64::from(target) / u64::from(total.max(1))) as u32).clamp(1, slots * 2);
+    }
+    while demands.iter().sum::<u32>() > capacity {
+        if let Some(d) = demands.iter_mut().find(|d| **d > 1) {
+            *d -= 1;
+        }
+    }
+    let apps: Vec<usize> = (0..jobs).map(|j| j % models.len()).collect();
+    let cost = |j: usize, counts: &[u32]| {
+        let (p, b) = models[apps[j]];
+        p.step(Shape::of(counts), b)
+    };
+    let free = vec![slots; machines];
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let time = |f: &mut dyn FnMut() -> Vec<Layout>| {
+        let t = Instant::now();
+        let out = f();
+        (t.elapsed().as_secs_f64(), out)
+    };
+    let mut lp = Vec::new();
+    let mut lp_cost = 0.0;
+    let mut greedy = Vec::new();
+    for _ in 0..runs.max(1) {
+        let (t, out) = time(&mut || place::lp_rounding(&free, &demands, &cost, 8, &mut rng));
+        lp_cost = place::total_cost(&out, &cost);
+        lp.push(t);
+        greedy.push(time(&mut || place::greedy(&free, &demands)).0);
+    }
+    let greedy_cost = place::total_cost(&place::greedy(&free, &demands), &cost);
+    (median(lp), median(greedy), 100.0 * (lp_cost / greedy_cost - 1.0))
 }
