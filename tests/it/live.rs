@@ -484,3 +484,169 @@ fn a_live_run_ends_with_the_simulator_s_figures() {
         "the policies must differ by more than the tolerance for the check to tell them apart: {slaq_area} vs {fair_area}"
     );
 }
+
+/// Live equals planned, for the whole epoch: on workers that share machines, with a job that
+/// declares batch sizes and a parameter-server job, `slaq serve` over NATS assigns every worker
+/// to the job and role, and every job to the batch, that `schedule::plan_epoch` (the function the
+/// simulators call) decides on the same reports, epoch after epoch.
+#[tokio::test]
+async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
+    use slaq::policy::JobBid;
+    use slaq::protocol::{Role, WorkerAssignment};
+    use slaq::quality::{JobPredictor, PredictorConfig};
+    use slaq::schedule::{self, EpochInput, EpochJob, FloorLedger};
+
+    const EPOCHS: u64 = 4;
+    let config_text = "[scheduler]\nepoch_ms = 2000\nrefit_interval_ms = 20\nfloor = 0.75\nfloor_window = 4\n";
+    let config: slaq::service::ServeConfig = toml::from_str::<slaq::service::RawConfig>(config_text)
+        .unwrap()
+        .resolve(&Default::default(), &Default::default())
+        .unwrap();
+    let epoch_s = config.epoch.as_secs_f64();
+    let nats = NatsServer::start();
+    let scheduler = InProcessScheduler::start(&nats.url, config_text);
+    let c = client(&nats.url).await;
+    let s = subjects();
+    wait_status(&c, &s).await;
+    let mut assigns = c.subscribe("slaq.v1.worker.*.assign").await.unwrap();
+    let mut allocs = c.subscribe("slaq.v1.job.*.alloc").await.unwrap();
+    // Three machines of four slots (one worker per slot), in id order as the registry keeps them.
+    let workers: Vec<String> = (0..12).map(|i| format!("w{i:02}")).collect();
+    let machine_of: Vec<usize> = (0..12).map(|i| i / 4).collect();
+    for (w, &m) in workers.iter().zip(&machine_of) {
+        let spec =
+            WorkerSpec { worker: w.clone(), machine: Some(format!("m{m}")), slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(&c, s.worker_hello(w), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    let beats = keep_alive(c.clone(), workers.clone());
+    let batched = JobSpec { batch_sizes: Some(vec![32, 64, 128, 256, 512]), ..JobSpec::new("a-batched") };
+    let ps = JobSpec { parameter_server: true, ..JobSpec::new("b-ps") };
+    let specs = [batched, ps, JobSpec::new("c-plain"), JobSpec::new("d-fresh")];
+    let curves: Vec<Vec<f64>> = vec![
+        (1..=12).map(|k| 0.1 + 2.0 * 0.7f64.powi(k)).collect(),
+        (1..=20).map(|k| 1.0 / (k as f64).sqrt()).collect(),
+        (1..=40).map(|k| 0.5 + 0.5 * 0.3f64.powi(k.min(5))).collect(),
+        vec![3.0, 2.5],
+    ];
+    for (spec, losses) in specs.iter().zip(&curves) {
+        let ack: Ack =
+            bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+        for (i, &loss) in losses.iter().enumerate() {
+            report(&c, &spec.job, i as u64 + 1, loss, 1).await;
+        }
+    }
+    let status = wait_status(&c, &s).await;
+    assert_eq!(status.epoch, 0, "the reports must be in before the first epoch (2 s): {status:#?}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while scheduler.handle.epochs().await.len() < EPOCHS as usize {
+        assert!(tokio::time::Instant::now() < deadline, "the scheduler ran no {EPOCHS} epochs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(beats);
+
+    // What the scheduler published, epoch by epoch: each worker's job and role, each job's batch.
+    type Layout = (Vec<(Option<String>, Role)>, HashMap<String, Option<u32>>);
+    let mut told: Vec<Vec<WorkerAssignment>> = vec![Vec::new(); EPOCHS as usize];
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), assigns.next()).await {
+        let a: WorkerAssignment = protocol::decode(Encoding::MsgPack, &msg.payload, "assign").unwrap();
+        if (1..=EPOCHS).contains(&a.epoch) && !a.hello_again {
+            told[a.epoch as usize - 1].push(a);
+        }
+    }
+    let mut batches_told: Vec<Vec<JobAllocation>> = vec![Vec::new(); EPOCHS as usize];
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), allocs.next()).await {
+        let a: JobAllocation = protocol::decode(Encoding::MsgPack, &msg.payload, "alloc").unwrap();
+        if (1..=EPOCHS).contains(&a.epoch) {
+            batches_told[a.epoch as usize - 1].push(a);
+        }
+    }
+    let mut now: Layout = (vec![(None, Role::Worker); workers.len()], HashMap::new());
+    let live: Vec<Layout> = told
+        .into_iter()
+        .zip(batches_told)
+        .map(|(assigned, allocated)| {
+            for a in assigned {
+                let w = workers.iter().position(|w| *w == a.worker).expect("a known worker");
+                now.0[w] = (a.job, a.role);
+            }
+            for a in allocated {
+                now.1.insert(a.job, a.batch_size);
+            }
+            now.clone()
+        })
+        .collect();
+
+    // The same reports through `plan_epoch`, with what the allocator carries between epochs.
+    let models: Vec<schedule::JobModel> = specs.iter().map(|s| slaq::actors::job::job_model(s, &[], None)).collect();
+    let mut predictors: Vec<JobPredictor> = curves
+        .iter()
+        .map(|losses| {
+            let mut p = JobPredictor::new(PredictorConfig::default());
+            for (i, &loss) in losses.iter().enumerate() {
+                p.observe(i as u64 + 1, loss).unwrap();
+                p.observe_time(1, 0.5);
+            }
+            p
+        })
+        .collect();
+    let mut ledgers = vec![FloorLedger::default(); specs.len()];
+    let mut current: Vec<Option<usize>> = vec![None; workers.len()];
+    let mut attained = vec![0.0; specs.len()];
+    let mut batches: HashMap<String, Option<u32>> = HashMap::new();
+    let mut servers_seen = false;
+    for (e, live) in live.iter().enumerate() {
+        let held: Vec<u32> =
+            (0..specs.len()).map(|j| current.iter().filter(|c| **c == Some(j)).count() as u32).collect();
+        let gains: Vec<_> = predictors
+            .iter_mut()
+            .zip(&held)
+            .map(|(p, &w)| schedule::make_bid(p, config.horizon_s, epoch_s, w))
+            .collect();
+        let jobs: Vec<EpochJob<'_, _>> = gains
+            .iter()
+            .zip(&attained)
+            .zip(&models)
+            .map(|((g, &service), model)| EpochJob {
+                bid: JobBid { attained_service: service, ..JobBid::new(g.as_ref().map(slaq::policy::ByRef)) },
+                own_minimum: true,
+                sizes: None,
+                model,
+            })
+            .collect();
+        let input = EpochInput {
+            policy: config.policy,
+            plan: config.plan,
+            place: config.place,
+            jobs: &jobs,
+            machine_of: Some(&machine_of),
+            current: &current,
+            seed: e as u64,
+        };
+        let plan = schedule::plan_epoch(&input, &mut ledgers);
+        let want: Vec<(Option<String>, Role)> = plan
+            .next
+            .iter()
+            .zip(&plan.serves)
+            .map(|(j, &serves)| (j.map(|j| specs[j].job.clone()), if serves { Role::Ps } else { Role::Worker }))
+            .collect();
+        assert_eq!(live.0, want, "epoch {}: each worker's job and role, live vs planned", e + 1);
+        for (spec, choice) in specs.iter().zip(&plan.batches) {
+            if let Some(c) = choice {
+                batches.insert(spec.job.clone(), Some(c.config.batch));
+            }
+        }
+        let live_batches: HashMap<String, Option<u32>> =
+            live.1.iter().filter(|(_, b)| b.is_some()).map(|(j, b)| (j.clone(), *b)).collect();
+        assert_eq!(live_batches, batches, "epoch {}: batches, live vs planned", e + 1);
+        servers_seen |= plan.serves.contains(&true);
+        for (j, &w) in plan.counts.iter().enumerate() {
+            attained[j] += epoch_s * f64::from(w);
+        }
+        current = plan.next;
+    }
+    assert!(batches.contains_key("a-batched"), "the batched job never ran: the batch comparison proves nothing");
+    assert!(servers_seen, "no parameter server in any epoch: the role comparison proves nothing");
+}
