@@ -136,21 +136,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         // Completions: report each, and say bye at the end.
         for st in &mut states {
             let Some(done) = st.complete(now) else { continue };
-            let report = LossReport {
-                machines: None,
-                sync_seconds: None,
-                grad_sqr: None,
-                grad_var: None,
-                generation: None,
-                checkpoint_age_s: None,
-                job: st.job.id.clone(),
-                iter: done.iter,
-                loss: done.loss,
-                iter_seconds: done.seconds,
-                workers: done.workers,
-                batch_size: None,
-                sent_at: None,
-            };
+            let report = LossReport::new(&st.job.id, done.iter, done.loss, done.seconds, done.workers);
             bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
             last_sent[by_id[st.job.id.as_str()]] = Instant::now();
             if done.finished {
@@ -176,21 +162,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 warn!(job = %st.job.id, error = ?ack.error, "job refused");
             }
             for (i, &loss) in st.job.loss[..st.job.offset].iter().enumerate() {
-                let report = LossReport {
-                    machines: None,
-                    sync_seconds: None,
-                    grad_sqr: None,
-                    grad_var: None,
-                    generation: None,
-                    checkpoint_age_s: None,
-                    job: st.job.id.clone(),
-                    iter: i as u64 + 1,
-                    loss,
-                    iter_seconds: 0.0,
-                    workers: 0,
-                    batch_size: None,
-                    sent_at: None,
-                };
+                let report = LossReport::new(&st.job.id, i as u64 + 1, loss, 0.0, 0);
                 bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
             }
             st.arrive(now);

@@ -73,21 +73,7 @@ mod tests {
 
     #[test]
     fn msgpack_is_named_and_tolerates_unknown_fields() {
-        let report = LossReport {
-            machines: None,
-            sync_seconds: None,
-            grad_sqr: None,
-            grad_var: None,
-            generation: None,
-            checkpoint_age_s: None,
-            job: "j".into(),
-            iter: 3,
-            loss: 0.5,
-            iter_seconds: 1.0,
-            workers: 2,
-            batch_size: None,
-            sent_at: None,
-        };
+        let report = LossReport::new("j", 3, 0.5, 1.0, 2);
         let bytes = encode(Encoding::MsgPack, &report).unwrap();
         let back: LossReport = decode(Encoding::MsgPack, &bytes, "loss report").unwrap();
         assert_eq!(back, report);

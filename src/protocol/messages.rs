@@ -249,6 +249,26 @@ pub struct LossReport {
 }
 
 impl LossReport {
+    /// A report of `loss` after iteration `iter`, which took `iter_seconds` on `workers`, with
+    /// every optional field unset.
+    pub fn new(job: &str, iter: u64, loss: f64, iter_seconds: f64, workers: u32) -> Self {
+        LossReport {
+            job: job.to_string(),
+            iter,
+            loss,
+            iter_seconds,
+            workers,
+            batch_size: None,
+            sent_at: None,
+            machines: None,
+            sync_seconds: None,
+            grad_sqr: None,
+            grad_var: None,
+            generation: None,
+            checkpoint_age_s: None,
+        }
+    }
+
     /// Checks a report received on the subject of job `subject_job`.
     pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
         LossReportRef {
@@ -768,21 +788,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_cause() {
-        let ok = LossReport {
-            machines: None,
-            sync_seconds: None,
-            grad_sqr: None,
-            grad_var: None,
-            generation: None,
-            checkpoint_age_s: None,
-            job: "j".into(),
-            iter: 1,
-            loss: 1.0,
-            iter_seconds: 0.0,
-            workers: 1,
-            batch_size: None,
-            sent_at: None,
-        };
+        let ok = LossReport::new("j", 1, 1.0, 0.0, 1);
         assert!(ok.validate("j").is_ok());
         let cause = |r: LossReport, subject: &str| r.validate(subject).unwrap_err().cause();
         assert_eq!(cause(ok.clone(), "k"), RejectCause::IdMismatch);

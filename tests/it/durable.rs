@@ -78,21 +78,7 @@ async fn report_acked(
     for iter in iters {
         let mut acks = Vec::with_capacity(jobs);
         for j in 0..jobs {
-            let r = LossReport {
-                machines: None,
-                sync_seconds: None,
-                grad_sqr: None,
-                grad_var: None,
-                generation: None,
-                checkpoint_age_s: None,
-                job: job_id(j),
-                iter,
-                loss: loss(j, iter),
-                iter_seconds: 0.5,
-                workers: 1,
-                batch_size: None,
-                sent_at: None,
-            };
+            let r = LossReport::new(&job_id(j), iter, loss(j, iter), 0.5, 1);
             let payload = slaq::protocol::encode(Encoding::MsgPack, &r).unwrap();
             acks.push(js.publish(s.job_loss(&job_id(j)), payload.into()).await.expect("publish"));
         }
@@ -299,21 +285,7 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
             }
             for j in 0..N_JOBS {
                 let job = format!("oj{j:02}");
-                let r = LossReport {
-                    machines: None,
-                    sync_seconds: None,
-                    grad_sqr: None,
-                    grad_var: None,
-                    generation: None,
-                    checkpoint_age_s: None,
-                    job: job.clone(),
-                    iter,
-                    loss: loss(j, iter),
-                    iter_seconds: 0.2,
-                    workers: 2,
-                    batch_size: None,
-                    sent_at: None,
-                };
+                let r = LossReport::new(&job, iter, loss(j, iter), 0.2, 2);
                 let _ = bus::publish(&load_client, subjects.job_loss(&job), Encoding::MsgPack, &r).await;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

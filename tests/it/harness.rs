@@ -400,21 +400,7 @@ pub fn free_port() -> u16 {
 
 /// A loss report of a job whose loss falls as 1/iter, on one worker at 0.1 s an iteration.
 pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
-    slaq::protocol::LossReport {
-        machines: None,
-        sync_seconds: None,
-        grad_sqr: None,
-        grad_var: None,
-        generation: None,
-        checkpoint_age_s: None,
-        job: job.into(),
-        iter,
-        loss: 1.0 / iter as f64,
-        iter_seconds: 0.1,
-        workers: 1,
-        batch_size: None,
-        sent_at: None,
-    }
+    slaq::protocol::LossReport::new(job, iter, 1.0 / iter as f64, 0.1, 1)
 }
 
 /// Polls a file until `check` holds on its text (or panics with the text after 20 s).

@@ -157,21 +157,7 @@ async fn malformed_messages_are_counted_and_dropped_while_good_traffic_goes_on()
     c.publish(s.job_loss("j"), "\u{1}garbage".into()).await.unwrap();
     c.publish(s.job_loss("j"), bytes::Bytes::new()).await.unwrap();
     // NaN and negative time (MessagePack carries NaN).
-    let nan = LossReport {
-        machines: None,
-        sync_seconds: None,
-        grad_sqr: None,
-        grad_var: None,
-        generation: None,
-        checkpoint_age_s: None,
-        job: "j".into(),
-        iter: 1,
-        loss: f64::NAN,
-        iter_seconds: 0.1,
-        workers: 1,
-        batch_size: None,
-        sent_at: None,
-    };
+    let nan = LossReport::new("j", 1, f64::NAN, 0.1, 1);
     bus::publish(&c, s.job_loss("j"), Encoding::MsgPack, &nan).await.unwrap();
     let negative = LossReport { loss: 1.0, iter_seconds: -3.0, ..nan.clone() };
     bus::publish(&c, s.job_loss("j"), Encoding::MsgPack, &negative).await.unwrap();

@@ -216,21 +216,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
 
     // Specific cuts get specific causes.
     let report = |f: &dyn Fn(&mut LossReport)| {
-        let mut r = LossReport {
-            machines: None,
-            sync_seconds: None,
-            grad_sqr: None,
-            grad_var: None,
-            generation: None,
-            checkpoint_age_s: None,
-            job: "j1".into(),
-            iter: 3,
-            loss: 0.5,
-            iter_seconds: 0.2,
-            workers: 2,
-            batch_size: None,
-            sent_at: None,
-        };
+        let mut r = LossReport::new("j1", 3, 0.5, 0.2, 2);
         f(&mut r);
         protocol::encode(Encoding::MsgPack, &r).unwrap()
     };

@@ -315,6 +315,21 @@ pub(crate) enum BenchCommand {
     Placement(BenchPlacementArgs),
 }
 
+/// How every benchmark prints its figures.
+#[derive(clap::Args)]
+pub(crate) struct BenchOutput {
+    /// One JSON object instead of the readable report.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The NATS server a benchmark of the live scheduler runs against (`-js` for durable state).
+#[derive(clap::Args)]
+pub(crate) struct BenchServer {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    pub(crate) nats: Vec<String>,
+}
+
 #[derive(clap::Args)]
 pub(crate) struct BenchPlacementArgs {
     /// Random small instances solved exactly and by each method.
@@ -325,14 +340,14 @@ pub(crate) struct BenchPlacementArgs {
     /// Timed repetitions of each decision (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct BenchIdleArgs {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    pub(crate) nats: Vec<String>,
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
     #[arg(long, default_value_t = 200_000)]
     pub(crate) jobs: usize,
     /// Seconds to let start-up work (saves, refits) finish before measuring.
@@ -341,14 +356,14 @@ pub(crate) struct BenchIdleArgs {
     /// Seconds measured.
     #[arg(long, default_value_t = 30)]
     pub(crate) measure_s: u64,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct BenchSoakArgs {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    pub(crate) nats: Vec<String>,
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
     #[arg(long, default_value_t = 4000)]
     pub(crate) jobs: usize,
     #[arg(long, default_value_t = 16000)]
@@ -364,28 +379,28 @@ pub(crate) struct BenchSoakArgs {
     pub(crate) warm_up_s: u64,
     #[arg(long, default_value_t = 1000)]
     pub(crate) epoch_ms: u64,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct BenchIngestArgs {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    pub(crate) nats: Vec<String>,
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
     /// Loss reports to send (in each of the two runs).
     #[arg(long, default_value_t = 500_000)]
     pub(crate) reports: u64,
     /// Jobs the reports are spread over.
     #[arg(long, default_value_t = 1000)]
     pub(crate) jobs: u64,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct BenchEpochArgs {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    pub(crate) nats: Vec<String>,
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
     #[arg(long, default_value_t = 4000)]
     pub(crate) jobs: usize,
     #[arg(long, default_value_t = 16000)]
@@ -395,8 +410,8 @@ pub(crate) struct BenchEpochArgs {
     pub(crate) epochs: usize,
     #[arg(long, default_value_t = 250)]
     pub(crate) epoch_ms: u64,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]
@@ -411,8 +426,8 @@ pub(crate) struct BenchAllocArgs {
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 7)]
     pub(crate) runs: usize,
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 #[derive(clap::Args)]

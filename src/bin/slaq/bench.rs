@@ -84,7 +84,7 @@ pub fn alloc(args: BenchAllocArgs) -> anyhow::Result<()> {
         "table_len_mean": table_len,
         "runs": args.runs,
     });
-    if args.json {
+    if args.out.json {
         println!("{report}");
     } else {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -142,21 +142,7 @@ fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<
         .map(|i| {
             let (job, iter) = (i % jobs, i / jobs + 1);
             let id = format!("job{job}");
-            let r = protocol::LossReport {
-                machines: None,
-                sync_seconds: None,
-                grad_sqr: None,
-                grad_var: None,
-                generation: None,
-                checkpoint_age_s: None,
-                job: id.clone(),
-                iter,
-                loss: 1.0 / iter as f64,
-                iter_seconds: 0.5,
-                workers: 1,
-                batch_size: None,
-                sent_at: None,
-            };
+            let r = protocol::LossReport::new(&id, iter, 1.0 / iter as f64, 0.5, 1);
             Ok((subjects.job_loss(&id), bytes::Bytes::from(protocol::encode(Encoding::MsgPack, &r)?)))
         })
         .collect()
@@ -187,11 +173,11 @@ pub fn ingest(args: BenchIngestArgs) -> anyhow::Result<()> {
         // Raw NATS: the same encoded messages, published from another thread and received by a
         // plain subscriber on this one.
         let raw_messages = encoded_reports(args.jobs, args.reports, "benchraw")?;
-        let (sub_client, _) = bus::connect(&args.nats, "bench-raw-sub", 1 << 22).await?;
+        let (sub_client, _) = bus::connect(&args.server.nats, "bench-raw-sub", 1 << 22).await?;
         let mut raw_sub = sub_client.subscribe("benchraw.v1.job.*.loss").await?;
         sub_client.flush().await?;
         let started = std::time::Instant::now();
-        let publisher = publish_from_another_thread(args.nats.clone(), raw_messages);
+        let publisher = publish_from_another_thread(args.server.nats.clone(), raw_messages);
         let mut received = 0u64;
         while received < args.reports {
             match tokio::time::timeout(Duration::from_secs(10), futures_util::StreamExt::next(&mut raw_sub)).await {
@@ -204,11 +190,11 @@ pub fn ingest(args: BenchIngestArgs) -> anyhow::Result<()> {
         drop(raw_sub);
 
         // slaq: the scheduler on this thread, the reports into its job actors' predictors.
-        let (handle, stop) = start_in_process(&args.nats, "benchslaq", 60_000).await?;
-        let (status_client, _) = bus::connect(&args.nats, "bench-status", 16).await?;
+        let (handle, stop) = start_in_process(&args.server.nats, "benchslaq", 60_000).await?;
+        let (status_client, _) = bus::connect(&args.server.nats, "bench-status", 16).await?;
         let messages = encoded_reports(args.jobs, args.reports, "benchslaq")?;
         let started = std::time::Instant::now();
-        let publisher = publish_from_another_thread(args.nats.clone(), messages);
+        let publisher = publish_from_another_thread(args.server.nats.clone(), messages);
         // Done when the ingest loop has accounted for every report (accepted or rejected) and
         // the job actors have observed every accepted one.
         let subjects = Subjects::new("benchslaq")?;
@@ -242,7 +228,7 @@ pub fn ingest(args: BenchIngestArgs) -> anyhow::Result<()> {
             "slaq_vs_raw": slaq_rate / raw_rate,
         }))
     })?;
-    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
@@ -250,8 +236,8 @@ pub fn epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.jobs > 0 && args.workers > 0 && args.epochs > 0, "sizes must be positive");
     let report = actix::System::new().block_on(async move {
         let baseline_rss = resident_bytes();
-        let (handle, stop) = start_in_process(&args.nats, "benchepoch", args.epoch_ms).await?;
-        let (client, _) = bus::connect(&args.nats, "bench-epoch-load", 1024).await?;
+        let (handle, stop) = start_in_process(&args.server.nats, "benchepoch", args.epoch_ms).await?;
+        let (client, _) = bus::connect(&args.server.nats, "bench-epoch-load", 1024).await?;
         let subjects = Subjects::new("benchepoch")?;
         for w in 0..args.workers {
             let id = format!("w{w}");
@@ -264,21 +250,7 @@ pub fn epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
             for j in 0..args.jobs {
                 let id = format!("job{j}");
                 let loss = 0.2 + (1.0 + (j % 7) as f64) / (iter as f64).powf(0.5 + (j % 5) as f64 * 0.2);
-                let r = protocol::LossReport {
-                    machines: None,
-                    sync_seconds: None,
-                    grad_sqr: None,
-                    grad_var: None,
-                    generation: None,
-                    checkpoint_age_s: None,
-                    job: id.clone(),
-                    iter,
-                    loss,
-                    iter_seconds: 1.0 + (j % 3) as f64,
-                    workers: 1 + (iter % 4) as u32,
-                    batch_size: None,
-                    sent_at: None,
-                };
+                let r = protocol::LossReport::new(&id, iter, loss, 1.0 + (j % 3) as f64, 1 + (iter % 4) as u32);
                 bus::publish(&client, subjects.job_loss(&id), Encoding::MsgPack, &r).await?;
             }
         }
@@ -329,7 +301,7 @@ pub fn epoch(args: BenchEpochArgs) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(args.epoch_ms)).await;
         }
     })?;
-    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
@@ -342,11 +314,11 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.jobs > 0 && args.workers > 0 && args.reports_per_s > 0.0, "sizes must be positive");
     anyhow::ensure!(args.warm_up_s < args.duration_s, "--warm-up-s must be shorter than --duration-s");
     let report = actix::System::new().block_on(async move {
-        let (handle, stop) = start_in_process(&args.nats, "benchsoak", args.epoch_ms).await?;
+        let (handle, stop) = start_in_process(&args.server.nats, "benchsoak", args.epoch_ms).await?;
         let running = Arc::new(AtomicBool::new(true));
         let sent = Arc::new(AtomicU64::new(0));
         let load = {
-            let (urls, running, sent) = (args.nats.clone(), running.clone(), sent.clone());
+            let (urls, running, sent) = (args.server.nats.clone(), running.clone(), sent.clone());
             let (jobs, workers, rate) = (args.jobs, args.workers, args.reports_per_s);
             std::thread::spawn(move || -> anyhow::Result<()> {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -378,21 +350,13 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
                             next_job = (next_job + 1) % jobs;
                             iter[j] += 1;
                             let k = iter[j] as f64;
-                            let r = protocol::LossReport {
-                                machines: None,
-                                sync_seconds: None,
-                                grad_sqr: None,
-                                grad_var: None,
-                                generation: None,
-                                checkpoint_age_s: None,
-                                job: format!("job{j}"),
-                                iter: iter[j],
-                                loss: 0.2 + (1.0 + (j % 7) as f64) / k.powf(0.5 + (j % 5) as f64 * 0.2),
-                                iter_seconds: 1.0 / rate,
-                                workers: 4,
-                                batch_size: None,
-                                sent_at: None,
-                            };
+                            let r = protocol::LossReport::new(
+                                &format!("job{j}"),
+                                iter[j],
+                                0.2 + (1.0 + (j % 7) as f64) / k.powf(0.5 + (j % 5) as f64 * 0.2),
+                                1.0 / rate,
+                                4,
+                            );
                             bus::publish(&client, subjects.job_loss(&r.job), Encoding::MsgPack, &r).await?;
                             sent.fetch_add(1, Ordering::Relaxed);
                         }
@@ -451,7 +415,7 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
             "note": "RSS of this process: the scheduler and the load generator's client"
         }))
     })?;
-    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
@@ -472,9 +436,9 @@ pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.jobs > 0 && args.measure_s > 0, "--jobs and --measure-s must be positive");
     let report = actix::System::new().block_on(async move {
         let rss_start = resident_bytes();
-        let (handle, stop) = start_in_process(&args.nats, "benchidle", 5000).await?;
+        let (handle, stop) = start_in_process(&args.server.nats, "benchidle", 5000).await?;
         let messages = encoded_reports(args.jobs as u64, args.jobs as u64, "benchidle")?;
-        publish_from_another_thread(args.nats.clone(), messages).join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
+        publish_from_another_thread(args.server.nats.clone(), messages).join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
         while handle.observed_points().await < args.jobs as u64 {
             anyhow::ensure!(std::time::Instant::now() < deadline, "the reports did not all land");
@@ -500,7 +464,7 @@ pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
             "note": "this process runs the scheduler (state.mode auto: JetStream when the server has it) and, before the measurement, the load's client"
         }))
     })?;
-    println!("{}", if args.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
@@ -531,7 +495,7 @@ pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
         "random_gap_pct": gaps.random_gap_pct,
         "decision": sizes,
     });
-    if args.json {
+    if args.out.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
