@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use slaq::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use slaq::policy::{JobBid, PolicyKind, Problem};
 use slaq::quality::{GainCurve, JobPredictor, PredictorConfig};
-use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+use slaq::sim::curves::{self as sim, PolicySpec, SimConfig, WorkloadConfig};
 use slaq::trace::{TraceCurve, load_curves};
 
 fn curves() -> Vec<TraceCurve> {

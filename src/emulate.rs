@@ -14,9 +14,9 @@ use crate::bus::{self, BusError};
 use crate::protocol::{
     self, Encoding, EndReason, Heartbeat, JobAllocation, JobEnd, JobSpec, LossReport, Subjects, WorkerSpec,
 };
-use crate::sim::metrics::{RunMetrics, Tracker};
-use crate::sim::replay::ReplayJob;
-use crate::sim::{SimJob, SpeedupModel};
+use crate::sim::curves::metrics::{RunMetrics, Tracker};
+use crate::sim::curves::replay::ReplayJob;
+use crate::sim::curves::{SimJob, SpeedupModel};
 
 /// How to run an emulation.
 #[derive(Clone, Debug)]

@@ -1,5 +1,5 @@
 //! The epoch planner: [`plan_epoch`] is one pure function for one epoch's whole decision, and
-//! `sim::engine`, `sim::pollux` and the live allocator (`actors::allocator`) all call it, so the
+//! `sim::curves::engine`, `sim::pollux` and the live allocator (`actors::allocator`) all call it, so the
 //! live scheduler takes exactly the decisions the simulators measured.
 //!
 //! - [`bid`]: what a job bids (its gains per worker count, from its model).

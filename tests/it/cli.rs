@@ -164,7 +164,7 @@ fn simulate_pollux_workload_json_has_every_policy_and_the_published_figures() {
 
 #[test]
 fn bench_placement_json_has_the_documented_shape() {
-    let out = slaq(&["bench", "placement", "--cases", "20", "--runs", "1", "--lp-limit", "20", "--json"]);
+    let out = slaq(&["bench", "placement", "--cases", "20", "--runs", "1", "--sizes", "64x16,256x256", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["cases"], 20);
@@ -172,4 +172,7 @@ fn bench_placement_json_has_the_documented_shape() {
         assert!(v[key]["mean"].as_f64().is_some_and(|x| x >= 0.0) && v[key]["max"].as_f64().is_some(), "{key}");
     }
     assert_eq!(v["decision"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["decision"][1]["jobs"], 256);
+    assert!(v["decision"][1]["lp_rounding_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    assert!(!slaq(&["bench", "placement", "--sizes", "64"]).status.success(), "a size without machines is refused");
 }

@@ -1,6 +1,6 @@
 //! The simulator on the real curves: deterministic, and its metrics mean what they say.
 
-use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+use slaq::sim::curves::{self as sim, PolicySpec, SimConfig, WorkloadConfig};
 use slaq::trace::load_curves;
 
 use crate::curve_file;

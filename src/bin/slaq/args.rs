@@ -72,10 +72,10 @@ pub(crate) struct ServeArgs {
     pub(crate) auth: NatsAuthArgs,
 }
 
-pub(crate) fn parse_speedup(s: &str) -> Result<slaq::sim::SpeedupKind, String> {
+pub(crate) fn parse_speedup(s: &str) -> Result<slaq::sim::curves::SpeedupKind, String> {
     match s {
-        "parametric" => Ok(slaq::sim::SpeedupKind::Parametric),
-        "pollux" => Ok(slaq::sim::SpeedupKind::Pollux),
+        "parametric" => Ok(slaq::sim::curves::SpeedupKind::Parametric),
+        "pollux" => Ok(slaq::sim::curves::SpeedupKind::Pollux),
         _ => Err(format!("unknown speed-up {s:?}; expected parametric or pollux")),
     }
 }
@@ -260,7 +260,7 @@ pub(crate) struct EmulateArgs {
     pub(crate) policy: String,
     #[arg(long, default_value_t = 160)]
     pub(crate) jobs: usize,
-    #[arg(long, default_value_t = slaq::sim::DEFAULT_WORKERS)]
+    #[arg(long, default_value_t = slaq::sim::curves::DEFAULT_WORKERS)]
     pub(crate) workers: u32,
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -340,8 +340,20 @@ pub(crate) struct BenchPlacementArgs {
     /// Timed repetitions of each decision (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
+    /// The decisions timed, JOBSxMACHINES (4 slots each, all free). 256 jobs is the most the
+    /// planner gives the LP at once (`schedule::LP_MAX_JOBS`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "64x16,256x256,4000x4000")]
+    pub(crate) sizes: Vec<(usize, usize)>,
     #[command(flatten)]
     pub(crate) out: BenchOutput,
+}
+
+fn parse_size(s: &str) -> Result<(usize, usize), String> {
+    let (j, m) = s.split_once('x').ok_or_else(|| format!("{s:?} is not JOBSxMACHINES"))?;
+    let n = |x: &str| {
+        x.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| format!("{s:?}: {x:?} is not a positive count"))
+    };
+    Ok((n(j)?, n(m)?))
 }
 
 #[derive(clap::Args)]
@@ -468,7 +480,7 @@ pub(crate) struct SimulateArgs {
     /// Speed-up curves: parametric (the model below) or pollux (measured deep-learning step
     /// times, one application per job family) [default: parametric].
     #[arg(long, value_parser = parse_speedup)]
-    pub(crate) speedup: Option<slaq::sim::SpeedupKind>,
+    pub(crate) speedup: Option<slaq::sim::curves::SpeedupKind>,
     /// Fairness floor f in [0, 1]: every job gets at least f times its fair share of
     /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.5]. Several,
     /// comma-separated, print the frontier (loss-area reduction and worst slowdown against fair

@@ -25,8 +25,8 @@ pub fn alloc(args: BenchAllocArgs) -> anyhow::Result<()> {
     use std::time::Instant;
     anyhow::ensure!(args.jobs > 0 && args.runs > 0, "--jobs and --runs must be positive");
     let curves = load_all(&args.curves)?;
-    let templates = slaq::sim::fixtures::predictor_templates(&curves, PredictorConfig::default());
-    let predictors = slaq::sim::fixtures::predictors(&templates, args.jobs);
+    let templates = slaq::sim::curves::fixtures::predictor_templates(&curves, PredictorConfig::default());
+    let predictors = slaq::sim::curves::fixtures::predictors(&templates, args.jobs);
     let bytes_per_job = predictors.iter().map(|p| p.state_bytes()).sum::<usize>() / predictors.len();
     let epoch_s = 60.0;
     let median = |mut v: Vec<f64>| {
@@ -468,17 +468,13 @@ pub fn idle(args: BenchIdleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `slaq bench placement`: the gap study and the time per decision at two sizes.
+/// `slaq bench placement`: the gap study and the time per decision at each of `--sizes`.
 pub fn placement(args: BenchPlacementArgs) -> anyhow::Result<()> {
     use slaq::cluster::bench;
     anyhow::ensure!(args.cases > 0 && args.runs > 0, "--cases and --runs must be positive");
     let gaps = bench::gaps(args.cases, args.seed);
     let mut sizes = Vec::new();
-    // The live planner tries the LP on at most `LP_MAX_JOBS` jobs to place at once (the greedy
-    // above): that size is the LP's worst case in an epoch.
-    for (jobs, machines) in
-        [(64usize, 16usize), (slaq::schedule::LP_MAX_JOBS, slaq::schedule::LP_MAX_JOBS), (4000, 4000)]
-    {
+    for &(jobs, machines) in &args.sizes {
         let (lp, greedy, lp_vs_greedy) = decision_times(jobs, machines, 4, args.runs);
         sizes.push(serde_json::json!({
             "jobs": jobs, "machines": machines, "slots": 4,

@@ -328,7 +328,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 pub fn emulate(args: EmulateArgs) -> anyhow::Result<()> {
-    use slaq::sim::{self, PolicySpec, SimConfig, WorkloadConfig};
+    use slaq::sim::curves::{self as sim, PolicySpec, SimConfig, WorkloadConfig};
     anyhow::ensure!(
         args.speed > 0.0 && args.epoch_ms > 0 && args.workers > 0,
         "--speed, --epoch-ms and --workers must be positive"

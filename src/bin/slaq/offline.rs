@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use slaq::quality::{PredictorConfig, eval};
-use slaq::sim::WorkloadConfig;
+use slaq::sim::curves::WorkloadConfig;
 
 use crate::args::{PredictArgs, SimulateArgs};
 use crate::load_all;
@@ -34,7 +34,7 @@ pub fn predict(args: PredictArgs) -> anyhow::Result<()> {
 }
 
 pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    use slaq::sim::{self, PolicySpec, SimConfig};
+    use slaq::sim::curves::{self as sim, PolicySpec, SimConfig};
     if !args.pollux_workload.is_empty() {
         return pollux(&args);
     }
@@ -48,8 +48,8 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let file = match &args.config {
-        Some(path) => slaq::sim::SimulationFile::load(path)?,
-        None => slaq::sim::SimulationFile::default(),
+        Some(path) => slaq::sim::curves::SimulationFile::load(path)?,
+        None => slaq::sim::curves::SimulationFile::default(),
     };
     let (mut workload, mut config) = (file.workload, file.sim);
     let set = |target: &mut f64, value: Option<f64>| {
@@ -151,8 +151,8 @@ fn load_of(path: &std::path::Path) -> String {
 /// `slaq simulate --pollux-workload`: every workload under every policy (in parallel, one
 /// thread per core), then the means next to the published figures.
 fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
-    use slaq::sim::pollux::{self, Config, Policy, Summary};
-    use std::collections::BTreeMap;
+    use slaq::sim::pollux::report::{Results, Workload, report};
+    use slaq::sim::pollux::{self, Config, Policy};
     let policies: Vec<Policy> = if args.policy.is_empty() {
         Policy::ALL.to_vec()
     } else {
@@ -169,7 +169,7 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     for path in &args.pollux_workload {
         let jobs = pollux::load_workload(path).map_err(anyhow::Error::msg)?;
         let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("workload").to_string();
-        workloads.push((name, load_of(path), jobs));
+        workloads.push(Workload { name, load: load_of(path), jobs });
     }
     if let Some(f) = args.slo_factor {
         anyhow::ensure!(f.is_finite() && f > 0.0, "--slo-factor must be positive");
@@ -191,123 +191,15 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     let tasks: Vec<(usize, Policy)> =
         (0..workloads.len()).flat_map(|w| policies.iter().map(move |&p| (w, p))).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new(BTreeMap::new());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(tasks.len().max(1));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&(w, policy)) = tasks.get(i) else { break };
-                    let (summary, jobs) = pollux::run(&workloads[w].2, policy, &config);
-                    if let Ok(mut r) = results.lock() {
-                        r.insert((w, policy.name()), (summary, jobs));
-                    }
-                }
-            });
-        }
-    });
-    let results = results.into_inner().map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
-    let mean = |f: &dyn Fn(&Summary) -> Option<f64>, policy: &str| -> Option<f64> {
-        let v: Vec<f64> =
-            (0..workloads.len()).filter_map(|w| results.get(&(w, policy)).and_then(|r| f(&r.0))).collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let mut per_policy = serde_json::Map::new();
-    for p in &policies {
-        let n = p.name();
-        per_policy.insert(
-            n.to_string(),
-            serde_json::json!({
-                "mean_jct_s": mean(&|s| Some(s.mean_jct_s), n),
-                "p99_jct_s": mean(&|s| Some(s.p99_jct_s), n),
-                "restarts_per_job": mean(&|s| Some(s.restarts_per_job), n),
-                "slo_met_pct": mean(&|s| s.slo_met_pct, n),
-                "slo_mean_miss_pct": mean(&|s| s.slo_mean_miss_pct, n),
-                "busy_pct": mean(&|s| Some(s.busy_pct), n),
-                "unfinished_jobs": (0..workloads.len()).filter_map(|w| results.get(&(w, n))).map(|r| r.0.jobs - r.0.finished).sum::<usize>(),
-            }),
-        );
-    }
-    // Published means over the same workloads (the files' per-workload averages).
-    let mut published = serde_json::Map::new();
-    for name in ["pollux", "tiresias", "optimus"] {
-        let v: Vec<f64> = workloads
-            .iter()
-            .filter_map(|(w, load, _)| pollux::published(&args.published, name, load).and_then(|p| p.0.get(w).copied()))
-            .collect();
-        if v.len() == workloads.len() && !v.is_empty() {
-            published.insert(name.to_string(), serde_json::json!(v.iter().sum::<f64>() / v.len() as f64));
-        }
-    }
-    let per_workload: serde_json::Map<String, serde_json::Value> = workloads
-        .iter()
-        .enumerate()
-        .map(|(w, (name, load, _))| {
-            let pols: serde_json::Map<String, serde_json::Value> = policies
-                .iter()
-                .filter_map(|p| {
-                    Some((p.name().to_string(), serde_json::to_value(&results.get(&(w, p.name()))?.0).ok()?))
-                })
-                .collect();
-            let jct: serde_json::Map<String, serde_json::Value> = policies
-                .iter()
-                .filter_map(|p| {
-                    let jobs = &results.get(&(w, p.name()))?.1;
-                    let per: serde_json::Map<String, serde_json::Value> =
-                        jobs.iter().map(|o| (o.name.clone(), serde_json::json!(o.jct_s))).collect();
-                    Some((p.name().to_string(), serde_json::Value::Object(per)))
-                })
-                .collect();
-            let publ: serde_json::Map<String, serde_json::Value> = ["pollux", "tiresias", "optimus"]
-                .iter()
-                .filter_map(|n| {
-                    Some((n.to_string(), serde_json::json!(pollux::published(&args.published, n, load)?.0.get(name)?)))
-                })
-                .collect();
-            (
-                format!("{name}@{load}"),
-                serde_json::json!({"policies": pols, "published_mean_jct_s": publ, "jct_s": jct}),
-            )
-        })
-        .collect();
-    let out = serde_json::json!({
-        "policies": per_policy,
-        "published_mean_jct_s": published,
-        "workloads": per_workload,
-        "cluster": {"machines": config.machines, "slots": config.slots, "epoch_s": config.epoch_s, "restart_s": config.restart_s},
-        "job_length": args.job_length,
-    });
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs =
+        slaq::sim::parallel::map(&tasks, threads, |&(w, policy)| pollux::run(&workloads[w].jobs, policy, &config));
+    let results: Results = tasks.iter().zip(runs).map(|(&(w, policy), run)| ((w, policy.name()), run)).collect();
+    let (json, table) = report(&workloads, &policies, &results, &args.published, &config, &args.job_length);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
-    println!(
-        "{} workload(s) on {} machines x {} GPUs: mean over workloads",
-        workloads.len(),
-        config.machines,
-        config.slots
-    );
-    println!(
-        "{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}",
-        "policy", "mean JCT s", "p99 JCT s", "restarts", "busy %", "SLO met %"
-    );
-    for p in &policies {
-        let n = p.name();
-        let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
-        println!(
-            "{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}",
-            n,
-            f(mean(&|s| Some(s.mean_jct_s), n)),
-            f(mean(&|s| Some(s.p99_jct_s), n)),
-            f(mean(&|s| Some(s.restarts_per_job), n)),
-            f(mean(&|s| Some(s.busy_pct), n)),
-            f(mean(&|s| s.slo_met_pct, n)),
-        );
-    }
-    for (name, v) in &published {
-        println!("{:<20} {:>12.1}   (published)", name, v.as_f64().unwrap_or(f64::NAN));
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{table}");
     }
     Ok(())
 }

@@ -107,8 +107,8 @@ macro_rules! trace_files {
     ($($app:literal),*) => {
         [$((
             $app,
-            include_str!(concat!("../../data/pollux/", $app, "/placements.csv")),
-            include_str!(concat!("../../data/pollux/", $app, "/scalability.csv")),
+            include_str!(concat!("../../../data/pollux/", $app, "/placements.csv")),
+            include_str!(concat!("../../../data/pollux/", $app, "/scalability.csv")),
         )),*]
     };
 }

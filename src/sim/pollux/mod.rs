@@ -23,52 +23,18 @@
 //! against, keeps a job's slots for at least [`min_residence`] decisions after a change, so
 //! that restarts cost it at most a tenth of a job's time.
 
-use std::path::Path;
+pub mod report;
+pub mod workload;
 
-use crate::cluster::model::step_gain;
-use crate::cluster::model::{self, BatchConfig, BatchLimits, Observation, PerfParams, Shape};
+pub use workload::{WorkloadJob, load_workload, published};
+
+use crate::cluster::model::{self, BatchConfig, BatchLimits, Observation, PerfParams, Shape, step_gain};
 use crate::cluster::place::Layout;
-use crate::cluster::trace::{AppTrace, application};
 use crate::policy::{Gains, JobBid, PolicyKind};
 use crate::schedule::place::layouts_of;
 use crate::schedule::{
     self as planner, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, plan_epoch,
 };
-
-/// One job of a workload file.
-#[derive(Clone, Debug)]
-pub struct WorkloadJob {
-    pub name: String,
-    pub submit_s: f64,
-    pub app: &'static AppTrace,
-    pub replicas: u32,
-    pub batch: u32,
-}
-
-/// Reads a workload CSV (`name,time,application,num_replicas,batch_size`).
-pub fn load_workload(path: &Path) -> Result<Vec<WorkloadJob>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut jobs = Vec::new();
-    for (i, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        let bad = |what: &str| format!("{}:{}: {what}", path.display(), i + 1);
-        if f.len() < 5 {
-            return Err(bad("expected 5 fields"));
-        }
-        let app = application(f[2]).ok_or_else(|| bad("unknown application"))?;
-        jobs.push(WorkloadJob {
-            name: f[0].to_string(),
-            submit_s: f[1].parse().map_err(|_| bad("time is not a number"))?,
-            app,
-            replicas: f[3].parse().map_err(|_| bad("num_replicas is not a number"))?,
-            batch: f[4].parse().map_err(|_| bad("batch_size is not a number"))?,
-        });
-    }
-    Ok(jobs)
-}
 
 /// The compared policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -487,18 +453,11 @@ fn summarise(outcomes: &[JobOutcome], busy: f64) -> Summary {
     }
 }
 
-/// The published mean JCT of `policy` (`pollux`, `optimus`, `tiresias`) at `load` for each
-/// workload (`avgs`) and overall (`mean`), from `results/jobload-<policy>-<load>/summary.json`.
-pub fn published(results: &Path, policy: &str, load: &str) -> Option<(std::collections::BTreeMap<String, f64>, f64)> {
-    let path = results.join(format!("jobload-{policy}-{load}")).join("summary.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    let avgs = v.get("avgs")?.as_object()?.iter().filter_map(|(k, x)| Some((k.clone(), x.as_f64()?))).collect();
-    Some((avgs, v.get("mean")?.as_f64()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::trace::application;
+    use std::path::Path;
 
     #[test]
     fn a_job_of_unknown_length_is_judged_by_its_progress_alone() {

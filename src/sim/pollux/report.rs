@@ -1,0 +1,133 @@
+//! The report of `slaq simulate --pollux-workload`: each policy's means over the workloads, the
+//! published schedulers' means on the same workloads, and every workload's figures.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use super::{Config, JobOutcome, Policy, Summary, WorkloadJob, published};
+
+/// One workload file: its name (`workload-3`), the load its directory stands for (`1.0`) and
+/// its jobs.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: String,
+    pub load: String,
+    pub jobs: Vec<WorkloadJob>,
+}
+
+/// Each run's figures, by workload index and policy name.
+pub type Results = BTreeMap<(usize, &'static str), (Summary, Vec<JobOutcome>)>;
+
+/// The published schedulers compared against.
+const PUBLISHED: [&str; 3] = ["pollux", "tiresias", "optimus"];
+
+/// The report: JSON (every figure) and a table of the means.
+pub fn report(
+    workloads: &[Workload],
+    policies: &[Policy],
+    results: &Results,
+    published_dir: &Path,
+    config: &Config,
+    job_length: &str,
+) -> (Value, String) {
+    let mean = |f: &dyn Fn(&Summary) -> Option<f64>, policy: &str| -> Option<f64> {
+        let v: Vec<f64> =
+            (0..workloads.len()).filter_map(|w| results.get(&(w, policy)).and_then(|r| f(&r.0))).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let mut per_policy = Map::new();
+    for p in policies {
+        let n = p.name();
+        per_policy.insert(
+            n.to_string(),
+            json!({
+                "mean_jct_s": mean(&|s| Some(s.mean_jct_s), n),
+                "p99_jct_s": mean(&|s| Some(s.p99_jct_s), n),
+                "restarts_per_job": mean(&|s| Some(s.restarts_per_job), n),
+                "slo_met_pct": mean(&|s| s.slo_met_pct, n),
+                "slo_mean_miss_pct": mean(&|s| s.slo_mean_miss_pct, n),
+                "busy_pct": mean(&|s| Some(s.busy_pct), n),
+                "unfinished_jobs": (0..workloads.len()).filter_map(|w| results.get(&(w, n))).map(|r| r.0.jobs - r.0.finished).sum::<usize>(),
+            }),
+        );
+    }
+    // Published means over the same workloads (the files' per-workload averages).
+    let mut published_means = Map::new();
+    for name in PUBLISHED {
+        let v: Vec<f64> = workloads
+            .iter()
+            .filter_map(|w| published(published_dir, name, &w.load).and_then(|p| p.0.get(&w.name).copied()))
+            .collect();
+        if v.len() == workloads.len() && !v.is_empty() {
+            published_means.insert(name.to_string(), json!(v.iter().sum::<f64>() / v.len() as f64));
+        }
+    }
+    let per_workload: Map<String, Value> = workloads
+        .iter()
+        .enumerate()
+        .map(|(w, workload)| {
+            let pols: Map<String, Value> = policies
+                .iter()
+                .filter_map(|p| {
+                    Some((p.name().to_string(), serde_json::to_value(&results.get(&(w, p.name()))?.0).ok()?))
+                })
+                .collect();
+            let jct: Map<String, Value> = policies
+                .iter()
+                .filter_map(|p| {
+                    let jobs = &results.get(&(w, p.name()))?.1;
+                    let per: Map<String, Value> = jobs.iter().map(|o| (o.name.clone(), json!(o.jct_s))).collect();
+                    Some((p.name().to_string(), Value::Object(per)))
+                })
+                .collect();
+            let publ: Map<String, Value> = PUBLISHED
+                .iter()
+                .filter_map(|n| {
+                    Some((n.to_string(), json!(published(published_dir, n, &workload.load)?.0.get(&workload.name)?)))
+                })
+                .collect();
+            (
+                format!("{}@{}", workload.name, workload.load),
+                json!({"policies": pols, "published_mean_jct_s": publ, "jct_s": jct}),
+            )
+        })
+        .collect();
+    let out = json!({
+        "policies": per_policy,
+        "published_mean_jct_s": published_means,
+        "workloads": per_workload,
+        "cluster": {"machines": config.machines, "slots": config.slots, "epoch_s": config.epoch_s, "restart_s": config.restart_s},
+        "job_length": job_length,
+    });
+    let mut table = format!(
+        "{} workload(s) on {} machines x {} GPUs: mean over workloads\n{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}\n",
+        workloads.len(),
+        config.machines,
+        config.slots,
+        "policy",
+        "mean JCT s",
+        "p99 JCT s",
+        "restarts",
+        "busy %",
+        "SLO met %"
+    );
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for p in policies {
+        let n = p.name();
+        table += &format!(
+            "{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}\n",
+            n,
+            f(mean(&|s| Some(s.mean_jct_s), n)),
+            f(mean(&|s| Some(s.p99_jct_s), n)),
+            f(mean(&|s| Some(s.restarts_per_job), n)),
+            f(mean(&|s| Some(s.busy_pct), n)),
+            f(mean(&|s| s.slo_met_pct, n)),
+        );
+    }
+    for (name, v) in &published_means {
+        table += &format!("{:<20} {:>12.1}   (published)\n", name, v.as_f64().unwrap_or(f64::NAN));
+    }
+    (out, table)
+}
