@@ -387,18 +387,67 @@ impl AllocatorActor {
         self.finish_epoch(started);
     }
 
-    /// Plans, places and publishes one epoch. Jobs are visited in id order throughout (the
-    /// `BTreeMap`'s order is the dense job index of the plan), never looked up by id: at
-    /// 200,000 jobs a lookup per job per step was most of an epoch's cost.
+    /// Plans, places and publishes one epoch: the jobs' state for the planner, the plan
+    /// (`schedule::plan_epoch`), then only what changed: moved workers, and each job whose
+    /// membership changed in a new generation. Jobs are visited in id order throughout (the
+    /// `BTreeMap`'s order is the dense job index of the plan), never looked up by id: at 200,000
+    /// jobs a lookup per job per step was most of an epoch's cost.
     fn finish_epoch(&mut self, started: Instant) {
         let collected = Instant::now();
         let now_s = self.now_s();
-        // One pass over the jobs (at 4,000 jobs each pass over the map costs a tenth of a ms):
-        // - the ledgers, lent to the planner and put back below (no copies);
-        // - a job that lost a worker to silence has a new membership even if no worker moves,
-        //   and so has a failed generation whose backoff is over (it restarts on its workers);
-        // - a submitted job in the first `min_generation` of a generation keeps exactly its
-        //   workers: every change restarts its processes.
+        let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
+        let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
+        let current = self.current_jobs();
+        let plan = self.plan(&pinned, &current, &mut ledgers, now_s);
+        let policy_done = Instant::now();
+        let epoch = self.epoch + 1;
+        let mut outgoing = Vec::new();
+        let (job_changed, workers_moved) =
+            self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut outgoing);
+        let resized = self.new_generations(epoch, &plan, &job_changed, ledgers, now_s, &mut outgoing);
+        let gains = self.check_predictions(self.settings.epoch.as_secs_f64());
+        let publish_started = Instant::now();
+        self.publisher.send_all(outgoing.into_iter().flatten().collect());
+        let done = Instant::now();
+        // Jobs whose worker count changed, told after the assignments are out: each rebids, and
+        // that work must not delay this epoch's messages.
+        for (addr, workers) in resized {
+            addr.do_send(WorkersChanged(workers));
+        }
+        let summary = EpochSummary {
+            epoch,
+            num_jobs: self.jobs.len(),
+            num_workers: self.registry.len(),
+            workers_assigned: plan.counts.iter().map(|&c| u64::from(c)).sum(),
+            workers_moved,
+            jobs_without_bid,
+            collect_ms: ms(collected - started),
+            policy_ms: ms(policy_done - collected),
+            publish_ms: ms(done - publish_started),
+            total_ms: ms(done - started),
+            gains,
+            slo_jobs: plan.slo_jobs,
+            slo_missed: plan.slo_missed,
+        };
+        if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
+            self.publisher.send_all(vec![m]);
+        }
+        debug!(epoch, jobs = summary.num_jobs, moved = workers_moved, total_ms = summary.total_ms, "epoch done");
+        self.metrics.observe_epoch(&summary);
+        if self.history.len() == EPOCH_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(summary);
+        self.epoch = epoch;
+    }
+
+    /// One pass over the jobs (at 4,000 jobs each pass over the map costs a tenth of a ms):
+    /// - the ledgers, lent to the planner and put back by `new_generations` (no copies);
+    /// - whether a job lost a worker to silence (it has a new membership even if no worker
+    ///   moves), or has a failed generation whose backoff is over (it restarts on its workers);
+    /// - whether a submitted job is pinned: in the first `min_generation` of a generation it
+    ///   keeps exactly its workers, as every change restarts its processes.
+    fn epoch_state(&mut self, now_s: f64) -> (Vec<FloorLedger>, Vec<bool>, Vec<bool>) {
         let min_generation_s = self.settings.min_generation.as_secs_f64();
         let amortise = self.settings.restart_amortisation;
         let n = self.jobs.len();
@@ -417,18 +466,24 @@ impl AllocatorActor {
                     && now_s - sup.generation_started_s < sup.tenure_s(min_generation_s, amortise),
             );
         }
-        // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
-        let commands: Vec<Option<JobCommand>> =
-            if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
-        let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
-        let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
-        let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
-        let num_workers = self.registry.len();
-        let job_bids = self.bids(&pinned, now_s, num_workers as u32);
+        (ledgers, lost_workers, pinned)
+    }
+
+    /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
+    /// by name reads two strings scattered over the heap per worker, most of an epoch at 16,000
+    /// workers.
+    fn current_jobs(&self) -> Vec<Option<usize>> {
+        let ord_of: foldhash::HashMap<u64, usize> = self.jobs.values().enumerate().map(|(i, e)| (e.key, i)).collect();
+        self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
+    }
+
+    /// The epoch's plan: the jobs' bids and models as `EpochJob`s, then `schedule::plan_epoch`.
+    fn plan(&self, pinned: &[bool], current: &[Option<usize>], ledgers: &mut [FloorLedger], now_s: f64) -> EpochPlan {
+        let job_bids = self.bids(pinned, now_s, self.registry.len() as u32);
         let jobs: Vec<EpochJob<'_, BidGain<'_>>> = job_bids
             .into_iter()
             .zip(self.jobs.values())
-            .zip(&pinned)
+            .zip(pinned)
             .map(|((bid, entry), &pinned)| {
                 let own = entry.bid.as_ref().filter(|_| !pinned);
                 EpochJob {
@@ -440,11 +495,6 @@ impl AllocatorActor {
                 }
             })
             .collect();
-        // By key, not by name: a lookup by name reads two strings scattered over the heap per
-        // worker, most of an epoch at 16,000 workers.
-        let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &key)| (key, i)).collect();
-        let current: Vec<Option<usize>> =
-            self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect();
         let machine_of = self.machines();
         let input = EpochInput {
             policy: self.settings.policy,
@@ -452,24 +502,37 @@ impl AllocatorActor {
             place: self.settings.place,
             jobs: &jobs,
             machine_of: machine_of.as_deref(),
-            current: &current,
+            current,
             seed: self.epoch,
         };
-        let plan = schedule::plan_epoch(&input, &mut ledgers);
-        drop(jobs);
-        let policy_done = Instant::now();
-        let EpochPlan { counts, next, serves, batches, slo_jobs, slo_missed } = plan;
-        let batches: Vec<Option<u32>> = batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
-        let roles = serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
-        let epoch = self.epoch + 1;
+        schedule::plan_epoch(&input, ledgers)
+    }
 
-        // Only workers that move, and jobs whose membership changed, cost anything here.
-        let mut outgoing = Vec::new();
-        let num_jobs = ids.len();
-        let mut job_changed = lost_workers;
+    /// Applies the plan to the registry: each worker whose job or role changed is recorded (and
+    /// saved); one that is idle now is told so. At the first epoch of a term every worker is told
+    /// what it serves, changed or not. Returns which jobs' membership changed (`lost` marks those
+    /// that changed without a move) and how many workers moved. Only workers that move cost
+    /// anything here.
+    fn move_workers(
+        &mut self,
+        epoch: u64,
+        current: &[Option<usize>],
+        plan: &EpochPlan,
+        lost: Vec<bool>,
+        now_s: f64,
+        outgoing: &mut Vec<Option<crate::bus::Outgoing>>,
+    ) -> (Vec<bool>, usize) {
+        // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
+        let commands: Vec<Option<JobCommand>> =
+            if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
+        let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
+        let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
+        let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
+        let mut job_changed = lost;
         let mut workers_moved = 0;
         let tell_all = std::mem::take(&mut self.tell_all);
-        for ((((worker, entry), &before), &after), role) in self.registry.iter_mut().zip(&current).zip(&next).zip(roles)
+        for ((((worker, entry), &before), &after), role) in
+            self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
         {
             // Same job and role, or no job and no stale name of a job that left.
             let same = before == after && role == entry.role && (after.is_some() || entry.job.is_none());
@@ -519,15 +582,30 @@ impl AllocatorActor {
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
             }
         }
-        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); num_jobs];
-        for ((worker, _), &after) in self.registry.iter().zip(&next) {
+        (job_changed, workers_moved)
+    }
+
+    /// Every job takes its ledger back and books its service; a job whose membership changed
+    /// starts a new generation (every member, old or new, is told its rank in it) and is told
+    /// its workers, and so is a job whose batch changed. Returns the jobs whose worker count
+    /// changed, with their new count.
+    fn new_generations(
+        &mut self,
+        epoch: u64,
+        plan: &EpochPlan,
+        job_changed: &[bool],
+        ledgers: Vec<FloorLedger>,
+        now_s: f64,
+        outgoing: &mut Vec<Option<crate::bus::Outgoing>>,
+    ) -> Vec<(Addr<JobActor>, u32)> {
+        let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
+        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
+        for ((worker, _), &after) in self.registry.iter().zip(&plan.next) {
             if let Some(j) = after.filter(|&j| job_changed[j]) {
                 new_workers[j].push(worker.clone());
             }
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
-        // Jobs whose worker count changed, told after the assignments are out: each rebids,
-        // and that work must not delay this epoch's messages.
         let mut resized = Vec::new();
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
         let (mut without_ranks, mut without_ranks_count): (Option<&str>, usize) = (None, 0);
@@ -595,41 +673,7 @@ impl AllocatorActor {
                  (agents that share one --advertise address share its 1,000 ports)"
             );
         }
-        let gains = self.check_predictions(epoch_s);
-        // Workers of jobs that left are idle now (placement already freed them).
-        let publish_started = Instant::now();
-        let summary_base = EpochSummary {
-            epoch,
-            num_jobs,
-            num_workers,
-            workers_assigned: counts.iter().map(|&c| u64::from(c)).sum(),
-            workers_moved,
-            jobs_without_bid,
-            collect_ms: ms(collected - started),
-            policy_ms: ms(policy_done - collected),
-            publish_ms: 0.0,
-            total_ms: 0.0,
-            gains,
-            slo_jobs,
-            slo_missed,
-        };
-        self.publisher.send_all(outgoing.into_iter().flatten().collect());
-        let done = Instant::now();
-        for (addr, workers) in resized {
-            addr.do_send(WorkersChanged(workers));
-        }
-        let summary =
-            EpochSummary { publish_ms: ms(done - publish_started), total_ms: ms(done - started), ..summary_base };
-        if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
-            self.publisher.send_all(vec![m]);
-        }
-        debug!(epoch, jobs = summary.num_jobs, moved = workers_moved, total_ms = summary.total_ms, "epoch done");
-        self.metrics.observe_epoch(&summary);
-        if self.history.len() == EPOCH_HISTORY {
-            self.history.pop_front();
-        }
-        self.history.push_back(summary);
-        self.epoch = epoch;
+        resized
     }
 
     /// Each worker's machine as a dense index (a worker without one is its own machine), or
