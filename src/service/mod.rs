@@ -123,24 +123,11 @@ pub async fn run(
 ) -> Result<(), ServiceError> {
     let Connections { bus: client, state: state_client, counters } = clients;
     let metrics = Arc::new(Metrics::new());
-    let durable = match config.state_mode {
-        StateMode::None => None,
-        mode => match Durable::open(&state_client, &config.subjects, &config.durable, config.fence.clone()).await? {
-            Some(durable) => Some(durable),
-            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
-            None => {
-                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
-                None
-            }
-        },
-    };
+    let durable = open_state(&state_client, &config).await?;
     // Bound first, so a taken port fails the start rather than a scrape later.
     let (http_addr, stop_http) = match config.http_listen {
         None => (None, None),
         Some(addr) => {
-            let listener =
-                tokio::net::TcpListener::bind(addr).await.map_err(|source| ServiceError::Http { addr, source })?;
-            let bound = listener.local_addr().map_err(|source| ServiceError::Http { addr, source })?;
             let state = http::HttpState {
                 metrics: metrics.clone(),
                 bus: counters.clone(),
@@ -148,17 +135,8 @@ pub async fn run(
                 client: client.clone(),
                 epoch: config.epoch,
             };
-            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(async move {
-                let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
-                    let _ = stop_rx.await;
-                });
-                if let Err(e) = server.await {
-                    warn!(error = %e, "HTTP listener failed");
-                }
-            });
-            info!(addr = %bound, "serving /metrics, /healthz and /readyz");
-            (Some(bound), Some(stop_tx))
+            let (bound, stop) = serve_http(addr, state).await?;
+            (Some(bound), Some(stop))
         }
     };
     let saved = match &durable {
@@ -175,21 +153,7 @@ pub async fn run(
         d.set_term(term);
     }
     let publisher = Publisher::new(client.clone(), config.subjects.clone()).fenced(config.fence.clone());
-    let settings = AllocatorSettings {
-        epoch: config.epoch,
-        policy: config.policy,
-        plan: config.plan,
-        place: config.place,
-        worker_timeout: config.worker_timeout,
-        stale_job: config.stale_job,
-        stall_timeout: config.stall_timeout,
-        min_generation: config.min_generation,
-        restart_amortisation: config.restart_amortisation,
-        bid_horizon_s: config.horizon_s,
-        term,
-        replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
-        fence: config.fence.clone(),
-    };
+    let settings = allocator_settings(&config, term);
     // Submitted jobs the allocator ends (restarts used up) come back here to be ended.
     let (ending_tx, mut ending) = tokio::sync::mpsc::unbounded_channel();
     let allocator =
@@ -200,47 +164,14 @@ pub async fn run(
         job_arbiters.push(Arbiter::current());
     }
 
-    // Loss reports are nearly all the traffic: they get a subscription of their own, polled
-    // first; the rest share a merged stream.
-    let [hello, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
-    let subscribe = |subject: String| {
-        let client = client.clone();
-        async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
-    };
-    // With durable state, reports and byes come from the stream (first those kept there, then
-    // new ones), each with its stream sequence: nothing published while the scheduler was down
-    // (restarting, failing over, or NATS itself) is missed.
-    type Kept = (async_nats::Message, Option<u64>);
-    let mut subscriptions = Vec::new();
-    let mut losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match &durable {
-        Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
-            match m {
-                Ok(m) => {
-                    let seq = m.info().ok().map(|i| i.stream_sequence);
-                    Some((m.message, seq))
-                }
-                Err(e) => {
-                    warn!(error = %e, "reading the reports stream");
-                    None
-                }
-            }
-        })),
-        None => {
-            subscriptions.push(subscribe(bye).await?);
-            Box::pin(subscribe(loss).await?.map(|m| (m, None)))
-        }
-    };
-    for subject in [hello, worker_hello, worker_beat, config.subjects.ctl_status()] {
-        subscriptions.push(subscribe(subject).await?);
-    }
-    // `subscribe` returns before the server has the subscription: flush so that "ready" means
-    // messages published from now on reach us.
+    let (mut losses, mut messages) = subscribe(&client, &config, durable.as_ref()).await?;
+    // A subscription returns before the server has it: flush so that "ready" means messages
+    // published from now on reach us.
     if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
         warn!("NATS did not confirm the subscriptions within 5 s; continuing");
     } else {
         metrics.ready.set(1);
     }
-    let mut messages = futures_util::stream::select_all(subscriptions);
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
     on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr });
     let report_counters = ReportCounters {
@@ -296,24 +227,114 @@ pub async fn run(
     }
     info!("slaq scheduler stopping");
     allocator.do_send(StopAllocator);
-    for addr in ingest.jobs.values().map(|r| &r.addr) {
-        addr.do_send(SaveNow);
-        addr.do_send(Stop);
-    }
-    for arbiter in arbiters {
-        arbiter.stop();
-    }
     if let Some(stop) = stop_http {
         let _ = stop.send(());
     }
-    if let Some(d) = &ingest.durable {
-        // The job actors' last saves (SaveNow) reach the writer first.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        d.flush(Duration::from_secs(3)).await;
-    }
-    // Deliver what is queued before the connection goes.
-    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    ingest.stop(arbiters).await;
     Ok(())
+}
+
+/// The durable state, as `state_mode` asks: JetStream when the server has it (`auto`), required
+/// (`jetstream`), or none.
+async fn open_state(state_client: &async_nats::Client, config: &ServeConfig) -> Result<Option<Durable>, ServiceError> {
+    Ok(match config.state_mode {
+        StateMode::None => None,
+        mode => match Durable::open(state_client, &config.subjects, &config.durable, config.fence.clone()).await? {
+            Some(durable) => Some(durable),
+            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
+            None => {
+                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
+                None
+            }
+        },
+    })
+}
+
+/// `/metrics`, `/healthz` and `/readyz` on `addr`: the address bound, and the sender that stops
+/// the listener.
+async fn serve_http(
+    addr: SocketAddr,
+    state: http::HttpState,
+) -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>), ServiceError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServiceError::Http { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| ServiceError::Http { addr, source })?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        });
+        if let Err(e) = server.await {
+            warn!(error = %e, "HTTP listener failed");
+        }
+    });
+    info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    Ok((bound, stop_tx))
+}
+
+fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSettings {
+    AllocatorSettings {
+        epoch: config.epoch,
+        policy: config.policy,
+        plan: config.plan,
+        place: config.place,
+        worker_timeout: config.worker_timeout,
+        stale_job: config.stale_job,
+        stall_timeout: config.stall_timeout,
+        min_generation: config.min_generation,
+        restart_amortisation: config.restart_amortisation,
+        bid_horizon_s: config.horizon_s,
+        term,
+        replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
+        fence: config.fence.clone(),
+    }
+}
+
+/// A message and, when it came from the reports stream, its stream sequence.
+type Kept = (async_nats::Message, Option<u64>);
+
+/// Loss reports (and byes, with durable state) on a stream of their own, polled first: they are
+/// nearly all the traffic. The rest (hellos, heartbeats, status requests) share a merged stream.
+type Inputs = (
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>>,
+    futures_util::stream::SelectAll<async_nats::Subscriber>,
+);
+
+/// Subscribes to everything the scheduler reads (not yet flushed). With durable state, reports and byes come from
+/// the stream (first those kept there, then new ones), each with its stream sequence: nothing
+/// published while the scheduler was down (restarting, failing over, or NATS itself) is missed.
+async fn subscribe(
+    client: &async_nats::Client,
+    config: &ServeConfig,
+    durable: Option<&Durable>,
+) -> Result<Inputs, ServiceError> {
+    let [hello, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
+    let subscribe = |subject: String| {
+        let client = client.clone();
+        async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
+    };
+    let mut subscriptions = Vec::new();
+    let losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match durable {
+        Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
+            match m {
+                Ok(m) => {
+                    let seq = m.info().ok().map(|i| i.stream_sequence);
+                    Some((m.message, seq))
+                }
+                Err(e) => {
+                    warn!(error = %e, "reading the reports stream");
+                    None
+                }
+            }
+        })),
+        None => {
+            subscriptions.push(subscribe(bye).await?);
+            Box::pin(subscribe(loss).await?.map(|m| (m, None)))
+        }
+    };
+    for subject in [hello, worker_hello, worker_beat, config.subjects.ctl_status()] {
+        subscriptions.push(subscribe(subject).await?);
+    }
+    Ok((losses, futures_util::stream::select_all(subscriptions)))
 }
 
 /// A job as the ingest loop sees it: where its reports go, how fast they may come, and when it
@@ -394,6 +415,24 @@ struct Ingest {
 }
 
 impl Ingest {
+    /// Stops the job actors (each saving first) and their arbiters, lets the last saves reach
+    /// the writer, and delivers what is queued before the connection goes.
+    async fn stop(&self, arbiters: Vec<Arbiter>) {
+        for addr in self.jobs.values().map(|r| &r.addr) {
+            addr.do_send(SaveNow);
+            addr.do_send(Stop);
+        }
+        for arbiter in arbiters {
+            arbiter.stop();
+        }
+        if let Some(d) = &self.durable {
+            // The job actors' last saves (SaveNow) reach the writer first.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            d.flush(Duration::from_secs(3)).await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+    }
+
     /// Starts the saved jobs with their predictors and hands the saved workers and assignments
     /// to the allocator. At most `max_jobs` jobs come back: those serving workers first, then
     /// those with a predictor, then the rest, in id order.
