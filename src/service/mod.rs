@@ -548,73 +548,9 @@ impl Ingest {
         // heartbeat by the allocator, which knows whether the worker is.
         let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
         match message {
-            Inbound::JobLoss { job: id, point } => {
-                if !self.jobs.contains_key(id) {
-                    if !self.config.register_on_report {
-                        return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
-                    }
-                    let spec = JobSpec::new(id);
-                    self.start_job(spec.clone(), None)?;
-                    // Saved once admitted: a job refused at max_jobs leaves nothing behind.
-                    if let Some(d) = &self.durable {
-                        d.save_job(&spec);
-                    }
-                }
-                let Some(route) = self.jobs.get_mut(id) else {
-                    return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
-                };
-                // A job flooding reports loses its own excess, never another job's reports.
-                if route.limiter.check().is_err() {
-                    route.dropped += 1;
-                    return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
-                }
-                route.addr.try_send(Report(point)).map_err(|e| {
-                    route.dropped += 1;
-                    match e {
-                        SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
-                        SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
-                    }
-                })?;
-                self.heard(id);
-            }
-            Inbound::JobHello(mut spec) => {
-                let id = spec.job.clone();
-                match self.jobs.get_mut(&id) {
-                    Some(route) => {
-                        // The submitted command stays when the job's own process says hello.
-                        if spec.command.is_none() {
-                            spec.command = route.command.clone();
-                        } else if spec.command != route.command {
-                            route.command = spec.command.clone();
-                            let (job, addr, command) = (id.clone(), route.addr.clone(), spec.command.clone());
-                            self.allocator.do_send(JobStarted { job, addr, command });
-                        }
-                        route.addr.do_send(UpdateSpec(spec.clone()))
-                    }
-                    None => {
-                        self.start_job(spec.clone(), None)?;
-                    }
-                }
-                if let Some(d) = &self.durable {
-                    d.save_job(&spec);
-                }
-                self.heard(&id);
-                if let Some(reply) = reply {
-                    self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
-                }
-            }
-            Inbound::JobBye(end) => {
-                let id = end.job.as_str();
-                if !self.jobs.contains_key(id) {
-                    // A bye kept by the stream for a job already gone (its purge was cut short
-                    // by a restart): purged now, so it is not read again at every start.
-                    if let (Some(d), Some(seq)) = (&self.durable, seq) {
-                        d.purge_job(id, seq + 1);
-                    }
-                    return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
-                };
-                self.end_job(id, end.reason, seq);
-            }
+            Inbound::JobLoss { job, point } => self.report(job, point)?,
+            Inbound::JobHello(spec) => self.job_hello(spec, reply, encoding).await?,
+            Inbound::JobBye(end) => self.job_bye(end, seq)?,
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(WorkerHello(spec));
                 if let Some(reply) = reply {
@@ -627,30 +563,119 @@ impl Ingest {
             Inbound::Status(request) => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
-                self.metrics.sync_bus(&self.bus);
-                if let Some(d) = &self.durable {
-                    self.metrics.sync_state(&d.counters(), d.pending());
-                }
-                let dropped: HashMap<String, u64> =
-                    self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
-                let allocator = self.allocator.clone();
-                let client = self.client.clone();
-                let reply = reply.to_string();
-                let max_payload = self.client.server_info().max_payload.max(4096);
-                // Answered off the ingest loop: the allocator may be mid-epoch.
-                actix::spawn(async move {
-                    let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
-                    for job in &mut snapshot.jobs {
-                        job.dropped = dropped.get(&job.job).copied().unwrap_or(0);
-                    }
-                    let snapshot = fit_status(snapshot, &request, encoding, max_payload);
-                    if let Err(e) = crate::bus::publish(&client, reply, encoding, &snapshot).await {
-                        warn!(error = %e, "cannot answer a status request");
-                    }
-                });
+                self.status(request, reply, encoding);
             }
         }
         Ok(kind)
+    }
+
+    /// A loss report to its job's actor (a job unknown so far is registered, if allowed). A job
+    /// flooding reports loses its own excess, never another job's reports.
+    fn report(&mut self, id: &str, point: crate::protocol::LossPoint) -> Result<(), ProtocolError> {
+        if !self.jobs.contains_key(id) {
+            if !self.config.register_on_report {
+                return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
+            }
+            let spec = JobSpec::new(id);
+            self.start_job(spec.clone(), None)?;
+            // Saved once admitted: a job refused at max_jobs leaves nothing behind.
+            if let Some(d) = &self.durable {
+                d.save_job(&spec);
+            }
+        }
+        let Some(route) = self.jobs.get_mut(id) else {
+            return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
+        };
+        // A job flooding reports loses its own excess, never another job's reports.
+        if route.limiter.check().is_err() {
+            route.dropped += 1;
+            return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
+        }
+        route.addr.try_send(Report(point)).map_err(|e| {
+            route.dropped += 1;
+            match e {
+                SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+                SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+            }
+        })?;
+        self.heard(id);
+        Ok(())
+    }
+
+    /// A job's hello: a new job is started, a known one gets the new spec (the submitted command
+    /// stays when the job's own process says hello without one); answered with the term.
+    async fn job_hello(
+        &mut self,
+        mut spec: JobSpec,
+        reply: Option<&str>,
+        encoding: Encoding,
+    ) -> Result<(), ProtocolError> {
+        let id = spec.job.clone();
+        match self.jobs.get_mut(&id) {
+            Some(route) => {
+                // The submitted command stays when the job's own process says hello.
+                if spec.command.is_none() {
+                    spec.command = route.command.clone();
+                } else if spec.command != route.command {
+                    route.command = spec.command.clone();
+                    let (job, addr, command) = (id.clone(), route.addr.clone(), spec.command.clone());
+                    self.allocator.do_send(JobStarted { job, addr, command });
+                }
+                route.addr.do_send(UpdateSpec(spec.clone()))
+            }
+            None => {
+                self.start_job(spec.clone(), None)?;
+            }
+        }
+        if let Some(d) = &self.durable {
+            d.save_job(&spec);
+        }
+        self.heard(&id);
+        if let Some(reply) = reply {
+            self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
+        }
+        Ok(())
+    }
+
+    /// A job's bye: the job ends. A bye kept by the stream for a job already gone is purged.
+    fn job_bye(&mut self, end: crate::protocol::JobEnd, seq: Option<u64>) -> Result<(), ProtocolError> {
+        let id = end.job.as_str();
+        if !self.jobs.contains_key(id) {
+            // A bye kept by the stream for a job already gone (its purge was cut short
+            // by a restart): purged now, so it is not read again at every start.
+            if let (Some(d), Some(seq)) = (&self.durable, seq) {
+                d.purge_job(id, seq + 1);
+            }
+            return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
+        };
+        self.end_job(id, end.reason, seq);
+        Ok(())
+    }
+
+    /// A status request, answered off the ingest loop (the allocator may be mid-epoch), cut to
+    /// fit one message.
+    fn status(&mut self, request: StatusRequest, reply: &str, encoding: Encoding) {
+        self.metrics.sync_bus(&self.bus);
+        if let Some(d) = &self.durable {
+            self.metrics.sync_state(&d.counters(), d.pending());
+        }
+        let dropped: HashMap<String, u64> =
+            self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
+        let allocator = self.allocator.clone();
+        let client = self.client.clone();
+        let reply = reply.to_string();
+        let max_payload = self.client.server_info().max_payload.max(4096);
+        // Answered off the ingest loop: the allocator may be mid-epoch.
+        actix::spawn(async move {
+            let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
+            for job in &mut snapshot.jobs {
+                job.dropped = dropped.get(&job.job).copied().unwrap_or(0);
+            }
+            let snapshot = fit_status(snapshot, &request, encoding, max_payload);
+            if let Err(e) = crate::bus::publish(&client, reply, encoding, &snapshot).await {
+                warn!(error = %e, "cannot answer a status request");
+            }
+        });
     }
 
     /// Ends a job (its bye, or the allocator's when a submitted job's restarts are used up):
