@@ -44,3 +44,27 @@ fn the_pure_modules_import_no_runtime_and_no_bus() {
         }
     }
 }
+
+/// The Pollux traces are the simulators' ground truth: the scheduler must never read them (it
+/// learns a job from its reports). Only the simulators, the placement study and tests use them.
+#[test]
+fn only_the_simulators_read_the_ground_truth_traces() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let allowed = |p: &Path| {
+        let p = p.strip_prefix(&src).unwrap_or(p).to_string_lossy().replace('\\', "/");
+        p.starts_with("sim/") || p == "cluster/trace.rs" || p == "cluster/bench.rs"
+    };
+    for file in files.iter().filter(|f| !allowed(f)) {
+        let text = std::fs::read_to_string(file).expect("source");
+        // Unit tests may compare a model with the truth.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let used = code.lines().any(|l| {
+            let l = l.trim_start();
+            !l.starts_with("//")
+                && (l.contains("cluster::trace") || l.contains("super::trace") || l.contains("trace::{"))
+        });
+        assert!(!used, "{} reads the ground-truth traces", file.display());
+    }
+}
