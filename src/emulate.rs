@@ -55,11 +55,15 @@ async fn hello<T: serde::Serialize>(
     }
 }
 
-/// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
 /// A job that sent nothing for this long says hello again.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
 
-pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
+/// The emulated workers: each says hello, then all beat every `beat_every` until the returned
+/// task is aborted.
+async fn start_workers(
+    client: &async_nats::Client,
+    config: &EmulateConfig,
+) -> Result<tokio::task::JoinHandle<()>, BusError> {
     let s = &config.subjects;
     let worker_ids: Vec<String> = (0..config.num_workers).map(|i| format!("emu-w{i:05}")).collect();
     for id in &worker_ids {
@@ -69,18 +73,47 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
             warn!(worker = %id, error = ?ack.error, "worker refused");
         }
     }
-    let beats = {
-        let (client, subjects, ids, every) = (client.clone(), s.clone(), worker_ids.clone(), config.beat_every);
-        tokio::spawn(async move {
-            loop {
-                for id in &ids {
-                    let hb = Heartbeat::new(id);
-                    let _ = bus::publish(&client, subjects.worker_beat(id), Encoding::MsgPack, &hb).await;
-                }
-                tokio::time::sleep(every).await;
+    let (client, subjects, every) = (client.clone(), s.clone(), config.beat_every);
+    Ok(tokio::spawn(async move {
+        loop {
+            for id in &worker_ids {
+                let hb = Heartbeat::new(id);
+                let _ = bus::publish(&client, subjects.worker_beat(id), Encoding::MsgPack, &hb).await;
             }
-        })
-    };
+            tokio::time::sleep(every).await;
+        }
+    }))
+}
+
+/// What an emulated job says in its hello.
+fn spec_of(job: &SimJob, config: &EmulateConfig) -> JobSpec {
+    JobSpec { min_workers: config.min_workers_per_job, family: Some(job.family.clone()), ..JobSpec::new(&job.id) }
+}
+
+/// A job arrives: hello, then the history a resumed job brings, then it runs.
+async fn arrive(
+    client: &async_nats::Client,
+    st: &mut ReplayJob<'_>,
+    config: &EmulateConfig,
+    now: f64,
+) -> Result<(), BusError> {
+    let s = &config.subjects;
+    let ack = hello(client, s.job_hello(&st.job.id), &spec_of(st.job, config)).await?;
+    if !ack.ok {
+        warn!(job = %st.job.id, error = ?ack.error, "job refused");
+    }
+    for (i, &loss) in st.job.loss[..st.job.offset].iter().enumerate() {
+        let report = LossReport::new(&st.job.id, i as u64 + 1, loss, 0.0, 0);
+        bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
+    }
+    st.arrive(now);
+    Ok(())
+}
+
+/// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
+pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
+    let s = &config.subjects;
+    let beats = start_workers(client, config).await?;
     let mut allocations = client
         .subscribe(format!("{}.v1.job.*.alloc", s.prefix()))
         .await
@@ -151,31 +184,12 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 break;
             }
             next_arrival += 1;
-            let st = &mut states[j];
-            let spec = JobSpec {
-                min_workers: config.min_workers_per_job,
-                family: Some(st.job.family.clone()),
-                ..JobSpec::new(&st.job.id)
-            };
-            let ack = hello(client, s.job_hello(&st.job.id), &spec).await?;
-            if !ack.ok {
-                warn!(job = %st.job.id, error = ?ack.error, "job refused");
-            }
-            for (i, &loss) in st.job.loss[..st.job.offset].iter().enumerate() {
-                let report = LossReport::new(&st.job.id, i as u64 + 1, loss, 0.0, 0);
-                bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
-            }
-            st.arrive(now);
+            arrive(client, &mut states[j], config, now).await?;
         }
         for (j, st) in states.iter().enumerate().filter(|(_, st)| st.active) {
             if last_sent[j].elapsed() >= KEEP_ALIVE {
                 last_sent[j] = Instant::now();
-                let spec = JobSpec {
-                    min_workers: config.min_workers_per_job,
-                    family: Some(st.job.family.clone()),
-                    ..JobSpec::new(&st.job.id)
-                };
-                bus::publish(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec).await?;
+                bus::publish(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec_of(st.job, config)).await?;
             }
         }
         if now >= next_sample {
