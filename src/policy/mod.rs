@@ -227,7 +227,7 @@ mod tests {
             model: Model::Linear { loss: 1.0, slope: -0.01, k0: 0.0 },
             k_now: 0.0,
             model_now: 1.0,
-            time: TimeCurve { alpha: 0.0, beta: 1.0, gamma: 0.0 },
+            time: TimeCurve::fitted(0.0, 1.0, 0.0),
             epoch_seconds: 10.0,
             scale: 1.0,
             averaged: false,

@@ -37,19 +37,84 @@ fn basis(workers: f64) -> [f64; 3] {
     [1.0, 1.0 / workers, workers.log2()]
 }
 
-/// Fitted `t(w)` coefficients; cheap to copy into a bid.
+/// Worker counts whose measured iteration times a job remembers (1 to this).
+pub const MEMORY: usize = 64;
+
+/// Fitted `t(w)` coefficients and the times measured per worker count; cheap to copy into a bid.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TimeCurve {
     pub alpha: f64,
     pub beta: f64,
     pub gamma: f64,
+    /// Seconds per iteration measured at `w = 1..=MEMORY` workers (0: never measured).
+    #[serde(default = "no_memory", with = "memory_serde")]
+    pub measured: [f32; MEMORY],
+}
+
+fn no_memory() -> [f32; MEMORY] {
+    [0.0; MEMORY]
+}
+
+/// The measured times as a sequence (serde's arrays stop at 32); a shorter one is padded.
+mod memory_serde {
+    use super::MEMORY;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &[f32; MEMORY], s: S) -> Result<S::Ok, S::Error> {
+        let used = m.iter().rposition(|&t| t > 0.0).map_or(0, |i| i + 1);
+        s.collect_seq(&m[..used])
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[f32; MEMORY], D::Error> {
+        let v = Vec::<f32>::deserialize(d)?;
+        let mut out = [0.0; MEMORY];
+        for (o, t) in out.iter_mut().zip(v) {
+            *o = if t.is_finite() && t > 0.0 { t } else { 0.0 };
+        }
+        Ok(out)
+    }
 }
 
 impl TimeCurve {
-    /// Predicted seconds per iteration with `workers ≥ 1` workers.
-    pub fn seconds(&self, workers: u32) -> f64 {
-        let w = f64::from(workers.max(1));
+    /// The fitted curve alone, without measurements.
+    pub fn fitted(alpha: f64, beta: f64, gamma: f64) -> Self {
+        TimeCurve { alpha, beta, gamma, measured: no_memory() }
+    }
+
+    fn remembering(mut self, memory: &[f32]) -> Self {
+        for (m, &t) in self.measured.iter_mut().zip(memory) {
+            *m = t;
+        }
+        self
+    }
+
+    fn fit(&self, w: f64) -> f64 {
         (self.alpha + self.beta / w + self.gamma * w.log2()).max(1e-9)
+    }
+
+    /// Predicted seconds per iteration with `workers ≥ 1` workers: as measured at that count;
+    /// elsewhere the fitted curve times the ratio measured/fitted, interpolated linearly between
+    /// the nearest measured counts below and above (the nearest one's ratio beyond them). A
+    /// speed-up with a cliff (one machine to two) is then predicted as it was seen, which no
+    /// smooth curve can do, and where the measurements follow the curve the curve is kept.
+    pub fn seconds(&self, workers: u32) -> f64 {
+        let w = workers.max(1) as usize;
+        let at = |k: usize| self.measured.get(k - 1).copied().filter(|&t| t > 0.0).map(f64::from);
+        if let Some(t) = (w <= MEMORY).then(|| at(w)).flatten() {
+            return t;
+        }
+        let below = (1..w.min(MEMORY + 1)).rev().find_map(|k| at(k).map(|t| (k, t)));
+        let above = (w + 1..=MEMORY).find_map(|k| at(k).map(|t| (k, t)));
+        let fit = self.fit(w as f64);
+        let ratio = |(k, t): (usize, f64)| t / self.fit(k as f64);
+        match (below, above) {
+            (Some(l), Some(u)) => {
+                let (rl, ru) = (ratio(l), ratio(u));
+                fit * (rl + (ru - rl) * (w - l.0) as f64 / (u.0 - l.0) as f64)
+            }
+            (Some(k), None) | (None, Some(k)) => fit * ratio(k),
+            (None, None) => fit,
+        }
     }
 }
 
@@ -64,6 +129,9 @@ pub struct IterTimeModel {
     scale_num: f64,
     scale_den: f64,
     num_observations: u64,
+    /// Seconds per iteration per worker count (`1..=MEMORY`), a moving average of the latest.
+    #[serde(default)]
+    memory: Vec<f32>,
     curve: TimeCurve,
     stale: bool,
 }
@@ -77,7 +145,8 @@ impl IterTimeModel {
             scale_num: 0.0,
             scale_den: 0.0,
             num_observations: 0,
-            curve: TimeCurve { alpha: 0.0, beta: 0.0, gamma: 0.0 },
+            memory: Vec::new(),
+            curve: TimeCurve::fitted(0.0, 0.0, 0.0),
             stale: false,
         };
         model.curve = model.prior_curve(prior.one_worker_seconds);
@@ -91,11 +160,7 @@ impl IterTimeModel {
 
     fn prior_curve(&self, scale: f64) -> TimeCurve {
         let p = self.prior;
-        TimeCurve {
-            alpha: scale * p.serial_fraction,
-            beta: scale * (1.0 - p.serial_fraction),
-            gamma: scale * p.comm_fraction,
-        }
+        TimeCurve::fitted(scale * p.serial_fraction, scale * (1.0 - p.serial_fraction), scale * p.comm_fraction)
     }
 
     /// Records that one iteration took `seconds` with `workers` workers. Ignores nonsense
@@ -120,6 +185,14 @@ impl IterTimeModel {
                 self.normal[i][j] += phi[i] * phi[j];
             }
             self.rhs[i] += phi[i] * seconds;
+        }
+        if (workers as usize) <= MEMORY {
+            if self.memory.len() < MEMORY {
+                self.memory.resize(MEMORY, 0.0);
+            }
+            let m = &mut self.memory[workers as usize - 1];
+            let keep = decay as f32;
+            *m = if *m > 0.0 { keep * *m + (1.0 - keep) * seconds as f32 } else { seconds as f32 };
         }
         self.scale_num = self.scale_num * decay + seconds / self.prior_shape(w);
         self.scale_den = self.scale_den * decay + 1.0;
@@ -156,10 +229,11 @@ impl IterTimeModel {
             // A negative coefficient would make t(w) fall below zero or rise for no reason
             // outside the observed range: keep the scaled prior then.
             Some([alpha, beta, gamma]) if alpha >= 0.0 && beta >= 0.0 && gamma >= 0.0 => {
-                TimeCurve { alpha, beta, gamma }
+                TimeCurve::fitted(alpha, beta, gamma)
             }
             _ => prior,
         }
+        .remembering(&self.memory)
     }
 
     /// The fit as of the last [`Self::update`].
@@ -185,7 +259,7 @@ mod tests {
 
     #[test]
     fn learns_a_speed_up_curve_from_varied_worker_counts() {
-        let truth = TimeCurve { alpha: 0.2, beta: 3.0, gamma: 0.05 };
+        let truth = TimeCurve::fitted(0.2, 3.0, 0.05);
         let mut model = IterTimeModel::new(TimePrior::default());
         for i in 0..200u32 {
             let w = 1 << (i % 6);
@@ -217,5 +291,61 @@ mod tests {
         model.observe(2, f64::NAN);
         model.observe(2, -1.0);
         assert_eq!(model.num_observations(), 0);
+    }
+
+    #[test]
+    fn a_cliff_between_machines_is_predicted_as_measured() {
+        // Four workers on one machine take 0.3 s, eight over two machines 0.6 s: slower with
+        // more workers, which no a + b/w + g log w curve with non-negative terms can say.
+        let mut model = IterTimeModel::new(TimePrior::default());
+        for _ in 0..20 {
+            model.observe(1, 1.0);
+            model.observe(4, 0.3);
+            model.observe(8, 0.6);
+        }
+        model.update();
+        let t = model.curve();
+        assert!((t.seconds(4) - 0.3).abs() < 1e-6 && (t.seconds(8) - 0.6).abs() < 1e-6);
+        assert!(t.seconds(6) > t.seconds(4) && t.seconds(6) < t.seconds(8), "{} {}", t.seconds(6), t.seconds(4));
+        assert!(t.seconds(16) > t.seconds(4), "beyond the last measurement, the cliff's ratio stays");
+        assert!(t.seconds(2) < 1.0 && t.seconds(2) > 0.3);
+    }
+
+    #[test]
+    fn measurements_on_the_curve_leave_the_curve() {
+        let truth = TimeCurve::fitted(0.1, 2.0, 0.02);
+        let mut model = IterTimeModel::new(TimePrior { decay: 1.0, ..TimePrior::default() });
+        for w in [1, 2, 4, 8, 16] {
+            for _ in 0..50 {
+                model.observe(w, truth.seconds(w));
+            }
+        }
+        model.update();
+        for w in [3, 5, 12, 32, 100] {
+            let (got, want) = (model.curve().seconds(w), truth.seconds(w));
+            assert!((got - want).abs() / want < 0.02, "w={w}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn the_measured_times_survive_a_round_trip_and_bad_ones_are_dropped() {
+        let mut model = IterTimeModel::new(TimePrior::default());
+        model.observe(3, 0.5);
+        model.update();
+        let bytes = rmp_serde::to_vec_named(&model.curve()).unwrap();
+        let back: TimeCurve = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, model.curve());
+        // Saved state from elsewhere: non-finite or negative times are forgotten, not trusted.
+        #[derive(serde::Serialize)]
+        struct Raw {
+            alpha: f64,
+            beta: f64,
+            gamma: f64,
+            measured: Vec<f32>,
+        }
+        let raw = Raw { alpha: 0.0, beta: 1.0, gamma: 0.0, measured: vec![f32::NAN, -1.0, 0.5] };
+        let read: TimeCurve = rmp_serde::from_slice(&rmp_serde::to_vec_named(&raw).unwrap()).unwrap();
+        assert_eq!(read.measured[..3], [0.0, 0.0, 0.5]);
+        assert!(read.seconds(1).is_finite() && read.seconds(2).is_finite());
     }
 }

@@ -200,7 +200,7 @@ fn warm_up(predictor: &mut JobPredictor, history: &[f64]) {
 /// A bid's gain curve: the predictor's, or the truth for the oracle.
 #[derive(Clone, Debug)]
 enum SimGain<'a> {
-    Predicted(GainCurve),
+    Predicted(&'a GainCurve),
     Oracle { replay: &'a ReplayJob<'a>, horizon_s: f64 },
 }
 
@@ -257,7 +257,7 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         } else if policy.is_oracle() {
             Some(SimGain::Oracle { replay: &s.replay, horizon_s })
         } else {
-            s.bid.map(SimGain::Predicted)
+            s.bid.as_ref().map(SimGain::Predicted)
         };
         let bid = JobBid {
             min_workers: config.min_workers_per_job,
