@@ -39,16 +39,42 @@ fn basis(workers: f64) -> [f64; 3] {
 
 /// Worker counts whose measured iteration times a job remembers (1 to this).
 pub const MEMORY: usize = 64;
+const _: () = assert!(MEMORY <= 64, "the mask of measured counts is a u64");
 
 /// Fitted `t(w)` coefficients and the times measured per worker count; cheap to copy into a bid.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "TimeCurveRepr", into = "TimeCurveRepr")]
 pub struct TimeCurve {
     pub alpha: f64,
     pub beta: f64,
     pub gamma: f64,
     /// Seconds per iteration measured at `w = 1..=MEMORY` workers (0: never measured).
+    measured: [f32; MEMORY],
+    /// Bit `w − 1` set: `measured[w − 1]` holds a time (so the nearest measured counts are
+    /// found in O(1)).
+    mask: u64,
+}
+
+/// How a [`TimeCurve`] is saved: the mask is derived.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct TimeCurveRepr {
+    alpha: f64,
+    beta: f64,
+    gamma: f64,
     #[serde(default = "no_memory", with = "memory_serde")]
-    pub measured: [f32; MEMORY],
+    measured: [f32; MEMORY],
+}
+
+impl From<TimeCurveRepr> for TimeCurve {
+    fn from(r: TimeCurveRepr) -> Self {
+        TimeCurve::fitted(r.alpha, r.beta, r.gamma).remembering(&r.measured)
+    }
+}
+
+impl From<TimeCurve> for TimeCurveRepr {
+    fn from(t: TimeCurve) -> Self {
+        TimeCurveRepr { alpha: t.alpha, beta: t.beta, gamma: t.gamma, measured: t.measured }
+    }
 }
 
 fn no_memory() -> [f32; MEMORY] {
@@ -78,14 +104,21 @@ mod memory_serde {
 impl TimeCurve {
     /// The fitted curve alone, without measurements.
     pub fn fitted(alpha: f64, beta: f64, gamma: f64) -> Self {
-        TimeCurve { alpha, beta, gamma, measured: no_memory() }
+        TimeCurve { alpha, beta, gamma, measured: no_memory(), mask: 0 }
     }
 
     fn remembering(mut self, memory: &[f32]) -> Self {
-        for (m, &t) in self.measured.iter_mut().zip(memory) {
-            *m = t;
+        self.mask = 0;
+        for (i, (m, &t)) in self.measured.iter_mut().zip(memory).enumerate() {
+            *m = if t.is_finite() && t > 0.0 { t } else { 0.0 };
+            self.mask |= u64::from(*m > 0.0) << i;
         }
         self
+    }
+
+    /// The times measured at `w = 1..=MEMORY` workers (0: never measured).
+    pub fn measured(&self) -> &[f32; MEMORY] {
+        &self.measured
     }
 
     fn fit(&self, w: f64) -> f64 {
@@ -99,13 +132,19 @@ impl TimeCurve {
     /// smooth curve can do, and where the measurements follow the curve the curve is kept.
     pub fn seconds(&self, workers: u32) -> f64 {
         let w = workers.max(1) as usize;
-        let at = |k: usize| self.measured.get(k - 1).copied().filter(|&t| t > 0.0).map(f64::from);
-        if let Some(t) = (w <= MEMORY).then(|| at(w)).flatten() {
-            return t;
-        }
-        let below = (1..w.min(MEMORY + 1)).rev().find_map(|k| at(k).map(|t| (k, t)));
-        let above = (w + 1..=MEMORY).find_map(|k| at(k).map(|t| (k, t)));
         let fit = self.fit(w as f64);
+        if self.mask == 0 {
+            return fit;
+        }
+        let at = |k: usize| (k, f64::from(self.measured[k - 1]));
+        if w <= MEMORY && self.mask >> (w - 1) & 1 == 1 {
+            return at(w).1;
+        }
+        // Counts below w: bits 0..w-1; above: bits w.. (none when w >= MEMORY).
+        let lower = if w > MEMORY { self.mask } else { self.mask & ((1u64 << (w - 1)) - 1) };
+        let upper = if w >= MEMORY { 0 } else { self.mask >> w };
+        let below = (lower != 0).then(|| at(64 - lower.leading_zeros() as usize));
+        let above = (upper != 0).then(|| at(w + 1 + upper.trailing_zeros() as usize));
         let ratio = |(k, t): (usize, f64)| t / self.fit(k as f64);
         match (below, above) {
             (Some(l), Some(u)) => {
@@ -345,7 +384,40 @@ mod tests {
         }
         let raw = Raw { alpha: 0.0, beta: 1.0, gamma: 0.0, measured: vec![f32::NAN, -1.0, 0.5] };
         let read: TimeCurve = rmp_serde::from_slice(&rmp_serde::to_vec_named(&raw).unwrap()).unwrap();
-        assert_eq!(read.measured[..3], [0.0, 0.0, 0.5]);
+        assert_eq!(read.measured()[..3], [0.0, 0.0, 0.5]);
+        assert_eq!(read.seconds(3), 0.5);
         assert!(read.seconds(1).is_finite() && read.seconds(2).is_finite());
+    }
+
+    proptest::proptest! {
+        /// The mask finds the same neighbours as a scan of the measured times would.
+        #[test]
+        fn the_nearest_measured_counts_are_found_as_a_scan_finds_them(
+            times in proptest::collection::vec((1usize..=MEMORY, 0.01f32..10.0), 0..12),
+            w in 1u32..100,
+        ) {
+            let mut memory = vec![0.0f32; MEMORY];
+            for &(k, t) in &times {
+                memory[k - 1] = t;
+            }
+            let t = TimeCurve::fitted(0.1, 2.0, 0.03).remembering(&memory);
+            let at = |k: usize| memory.get(k - 1).copied().filter(|&x| x > 0.0).map(|x| (k, f64::from(x)));
+            let w = w as usize;
+            let fit = t.fit(w as f64);
+            let ratio = |(k, x): (usize, f64)| x / t.fit(k as f64);
+            let want = match (w <= MEMORY).then(|| at(w)).flatten() {
+                Some((_, x)) => x,
+                None => {
+                    let below = (1..w.min(MEMORY + 1)).rev().find_map(at);
+                    let above = (w + 1..=MEMORY).find_map(at);
+                    match (below, above) {
+                        (Some(l), Some(u)) => fit * (ratio(l) + (ratio(u) - ratio(l)) * (w - l.0) as f64 / (u.0 - l.0) as f64),
+                        (Some(k), None) | (None, Some(k)) => fit * ratio(k),
+                        (None, None) => fit,
+                    }
+                }
+            };
+            proptest::prop_assert!((t.seconds(w as u32) - want).abs() <= 1e-12 * want.max(1.0), "w={} {} vs {}", w, t.seconds(w as u32), want);
+        }
     }
 }
