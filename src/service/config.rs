@@ -221,7 +221,7 @@ pub struct RawScheduler {
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
-    /// which a move must pay for it (placement; `cluster::planner`).
+    /// which a move must pay for it (placement; `schedule::place`).
     pub restart_s: f64,
     pub move_horizon_s: f64,
 }

@@ -417,7 +417,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
 
 /// Live equals simulated: the same workload (24 jobs replaying the vendored curves on 16
 /// workers), played over NATS against `slaq serve` by `slaq emulate`, ends with the metrics
-/// `sim::engine` gives on it, under slaq and under fair. The two policies' simulated runs must
+/// `sim::curves::engine` gives on it, under slaq and under fair. The two policies' simulated runs must
 /// differ by far more than the tolerance, so a live scheduler that ran the other policy, or
 /// bid or floored differently from the simulator, fails.
 #[test]
