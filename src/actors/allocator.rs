@@ -477,24 +477,9 @@ impl AllocatorActor {
         self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
     }
 
-    /// The epoch's plan: the jobs' bids and models as `EpochJob`s, then `schedule::plan_epoch`.
+    /// The epoch's plan: the jobs as `EpochJob`s (`epoch_jobs`), then `schedule::plan_epoch`.
     fn plan(&self, pinned: &[bool], current: &[Option<usize>], ledgers: &mut [FloorLedger], now_s: f64) -> EpochPlan {
-        let job_bids = self.bids(pinned, now_s, self.registry.len() as u32);
-        let jobs: Vec<EpochJob<'_, BidGain<'_>>> = job_bids
-            .into_iter()
-            .zip(self.jobs.values())
-            .zip(pinned)
-            .map(|((bid, entry), &pinned)| {
-                let own = entry.bid.as_ref().filter(|_| !pinned);
-                EpochJob {
-                    bid,
-                    // Without a bid, or pinned, the bounds are the scheduler's own and stand.
-                    own_minimum: own.is_some(),
-                    sizes: own.and_then(|b| b.sizes.as_deref()),
-                    model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
-                }
-            })
-            .collect();
+        let jobs = self.epoch_jobs(pinned, now_s);
         let machine_of = self.machines();
         let input = EpochInput {
             policy: self.settings.policy,
@@ -692,13 +677,16 @@ impl AllocatorActor {
         })
     }
 
-    /// Each job's bid this epoch, in id order. A job that has not bid yet keeps exactly the
-    /// workers it has, and so does a submitted job within its tenure (`pinned`). A job that has
-    /// held workers and said nothing for `stale_job` bids for none until it reports again: a dead
+    /// Each job as the planner sees it this epoch, in id order: its bid and its model. A job that
+    /// has not bid yet keeps exactly the workers it has, and so does a submitted job within its
+    /// tenure (`pinned`): those bounds are the scheduler's own and stand. A job that has held
+    /// workers and said nothing for `stale_job` bids for none until it reports again: a dead
     /// job's last prediction must not keep winning workers. A submitted job's gains carry the
-    /// restart that any change costs it.
-    fn bids(&self, pinned: &[bool], now_s: f64, num_workers: u32) -> Vec<JobBid<BidGain<'_>>> {
+    /// restart that any change costs it. Otherwise a job's own minimum is a request (honoured up
+    /// to its fair share) and its own allowed sizes hold.
+    fn epoch_jobs(&self, pinned: &[bool], now_s: f64) -> Vec<EpochJob<'_, BidGain<'_>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        let num_workers = self.registry.len() as u32;
         self.jobs
             .values()
             .zip(pinned)
@@ -706,7 +694,7 @@ impl AllocatorActor {
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 let attained_service = entry.attained_service;
-                match &entry.bid {
+                let bid = match &entry.bid {
                     _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
                     _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
                     Some(b) => JobBid {
@@ -729,6 +717,13 @@ impl AllocatorActor {
                         }),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
+                };
+                let own = entry.bid.as_ref().filter(|_| !pinned);
+                EpochJob {
+                    bid,
+                    own_minimum: own.is_some(),
+                    sizes: own.and_then(|b| b.sizes.as_deref()),
+                    model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
                 }
             })
             .collect()

@@ -16,7 +16,7 @@ use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule;
-use crate::schedule::{self as planner, JobModel};
+use crate::schedule::JobModel;
 
 /// The largest first iteration a job may report (iterations are also model inputs as `f64`).
 const MAX_FIRST_ITER: u64 = 1 << 40;
@@ -101,7 +101,7 @@ pub fn job_model(spec: &JobSpec, shapes: &[Observation], grads: Option<(f64, f64
         min_local: 1,
         max_local: spec.max_local_batch.unwrap_or(u32::MAX),
     };
-    let (seen_local, local_range) = planner::seen_batches(shapes);
+    let (seen_local, local_range) = schedule::seen_batches(shapes);
     JobModel {
         perf: model::fit(shapes),
         limits,

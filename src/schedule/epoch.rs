@@ -73,41 +73,47 @@ pub struct EpochPlan {
 /// The epoch's decision (see the module's documentation). `ledgers` (one per job) carry the
 /// fairness floor from epoch to epoch: they are read and booked.
 pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedger]) -> EpochPlan {
-    let jobs = input.jobs;
     let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
     let counts = counts(input, num_workers, ledgers);
-
-    let machines = input.machine_of.map(|of| {
-        let mut capacity = vec![0u32; of.iter().max().map_or(0, |m| m + 1)];
-        for &m in of {
-            capacity[m] += 1;
-        }
-        (of, capacity)
-    });
-    let next = match &machines {
-        Some((of, capacity)) if capacity.iter().any(|&c| c > 1) => {
-            let held = layouts_of(jobs.len(), of, input.current);
-            let models: Vec<JobModel> =
-                jobs.iter().zip(held).map(|(j, current)| JobModel { current, ..j.model.clone() }).collect();
-            let mut rng = rand::rngs::StdRng::seed_from_u64(input.seed);
-            let layouts = place(&models, &counts, capacity, &input.place, &mut rng);
-            assign_workers(&layouts, of, input.current)
-        }
-        _ => fewest_moves(&counts, input.current),
-    };
-
+    let next = workers(input, &counts);
     let mut plan = EpochPlan {
         counts,
         serves: vec![false; next.len()],
-        batches: vec![None; jobs.len()],
+        batches: vec![None; input.jobs.len()],
         slo_jobs: 0,
         slo_missed: 0,
         next,
     };
-    // Batches and roles, for the jobs that have them: on their layouts as placed.
+    batches_and_roles(input, &mut plan);
+    plan
+}
+
+/// Step 2: each worker's next job. On machines with several slots jobs are placed with
+/// locality; otherwise every layout is equally local and the fewest workers move.
+fn workers<G>(input: &EpochInput<'_, G>, counts: &[u32]) -> Vec<Option<usize>> {
+    let Some(of) = input.machine_of else { return fewest_moves(counts, input.current) };
+    let mut capacity = vec![0u32; of.iter().max().map_or(0, |m| m + 1)];
+    for &m in of {
+        capacity[m] += 1;
+    }
+    if capacity.iter().all(|&c| c <= 1) {
+        return fewest_moves(counts, input.current);
+    }
+    let held = layouts_of(input.jobs.len(), of, input.current);
+    let models: Vec<JobModel> =
+        input.jobs.iter().zip(held).map(|(j, current)| JobModel { current, ..j.model.clone() }).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(input.seed);
+    let layouts = place(&models, counts, &capacity, &input.place, &mut rng);
+    assign_workers(&layouts, of, input.current)
+}
+
+/// Step 3: batches, SLO verdicts and roles, for the jobs that have them, on their layouts as
+/// placed.
+fn batches_and_roles<G>(input: &EpochInput<'_, G>, plan: &mut EpochPlan) {
+    let jobs = input.jobs;
     let special = |j: &EpochJob<'_, G>| j.model.ps || !j.model.batches.is_empty();
     if !jobs.iter().any(special) {
-        return plan;
+        return;
     }
     let own: Vec<usize>;
     let of = match input.machine_of {
@@ -141,7 +147,6 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
             }
         }
     }
-    plan
 }
 
 /// Step 1: workers per job.

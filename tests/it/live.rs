@@ -296,6 +296,17 @@ async fn the_reference_worker_agent_follows_its_assignment_and_runs_the_command(
     let _ = worker.wait();
 }
 
+/// The predictor the scheduler builds from `losses` reported at iterations 1, 2, ... by one
+/// worker taking 0.5 s each (as `report` sends them).
+fn fed_predictor(losses: &[f64]) -> slaq::quality::JobPredictor {
+    let mut p = slaq::quality::JobPredictor::new(slaq::quality::PredictorConfig::default());
+    for (i, &loss) in losses.iter().enumerate() {
+        p.observe(i as u64 + 1, loss).unwrap();
+        p.observe_time(1, 0.5);
+    }
+    p
+}
+
 /// Live equals planned: the same reports, fed to `slaq serve` over NATS and to the pure planner
 /// the simulator calls (`schedule::make_bid` then `schedule::plan`), give the same allocation,
 /// epoch after epoch. The planner is replayed with what the allocator carries between epochs:
@@ -304,7 +315,7 @@ async fn the_reference_worker_agent_follows_its_assignment_and_runs_the_command(
 #[tokio::test]
 async fn the_live_scheduler_takes_the_planner_s_decisions() {
     use slaq::policy::{JobBid, PolicyKind};
-    use slaq::quality::{JobPredictor, PredictorConfig};
+    use slaq::quality::JobPredictor;
     use slaq::schedule::{self, FloorLedger, PlanSettings};
 
     const EPOCH_S: f64 = 2.0;
@@ -373,17 +384,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
 
     // The same reports through the planner, in the allocator's job order (by id), with what the
     // allocator carries from one epoch to the next.
-    let mut predictors: Vec<JobPredictor> = curves
-        .iter()
-        .map(|(_, losses)| {
-            let mut p = JobPredictor::new(PredictorConfig::default());
-            for (i, &loss) in losses.iter().enumerate() {
-                p.observe(i as u64 + 1, loss).unwrap();
-                p.observe_time(1, 0.5);
-            }
-            p
-        })
-        .collect();
+    let mut predictors: Vec<JobPredictor> = curves.iter().map(|(_, losses)| fed_predictor(losses)).collect();
     let mut ledgers = vec![FloorLedger::default(); curves.len()];
     let mut held = vec![0u32; curves.len()];
     let mut attained = vec![0.0; curves.len()];
@@ -479,7 +480,7 @@ fn a_live_run_ends_with_the_simulator_s_figures() {
 async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
     use slaq::policy::JobBid;
     use slaq::protocol::{Role, WorkerAssignment};
-    use slaq::quality::{JobPredictor, PredictorConfig};
+    use slaq::quality::JobPredictor;
     use slaq::schedule::{self, EpochInput, EpochJob, FloorLedger};
 
     const EPOCHS: u64 = 4;
@@ -567,17 +568,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
 
     // The same reports through `plan_epoch`, with what the allocator carries between epochs.
     let models: Vec<schedule::JobModel> = specs.iter().map(|s| slaq::actors::job::job_model(s, &[], None)).collect();
-    let mut predictors: Vec<JobPredictor> = curves
-        .iter()
-        .map(|losses| {
-            let mut p = JobPredictor::new(PredictorConfig::default());
-            for (i, &loss) in losses.iter().enumerate() {
-                p.observe(i as u64 + 1, loss).unwrap();
-                p.observe_time(1, 0.5);
-            }
-            p
-        })
-        .collect();
+    let mut predictors: Vec<JobPredictor> = curves.iter().map(|losses| fed_predictor(losses)).collect();
     let mut ledgers = vec![FloorLedger::default(); specs.len()];
     let mut current: Vec<Option<usize>> = vec![None; workers.len()];
     let mut attained = vec![0.0; specs.len()];

@@ -33,7 +33,7 @@ use crate::cluster::place::Layout;
 use crate::policy::{Gains, JobBid, PolicyKind};
 use crate::schedule::place::layouts_of;
 use crate::schedule::{
-    self as planner, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, plan_epoch,
+    self, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, plan_epoch,
 };
 
 /// The compared policies.
@@ -200,7 +200,7 @@ impl Job<'_> {
 
     fn model(&self, policy: Policy) -> JobModel {
         let fixed = matches!(policy, Policy::Fair | Policy::SlaqNoBatch);
-        let (seen_local, local_range) = planner::seen_batches(&self.observations);
+        let (seen_local, local_range) = schedule::seen_batches(&self.observations);
         JobModel {
             perf: self.perf,
             limits: self.limits,
@@ -337,9 +337,9 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         if active.is_empty() && jobs.iter().all(|j| j.done_at.is_some() || j.spec.submit_s <= now) {
             break;
         }
-        // 1. Counts.
+        // 1. What each job bids, and its model.
         let models: Vec<JobModel> = active.iter().map(|&j| jobs[j].model(policy)).collect();
-        let bids: Vec<JobBid<Gains>> = active
+        let epoch_jobs: Vec<EpochJob<'_, Gains>> = active
             .iter()
             .zip(&models)
             .map(|(&j, m)| {
@@ -354,22 +354,18 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                 };
                 let (min, max) = if pinned { (cur, cur) } else { (0, cap) };
                 let gain = (policy != Policy::Fair).then(|| {
-                    let rates = planner::rates(m, max, config.slots);
+                    let rates = schedule::rates(m, max, config.slots);
                     let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
                     let remaining =
                         config.job_length.remaining(|| job.spec.app.target_progress(), job.progress, one_gpu_decision);
-                    let g = planner::gains(&rates, remaining, place_settings.horizon_s, cur, config.restart_s);
-                    Gains(planner::concave_hull(&g))
+                    let g = schedule::gains(&rates, remaining, place_settings.horizon_s, cur, config.restart_s);
+                    Gains(schedule::concave_hull(&g))
                 });
-                JobBid { min_workers: min, max_workers: max, attained_service: job.attained, gain }
+                let bid = JobBid { min_workers: min, max_workers: max, attained_service: job.attained, gain };
+                EpochJob { bid, own_minimum: false, sizes: None, model: m }
             })
             .collect();
-        let epoch_jobs: Vec<EpochJob<'_, Gains>> = bids
-            .into_iter()
-            .zip(&models)
-            .map(|(bid, model)| EpochJob { bid, own_minimum: false, sizes: None, model })
-            .collect();
-        // Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
+        // 2. The plan. Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
         let mut current: Vec<Option<usize>> = vec![None; total as usize];
         for (i, &j) in active.iter().enumerate() {
             for &(m, c) in &jobs[j].layout {
@@ -390,7 +386,6 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         };
         let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut jobs[j].ledger)).collect();
         let planned = plan_epoch(&input, &mut ledgers);
-        drop(epoch_jobs);
         decision += 1;
         let layouts = layouts_of(active.len(), &machine_of, &planned.next);
         for (((&j, ledger), mut layout), batch) in active.iter().zip(ledgers).zip(layouts).zip(&planned.batches) {
@@ -411,7 +406,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             job.layout = layout;
             job.config = batch.map(|c| c.config);
         }
-        // 4. Run the epoch.
+        // 3. Run the epoch.
         for &j in &active {
             busy += jobs[j].run(now, config.epoch_s);
             jobs[j].attained += f64::from(jobs[j].count()) * config.epoch_s;
