@@ -272,21 +272,106 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let me = config.spec.worker.clone();
     config.spec.validate(&me)?;
-    let subjects = &config.subjects;
-    let assign_subject = subjects.worker_assign(&me);
+    let assign_subject = config.subjects.worker_assign(&me);
     let mut assignments = client
         .subscribe(assign_subject.clone())
         .await
         .map_err(|source| BusError::Subscribe { subject: assign_subject, source })?;
     tokio::pin!(shutdown);
-    // The term of the scheduler that answered, when it answered.
-    let hello = || async {
+    let mut agent = Agent::new(&client, &config);
+    // Registered: the first term a scheduler answered with.
+    agent.confirmed_term = loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            answered = agent.hello() => if let Some(term) = answered { break term },
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    };
+    info!(worker = %me, term = agent.confirmed_term, "registered");
+    let mut beat = tokio::time::interval(config.beat_every);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            () = stopped(&mut agent.stopping), if agent.stopping.is_some() => agent.on_stopped().await,
+            status = exited(&mut agent.process), if agent.process.is_some() => agent.on_exit(status).await,
+            _ = beat.tick() => agent.beat().await,
+            message = assignments.next() => {
+                let Some(message) = message else { break };
+                agent.on_assignment(&message.payload).await;
+            }
+        }
+    }
+    agent.finish().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    Ok(())
+}
+
+/// Waits until the process being stopped is gone.
+async fn stopped(stopping: &mut Option<tokio::task::JoinHandle<()>>) {
+    if let Some(s) = stopping.as_mut() {
+        let _ = s.await;
+    }
+}
+
+/// Waits until the job's process exits by itself (never, without one).
+async fn exited(process: &mut Option<Process>) -> std::io::Result<std::process::ExitStatus> {
+    match process.as_mut() {
+        Some(p) => p.child.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The agent's state between events: what it runs, what it was told last and what the
+/// schedulers confirmed. Each event of [`run`]'s loop is one method.
+struct Agent<'a> {
+    client: &'a async_nats::Client,
+    config: &'a AgentConfig,
+    me: &'a str,
+    /// The largest term a scheduler has answered a hello with: an assignment of a larger term is
+    /// followed only once a hello confirms it, so a forged one (any term, up to 2^64 − 1) cannot
+    /// make the agent ignore the real scheduler.
+    confirmed_term: u64,
+    /// The (term, epoch) of the last assignment followed.
+    last: (u64, u64),
+    /// What it runs, as its heartbeats tell the scheduler.
+    running: Running,
+    role: protocol::Role,
+    launch: Option<Launch>,
+    process: Option<Process>,
+    /// A process being stopped, and the assignment to start once it is gone.
+    stopping: Option<tokio::task::JoinHandle<()>>,
+    to_start: Option<WorkerAssignment>,
+}
+
+impl<'a> Agent<'a> {
+    fn new(client: &'a async_nats::Client, config: &'a AgentConfig) -> Self {
+        Agent {
+            client,
+            config,
+            me: &config.spec.worker,
+            confirmed_term: 0,
+            last: (0, 0),
+            running: Running { job: None, term: 0, epoch: 0, generation: None, exit: None, refused: 0 },
+            role: protocol::Role::Worker,
+            launch: None,
+            process: None,
+            stopping: None,
+            to_start: None,
+        }
+    }
+
+    /// Says hello: the term of the scheduler that answered, if one did.
+    async fn hello(&self) -> Option<u64> {
+        let subject = self.config.subjects.worker_hello(self.me);
         match bus::request::<_, Ack>(
-            &client,
-            subjects.worker_hello(&me),
+            self.client,
+            subject,
             Encoding::MsgPack,
-            &config.spec,
-            config.hello_timeout,
+            &self.config.spec,
+            self.config.hello_timeout,
         )
         .await
         {
@@ -300,156 +385,134 @@ pub async fn run(
                 None
             }
         }
-    };
-    // The largest term a scheduler has answered with: an assignment of a larger term is
-    // followed only once a hello confirms it, so a forged one (any term, up to 2^64 − 1) cannot
-    // make the agent ignore the real scheduler.
-    let mut confirmed_term = loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            answered = hello() => if let Some(term) = answered { break term },
+    }
+
+    /// Tells the scheduler what it runs.
+    async fn beat(&self) {
+        let beat = Heartbeat { running: Some(self.running.clone()), ..Heartbeat::new(self.me) };
+        let subject = self.config.subjects.worker_beat(self.me);
+        // Bounded: while NATS is away the client's buffer fills, and a publish waiting on it
+        // would stall the agent (no shutdown, no assignment) until NATS is back.
+        let every = self.config.beat_every;
+        match tokio::time::timeout(every, bus::publish(self.client, subject, Encoding::MsgPack, &beat)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+            Err(_) => debug!("heartbeat dropped: the connection's buffer is full"),
         }
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    };
-    info!(worker = %me, term = confirmed_term, "registered");
-    let mut beat = tokio::time::interval(config.beat_every);
-    let mut process: Option<Process> = None;
-    // A process being stopped, and the assignment to start once it is gone.
-    let mut stopping: Option<tokio::task::JoinHandle<()>> = None;
-    let mut to_start: Option<WorkerAssignment> = None;
-    let mut last = (0, 0);
-    // What it runs, as its heartbeats tell the scheduler.
-    let mut running = Running { job: None, term: 0, epoch: 0, generation: None, exit: None, refused: 0 };
-    let send_beat = |running: &Running| {
-        let beat = Heartbeat { running: Some(running.clone()), ..Heartbeat::new(&me) };
-        let client = client.clone();
-        let subject = subjects.worker_beat(&me);
-        let every = config.beat_every;
-        async move {
-            // Bounded: while NATS is away the client's buffer fills, and a publish waiting on
-            // it would stall the agent (no shutdown, no assignment) until NATS is back.
-            match tokio::time::timeout(every, bus::publish(&client, subject, Encoding::MsgPack, &beat)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
-                Err(_) => debug!("heartbeat dropped: the connection's buffer is full"),
-            }
-        }
-    };
-    // Starts what an assignment runs, noting a refusal as the generation's exit.
-    let launch_process = |assignment: &WorkerAssignment, running: &mut Running| match start(&config, assignment) {
-        Ok(p) => p,
-        Err(code) => {
-            running.refused += 1;
-            running.exit = Some(code);
-            None
-        }
-    };
-    let mut role = protocol::Role::Worker;
-    let mut launch: Option<Launch> = None;
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            _ = async { if let Some(s) = stopping.as_mut() { let _ = s.await; } }, if stopping.is_some() => {
-                stopping = None;
-                if let Some(assignment) = to_start.take() {
-                    process = launch_process(&assignment, &mut running);
-                    if running.exit.is_some() {
-                        send_beat(&running).await;
-                    }
-                }
-            }
-            status = async { process.as_mut().map(|p| p.child.wait()).expect("guarded").await }, if process.is_some() => {
-                // The process ended by itself: whatever it left in its group goes too, and the
-                // scheduler hears it at once (non-zero: the generation failed).
-                let code = status.map_or(EXIT_REFUSED, exit_code);
-                if let Some(p) = process.take() {
-                    p.signal(libc::SIGKILL);
-                }
-                running.exit = Some(code);
-                info!(worker = %me, job = ?running.job, generation = ?running.generation, code, "the job's process exited");
-                send_beat(&running).await;
-            }
-            _ = beat.tick() => send_beat(&running).await,
-            message = assignments.next() => {
-                let Some(message) = message else { break };
-                let assignment: WorkerAssignment = match protocol::decode(Encoding::MsgPack, &message.payload, "assignment") {
-                    Ok(a) => a,
-                    Err(e) => { warn!(error = %e, "ignoring an undecodable assignment"); continue; }
-                };
-                if assignment.hello_again && assignment.worker == me {
-                    // The scheduler lost track of us (a restart without state): register again.
-                    // The job we run goes on until an assignment says otherwise.
-                    info!(worker = %me, "the scheduler asked for a new hello");
-                    if let Some(term) = hello().await {
-                        confirmed_term = confirmed_term.max(term);
-                    }
-                    continue;
-                }
-                if let Err(why) = check_assignment(&assignment, &me, last) {
-                    running.refused += 1;
-                    warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, refused = running.refused, "ignoring an assignment");
-                    continue;
-                }
-                let term = order(&assignment).0;
-                if term > confirmed_term {
-                    match hello().await {
-                        Some(answered) if answered >= term => confirmed_term = answered,
-                        answered => {
-                            running.refused += 1;
-                            warn!(term, answered = ?answered, refused = running.refused, "ignoring an assignment of a term no scheduler confirms");
-                            continue;
-                        }
-                    }
-                }
-                let change = change(&running, role, launch.as_ref(), &assignment);
-                if change == Change::Stale {
-                    running.refused += 1;
-                    warn!(worker = %me, job = ?assignment.job, generation = ?assignment.launch.as_ref().map(|l| l.generation), "ignoring an older generation of the job it runs");
-                    continue;
-                }
-                last = order(&assignment);
-                running.term = term;
-                running.epoch = assignment.epoch;
-                if change == Change::Keep {
-                    // Told again what it runs (a new term's first epoch, or a correction that
-                    // crossed a move): the process goes on untouched.
-                    debug!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment unchanged");
-                    continue;
-                }
-                role = assignment.role;
-                launch = assignment.launch.clone();
-                running.job = assignment.job.clone();
-                running.generation = launch.as_ref().map(|l| l.generation);
-                running.exit = None;
-                info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?running.generation, rank = ?launch.as_ref().map(|l| l.rank), "assignment");
-                if let Some(old) = process.take() {
-                    let grace = config.stop_grace;
-                    stopping = Some(tokio::spawn(old.stop(grace)));
-                }
-                to_start = assignment.job.is_some().then_some(assignment);
-                if stopping.is_none()
-                    && let Some(assignment) = to_start.take()
-                {
-                    process = launch_process(&assignment, &mut running);
-                    if running.exit.is_some() {
-                        send_beat(&running).await;
-                    }
-                }
+    }
+
+    /// Starts what `assignment` runs; a refusal is the generation's exit, told at once.
+    async fn launch_process(&mut self, assignment: &WorkerAssignment) {
+        match start(self.config, assignment) {
+            Ok(p) => self.process = p,
+            Err(code) => {
+                self.process = None;
+                self.running.refused += 1;
+                self.running.exit = Some(code);
+                self.beat().await;
             }
         }
     }
-    // Nothing of a job outlives its agent.
-    if let Some(old) = process.take() {
-        old.stop(config.stop_grace).await;
+
+    /// The old process is gone: the assignment waiting for it starts.
+    async fn on_stopped(&mut self) {
+        self.stopping = None;
+        if let Some(assignment) = self.to_start.take() {
+            self.launch_process(&assignment).await;
+        }
     }
-    if let Some(s) = stopping.take() {
-        let _ = s.await;
+
+    /// The process ended by itself: whatever it left in its group goes too, and the scheduler
+    /// hears it at once (non-zero: the generation failed).
+    async fn on_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) {
+        let code = status.map_or(EXIT_REFUSED, exit_code);
+        if let Some(p) = self.process.take() {
+            p.signal(libc::SIGKILL);
+        }
+        self.running.exit = Some(code);
+        let running = &self.running;
+        info!(worker = %self.me, job = ?running.job, generation = ?running.generation, code, "the job's process exited");
+        self.beat().await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
-    Ok(())
+
+    /// An assignment arrived: checked (its worker, its order, its term confirmed by a hello,
+    /// not an older generation), then followed: the process is left alone if it runs what it
+    /// is told, else stopped and the new one started once it is gone.
+    async fn on_assignment(&mut self, payload: &[u8]) {
+        let me = self.me;
+        let assignment: WorkerAssignment = match protocol::decode(Encoding::MsgPack, payload, "assignment") {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(error = %e, "ignoring an undecodable assignment");
+                return;
+            }
+        };
+        if assignment.hello_again && assignment.worker == me {
+            // The scheduler lost track of us (a restart without state): register again.
+            // The job we run goes on until an assignment says otherwise.
+            info!(worker = %me, "the scheduler asked for a new hello");
+            if let Some(term) = self.hello().await {
+                self.confirmed_term = self.confirmed_term.max(term);
+            }
+            return;
+        }
+        if let Err(why) = check_assignment(&assignment, me, self.last) {
+            self.running.refused += 1;
+            warn!(epoch = assignment.epoch, term = ?assignment.term, job = ?assignment.job, why, refused = self.running.refused, "ignoring an assignment");
+            return;
+        }
+        let term = order(&assignment).0;
+        if term > self.confirmed_term {
+            match self.hello().await {
+                Some(answered) if answered >= term => self.confirmed_term = answered,
+                answered => {
+                    self.running.refused += 1;
+                    warn!(term, answered = ?answered, refused = self.running.refused, "ignoring an assignment of a term no scheduler confirms");
+                    return;
+                }
+            }
+        }
+        let change = change(&self.running, self.role, self.launch.as_ref(), &assignment);
+        if change == Change::Stale {
+            self.running.refused += 1;
+            warn!(worker = %me, job = ?assignment.job, generation = ?assignment.launch.as_ref().map(|l| l.generation), "ignoring an older generation of the job it runs");
+            return;
+        }
+        self.last = order(&assignment);
+        self.running.term = term;
+        self.running.epoch = assignment.epoch;
+        if change == Change::Keep {
+            // Told again what it runs (a new term's first epoch, or a correction that crossed a
+            // move): the process goes on untouched.
+            debug!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, "assignment unchanged");
+            return;
+        }
+        self.role = assignment.role;
+        self.launch = assignment.launch.clone();
+        self.running.job = assignment.job.clone();
+        self.running.generation = self.launch.as_ref().map(|l| l.generation);
+        self.running.exit = None;
+        info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?self.running.generation, rank = ?self.launch.as_ref().map(|l| l.rank), "assignment");
+        if let Some(old) = self.process.take() {
+            self.stopping = Some(tokio::spawn(old.stop(self.config.stop_grace)));
+        }
+        self.to_start = assignment.job.is_some().then_some(assignment);
+        if self.stopping.is_none()
+            && let Some(assignment) = self.to_start.take()
+        {
+            self.launch_process(&assignment).await;
+        }
+    }
+
+    /// Nothing of a job outlives its agent.
+    async fn finish(mut self) {
+        if let Some(old) = self.process.take() {
+            old.stop(self.config.stop_grace).await;
+        }
+        if let Some(s) = self.stopping.take() {
+            let _ = s.await;
+        }
+    }
 }
 
 /// Starts a job's command for `assignment` (logged, not fatal, if it cannot start).
