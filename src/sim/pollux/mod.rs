@@ -279,56 +279,29 @@ impl Job<'_> {
     }
 }
 
-/// Runs one workload under `policy`.
+/// Runs one workload under `policy`: every decision, the jobs bid ([`Job::bid`]), the planner
+/// decides ([`plan_epoch`]), each job takes its new layout and batch ([`Job::apply`]) and runs
+/// the decision's seconds ([`Job::run`]).
 pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summary, Vec<JobOutcome>) {
-    let mut jobs: Vec<Job<'_>> = workload
-        .iter()
-        .map(|spec| {
-            let app = spec.app;
-            let limits = app.limits();
-            let slo = config.slo_factor.and_then(|f| {
-                let replicas = spec.replicas.max(1);
-                let c = limits.configure(spec.batch, replicas);
-                let counts = Shape::packed_counts(replicas, config.slots);
-                app.step_time(&counts, f64::from(c.local_bsz)).map(|(s, y)| f * (s + (s - y) * f64::from(c.accum)))
-            });
-            Job {
-                spec,
-                limits,
-                batches: limits.grid(),
-                slo,
-                progress: 0.0,
-                epoch: 0,
-                layout: Layout::new(),
-                config: None,
-                restart_left: 0.0,
-                restarts: None,
-                observations: Vec::new(),
-                perf: PerfParams::PRIOR,
-                max_profiled: 0,
-                since_change: u32::MAX,
-                ledger: FloorLedger::default(),
-                attained: 0.0,
-                done_at: None,
-                slo_met_s: 0.0,
-                slo_missed_s: 0.0,
-                slo_excess_s: 0.0,
-            }
-        })
-        .collect();
+    let mut jobs: Vec<Job<'_>> = workload.iter().map(|spec| Job::new(spec, config)).collect();
     let total = config.machines * config.slots;
     let machine_of: Vec<usize> = (0..total).map(|w| (w / config.slots) as usize).collect();
-    let mut decision = 0u64;
-    let residence = min_residence(config);
-    let place_settings = PlaceSettings {
-        placer: match policy {
-            Policy::Fair => Placer::Greedy,
-            Policy::SlaqNoPlacement => Placer::FirstFit,
-            _ => Placer::Lp,
+    let bidding = Bidding {
+        policy,
+        config,
+        total,
+        residence: min_residence(config),
+        place: PlaceSettings {
+            placer: match policy {
+                Policy::Fair => Placer::Greedy,
+                Policy::SlaqNoPlacement => Placer::FirstFit,
+                _ => Placer::Lp,
+            },
+            restart_s: config.restart_s,
+            horizon_s: config.restart_horizon_s,
         },
-        restart_s: config.restart_s,
-        horizon_s: config.restart_horizon_s,
     };
+    let mut decision = 0u64;
     let mut now = 0.0;
     let mut busy = 0.0;
     while now < config.max_s {
@@ -339,32 +312,8 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         }
         // 1. What each job bids, and its model.
         let models: Vec<JobModel> = active.iter().map(|&j| jobs[j].model(policy)).collect();
-        let epoch_jobs: Vec<EpochJob<'_, Gains>> = active
-            .iter()
-            .zip(&models)
-            .map(|(&j, m)| {
-                let job = &jobs[j];
-                let cur = job.count();
-                // Fair sharing has no gains to weigh a restart against: it keeps a job's slots for
-                // the residence. slaq's gains are net of the restart instead.
-                let pinned = policy == Policy::Fair && cur > 0 && job.since_change < residence;
-                let cap = match policy {
-                    Policy::Fair => job.spec.replicas.max(1),
-                    _ => (2 * job.max_profiled).clamp(1, total),
-                };
-                let (min, max) = if pinned { (cur, cur) } else { (0, cap) };
-                let gain = (policy != Policy::Fair).then(|| {
-                    let rates = schedule::rates(m, max, config.slots);
-                    let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
-                    let remaining =
-                        config.job_length.remaining(|| job.spec.app.target_progress(), job.progress, one_gpu_decision);
-                    let g = schedule::gains(&rates, remaining, place_settings.horizon_s, cur, config.restart_s);
-                    Gains(schedule::concave_hull(&g))
-                });
-                let bid = JobBid { min_workers: min, max_workers: max, attained_service: job.attained, gain };
-                EpochJob { bid, own_minimum: false, sizes: None, model: m }
-            })
-            .collect();
+        let epoch_jobs: Vec<EpochJob<'_, Gains>> =
+            active.iter().zip(&models).map(|(&j, m)| jobs[j].bid(m, &bidding)).collect();
         // 2. The plan. Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
         let mut current: Vec<Option<usize>> = vec![None; total as usize];
         for (i, &j) in active.iter().enumerate() {
@@ -378,7 +327,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         let input = EpochInput {
             policy: if policy == Policy::Fair { PolicyKind::Fair } else { PolicyKind::Slaq },
             plan: config.plan,
-            place: place_settings,
+            place: bidding.place,
             jobs: &epoch_jobs,
             machine_of: Some(&machine_of),
             current: &current,
@@ -388,23 +337,8 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         let planned = plan_epoch(&input, &mut ledgers);
         decision += 1;
         let layouts = layouts_of(active.len(), &machine_of, &planned.next);
-        for (((&j, ledger), mut layout), batch) in active.iter().zip(ledgers).zip(layouts).zip(&planned.batches) {
-            let job = &mut jobs[j];
-            job.ledger = ledger;
-            layout.sort_unstable();
-            let mut old = job.layout.clone();
-            old.sort_unstable();
-            if layout != old {
-                job.since_change = 0;
-                if !layout.is_empty() {
-                    job.restart_left = config.restart_s;
-                    job.restarts = Some(job.restarts.map_or(0, |r| r + 1));
-                }
-            } else {
-                job.since_change = job.since_change.saturating_add(1);
-            }
-            job.layout = layout;
-            job.config = batch.map(|c| c.config);
+        for (((&j, ledger), layout), batch) in active.iter().zip(ledgers).zip(layouts).zip(&planned.batches) {
+            jobs[j].apply(ledger, layout, batch.map(|c| c.config), config.restart_s);
         }
         // 3. Run the epoch.
         for &j in &active {
@@ -413,18 +347,107 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         }
         now += config.epoch_s;
     }
-    let outcomes: Vec<JobOutcome> = jobs
-        .iter()
-        .map(|j| JobOutcome {
-            name: j.spec.name.clone(),
-            jct_s: j.done_at.map(|t| t - j.spec.submit_s),
-            restarts: j.restarts.unwrap_or(0),
-            slo_met_s: j.slo_met_s,
-            slo_missed_s: j.slo_missed_s,
-            slo_excess_s: j.slo_excess_s,
-        })
-        .collect();
+    let outcomes: Vec<JobOutcome> = jobs.iter().map(Job::outcome).collect();
     (summarise(&outcomes, busy / (f64::from(total) * now.max(1.0))), outcomes)
+}
+
+/// How the jobs of one run bid.
+struct Bidding<'a> {
+    policy: Policy,
+    config: &'a Config,
+    /// GPUs in the cluster.
+    total: u32,
+    /// Decisions fair sharing keeps a job's slots after a change.
+    residence: u32,
+    place: PlaceSettings,
+}
+
+impl<'a> Job<'a> {
+    fn new(spec: &'a WorkloadJob, config: &Config) -> Self {
+        let app = spec.app;
+        let limits = app.limits();
+        let slo = config.slo_factor.and_then(|f| {
+            let replicas = spec.replicas.max(1);
+            let c = limits.configure(spec.batch, replicas);
+            let counts = Shape::packed_counts(replicas, config.slots);
+            app.step_time(&counts, f64::from(c.local_bsz)).map(|(s, y)| f * (s + (s - y) * f64::from(c.accum)))
+        });
+        Job {
+            spec,
+            limits,
+            batches: limits.grid(),
+            slo,
+            progress: 0.0,
+            epoch: 0,
+            layout: Layout::new(),
+            config: None,
+            restart_left: 0.0,
+            restarts: None,
+            observations: Vec::new(),
+            perf: PerfParams::PRIOR,
+            max_profiled: 0,
+            since_change: u32::MAX,
+            ledger: FloorLedger::default(),
+            attained: 0.0,
+            done_at: None,
+            slo_met_s: 0.0,
+            slo_missed_s: 0.0,
+            slo_excess_s: 0.0,
+        }
+    }
+
+    /// Its bid for the next decision, priced with `model` (its [`Job::model`]). Fair sharing
+    /// has no gains to weigh a restart against: it keeps a job's slots for the residence and
+    /// asks for the user's GPUs. slaq bids gains net of the restart, for up to twice the GPUs
+    /// the job has run on (its model is trusted no further).
+    fn bid<'m>(&self, model: &'m JobModel, how: &Bidding<'_>) -> EpochJob<'m, Gains> {
+        let cur = self.count();
+        let fair = how.policy == Policy::Fair;
+        let pinned = fair && cur > 0 && self.since_change < how.residence;
+        let cap = if fair { self.spec.replicas.max(1) } else { (2 * self.max_profiled).clamp(1, how.total) };
+        let (min, max) = if pinned { (cur, cur) } else { (0, cap) };
+        let gain = (!fair).then(|| {
+            let config = how.config;
+            let rates = schedule::rates(model, max, config.slots);
+            let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
+            let remaining =
+                config.job_length.remaining(|| self.spec.app.target_progress(), self.progress, one_gpu_decision);
+            let g = schedule::gains(&rates, remaining, how.place.horizon_s, cur, config.restart_s);
+            Gains(schedule::concave_hull(&g))
+        });
+        let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain };
+        EpochJob { bid, own_minimum: false, sizes: None, model }
+    }
+
+    /// Takes the decision's layout and batch: a changed placement restarts it (`restart_s`).
+    fn apply(&mut self, ledger: FloorLedger, mut layout: Layout, config: Option<BatchConfig>, restart_s: f64) {
+        self.ledger = ledger;
+        layout.sort_unstable();
+        let mut old = self.layout.clone();
+        old.sort_unstable();
+        if layout != old {
+            self.since_change = 0;
+            if !layout.is_empty() {
+                self.restart_left = restart_s;
+                self.restarts = Some(self.restarts.map_or(0, |r| r + 1));
+            }
+        } else {
+            self.since_change = self.since_change.saturating_add(1);
+        }
+        self.layout = layout;
+        self.config = config;
+    }
+
+    fn outcome(&self) -> JobOutcome {
+        JobOutcome {
+            name: self.spec.name.clone(),
+            jct_s: self.done_at.map(|t| t - self.spec.submit_s),
+            restarts: self.restarts.unwrap_or(0),
+            slo_met_s: self.slo_met_s,
+            slo_missed_s: self.slo_missed_s,
+            slo_excess_s: self.slo_excess_s,
+        }
+    }
 }
 
 fn summarise(outcomes: &[JobOutcome], busy: f64) -> Summary {
