@@ -129,6 +129,9 @@ struct JobEntry {
     bid: Option<Bid>,
     /// What the last epoch predicted for this job, checked against its reports at the next.
     pending: Option<PendingGain>,
+    /// The worker count `pending` was predicted at, with the current bid (`None`: a new bid
+    /// came since): the same bid at the same count predicts the same, so it is not recomputed.
+    pending_for: Option<u32>,
     /// Attained service, entitled and granted worker-epochs when the plan was last saved.
     saved_plan: Option<(f64, f64, f64)>,
     /// The batch size last published (jobs that declare `batch_sizes`).
@@ -156,6 +159,7 @@ impl JobEntry {
             ledger: FloorLedger::default(),
             bid: None,
             pending: None,
+            pending_for: None,
             saved_plan: None,
             batch: None,
             quiet: false,
@@ -472,7 +476,23 @@ impl AllocatorActor {
     /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
     /// by name reads two strings scattered over the heap per worker, most of an epoch at 16,000
     /// workers.
+    ///
+    /// Keys are handed out in order, so the live jobs' keys are usually dense: then a table
+    /// indexed by key answers (a hash lookup per worker was a tenth of an epoch at 16,000
+    /// workers); when churn has spread them over more than 8 slots per job, a hash map does.
     fn current_jobs(&self) -> Vec<Option<usize>> {
+        let (lo, hi) = self.jobs.values().fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e.key), hi.max(e.key)));
+        if lo <= hi && hi - lo < 8 * self.jobs.len() as u64 + 64 {
+            let mut ord_of = vec![u32::MAX; (hi - lo + 1) as usize];
+            for (i, e) in self.jobs.values().enumerate() {
+                ord_of[(e.key - lo) as usize] = i as u32;
+            }
+            let ord = |key: u64| {
+                let slot = key.checked_sub(lo).and_then(|k| ord_of.get(k as usize)).copied()?;
+                (slot != u32::MAX).then_some(slot as usize)
+            };
+            return self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord(j.key))).collect();
+        }
         let ord_of: foldhash::HashMap<u64, usize> = self.jobs.values().enumerate().map(|(i, e)| (e.key, i)).collect();
         self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
     }
@@ -741,6 +761,10 @@ impl AllocatorActor {
                 gains.realised += (p.loss_at_start - loss) / p.scale;
             }
             let workers = entry.workers.len() as u32;
+            if entry.pending_for == Some(workers) {
+                continue;
+            }
+            entry.pending_for = Some(workers);
             entry.pending = entry.bid.as_ref().and_then(|b| {
                 let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
                 // A prior (no points yet) predicts nothing checkable.
@@ -866,6 +890,7 @@ impl Handler<BidUpdate> for AllocatorActor {
                 }
             }
             entry.bid = Some(msg.bid);
+            entry.pending_for = None;
         }
     }
 }
