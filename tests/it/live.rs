@@ -296,6 +296,32 @@ async fn the_reference_worker_agent_follows_its_assignment_and_runs_the_command(
     let _ = worker.wait();
 }
 
+/// Says hello for each job and sends its losses, all before the scheduler's first epoch, then
+/// waits until it has run `epochs` epochs.
+async fn feed_then_run(
+    c: &async_nats::Client,
+    scheduler: &InProcessScheduler,
+    jobs: &[(JobSpec, &[f64])],
+    epochs: u64,
+) {
+    let s = subjects();
+    for (spec, losses) in jobs {
+        let ack: Ack =
+            bus::request(c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+        for (i, &loss) in losses.iter().enumerate() {
+            report(c, &spec.job, i as u64 + 1, loss, 1).await;
+        }
+    }
+    let status = wait_status(c, &s).await;
+    assert_eq!(status.epoch, 0, "the reports must be in before the first epoch (2 s): {status:#?}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while scheduler.handle.epochs().await.len() < epochs as usize {
+        assert!(tokio::time::Instant::now() < deadline, "the scheduler ran no {epochs} epochs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The predictor the scheduler builds from `losses` reported at iterations 1, 2, ... by one
 /// worker taking 0.5 s each (as `report` sends them).
 fn fed_predictor(losses: &[f64]) -> slaq::quality::JobPredictor {
@@ -344,27 +370,12 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
         ("d-fresh".into(), vec![3.0, 2.5]),
         ("e-noisy".into(), (1..=30).map(|k| 0.3 + 1.0 / k as f64 + if k % 2 == 0 { 0.02 } else { -0.02 }).collect()),
     ];
-    for (job, losses) in &curves {
-        let ack: Ack =
-            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &JobSpec::new(job), Duration::from_secs(5))
-                .await
-                .unwrap();
-        assert!(ack.ok);
-        for (i, &loss) in losses.iter().enumerate() {
-            report(&c, job, i as u64 + 1, loss, 1).await;
-        }
-    }
-    let status = wait_status(&c, &s).await;
-    assert_eq!(status.epoch, 0, "the reports must be in before the first epoch (2 s): {status:#?}");
+    let jobs: Vec<(JobSpec, &[f64])> = curves.iter().map(|(job, l)| (JobSpec::new(job), l.as_slice())).collect();
+    feed_then_run(&c, &scheduler, &jobs, EPOCHS).await;
+    drop(beats);
 
     // The live allocation after each epoch: an epoch publishes only the jobs whose workers
     // changed, so each epoch's messages update the allocation before it.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while scheduler.handle.epochs().await.len() < EPOCHS as usize {
-        assert!(tokio::time::Instant::now() < deadline, "the scheduler ran no {EPOCHS} epochs");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(beats);
     let mut by_epoch: Vec<Vec<(String, u32)>> = vec![Vec::new(); EPOCHS as usize];
     while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), allocs.next()).await {
         let a: JobAllocation = protocol::decode(Encoding::MsgPack, &msg.payload, "alloc").unwrap();
@@ -517,21 +528,8 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
         (1..=40).map(|k| 0.5 + 0.5 * 0.3f64.powi(k.min(5))).collect(),
         vec![3.0, 2.5],
     ];
-    for (spec, losses) in specs.iter().zip(&curves) {
-        let ack: Ack =
-            bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-        for (i, &loss) in losses.iter().enumerate() {
-            report(&c, &spec.job, i as u64 + 1, loss, 1).await;
-        }
-    }
-    let status = wait_status(&c, &s).await;
-    assert_eq!(status.epoch, 0, "the reports must be in before the first epoch (2 s): {status:#?}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while scheduler.handle.epochs().await.len() < EPOCHS as usize {
-        assert!(tokio::time::Instant::now() < deadline, "the scheduler ran no {EPOCHS} epochs");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let jobs: Vec<(JobSpec, &[f64])> = specs.iter().cloned().zip(curves.iter().map(Vec::as_slice)).collect();
+    feed_then_run(&c, &scheduler, &jobs, EPOCHS).await;
     drop(beats);
 
     // What the scheduler published, epoch by epoch: each worker's job and role, each job's batch.
