@@ -1,29 +1,16 @@
-//! The one way the simulators run many independent runs at once: a fixed number of scoped
-//! threads pull tasks in order, and every result lands at its task's index, so the output does
-//! not depend on the number of threads or on which thread ran what.
+//! The one way the simulators run many independent runs at once: rayon's parallel iterator on a
+//! pool of `threads`, which returns every result at its task's index, so the output does not
+//! depend on the number of threads or on which thread ran what.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use rayon::prelude::*;
 
-/// `f` applied to every task on up to `threads` threads, the results in the tasks' order.
-pub fn map<T: Sync, R: Send>(tasks: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..tasks.len()).map(|_| None).collect());
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, tasks.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(task) = tasks.get(i) else { break };
-                    let r = f(task);
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
-                }
-            });
-        }
-    });
-    // Every index was taken by exactly one thread and the scope joined them all, so every slot
-    // holds its result (a panicking task propagates out of the scope before this line).
-    results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect()
+/// `f` applied to every task on up to `threads` threads, the results in the tasks' order. If
+/// no pool can be built (no threads left), the tasks run on this thread.
+pub fn map<T: Sync, R: Send>(tasks: &[T], threads: usize, f: impl Fn(&T) -> R + Sync + Send) -> Vec<R> {
+    match rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build() {
+        Ok(pool) => pool.install(|| tasks.par_iter().map(&f).collect()),
+        Err(_) => tasks.iter().map(f).collect(),
+    }
 }
 
 #[cfg(test)]
