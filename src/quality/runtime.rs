@@ -1,12 +1,19 @@
-//! Iteration-time model: seconds per iteration as a function of the worker count,
-//! `t(w) = α + β/w + γ·log2(w)` (serial part, parallel part, communication), fitted by
-//! exponentially decayed weighted least squares on observed `(workers, seconds)` pairs.
+//! Iteration-time model of a machine-blind job: seconds per iteration as a function of the
+//! worker count, `t(w) = α + β/w + γ·log2(w)` (serial part, parallel part, communication), fitted
+//! by exponentially decayed weighted least squares on observed `(workers, seconds)` pairs.
+//!
+//! This is not a second model: the fitted curve is the job model of `cluster::model`
+//! ([`PerfParams`]) in its machine-blind case ([`PerfParams::machine_blind`]: one machine,
+//! per-worker work `1/w`, synchronisation `γ·log2 w`), evaluated by that model's step time.
+//! What this module adds is how a job that reports no machines is fitted, online and in O(1)
+//! state, and the times measured per count.
 //!
 //! A job that has only ever run at one worker count cannot tell `α`, `β` and `γ` apart, so the
 //! fit is anchored to a prior shape `s·(σ + (1−σ)/w + c·log2 w)` through a few pseudo-observations
 //! whose scale `s` follows the data. With no observation at all the prior alone answers.
 
 use super::curve::solve3;
+use crate::cluster::model::PerfParams;
 
 /// The prior shape of the speed-up curve and how strongly it anchors the fit.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -41,13 +48,12 @@ fn basis(workers: f64) -> [f64; 3] {
 pub const MEMORY: usize = 64;
 const _: () = assert!(MEMORY <= 64, "the mask of measured counts is a u64");
 
-/// Fitted `t(w)` coefficients and the times measured per worker count; cheap to copy into a bid.
+/// The fitted job model and the times measured per worker count; cheap to copy into a bid.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(from = "TimeCurveRepr", into = "TimeCurveRepr")]
 pub struct TimeCurve {
-    pub alpha: f64,
-    pub beta: f64,
-    pub gamma: f64,
+    /// The fitted model, evaluated by [`PerfParams::machine_blind_seconds`].
+    pub perf: PerfParams,
     /// Seconds per iteration measured at `w = 1..=MEMORY` workers (0: never measured).
     measured: [f32; MEMORY],
     /// Bit `w − 1` set: `measured[w − 1]` holds a time (so the nearest measured counts are
@@ -55,11 +61,18 @@ pub struct TimeCurve {
     mask: u64,
 }
 
-/// How a [`TimeCurve`] is saved: the mask is derived.
+/// How a [`TimeCurve`] is saved: the mask is derived. States saved before the curve was a
+/// [`PerfParams`] hold its three coefficients instead (`alpha`, `beta`, `gamma`), read as the
+/// machine-blind case.
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct TimeCurveRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    perf: Option<PerfParams>,
+    #[serde(default, skip_serializing)]
     alpha: f64,
+    #[serde(default, skip_serializing)]
     beta: f64,
+    #[serde(default, skip_serializing)]
     gamma: f64,
     #[serde(default = "no_memory", with = "memory_serde")]
     measured: [f32; MEMORY],
@@ -67,13 +80,14 @@ struct TimeCurveRepr {
 
 impl From<TimeCurveRepr> for TimeCurve {
     fn from(r: TimeCurveRepr) -> Self {
-        TimeCurve::fitted(r.alpha, r.beta, r.gamma).remembering(&r.measured)
+        let perf = r.perf.unwrap_or_else(|| PerfParams::machine_blind(r.alpha, r.beta, r.gamma));
+        TimeCurve::of(perf).remembering(&r.measured)
     }
 }
 
 impl From<TimeCurve> for TimeCurveRepr {
     fn from(t: TimeCurve) -> Self {
-        TimeCurveRepr { alpha: t.alpha, beta: t.beta, gamma: t.gamma, measured: t.measured }
+        TimeCurveRepr { perf: Some(t.perf), alpha: 0.0, beta: 0.0, gamma: 0.0, measured: t.measured }
     }
 }
 
@@ -102,9 +116,14 @@ mod memory_serde {
 }
 
 impl TimeCurve {
-    /// The fitted curve alone, without measurements.
+    /// The machine-blind curve `alpha + beta/w + gamma·log2 w` alone, without measurements.
     pub fn fitted(alpha: f64, beta: f64, gamma: f64) -> Self {
-        TimeCurve { alpha, beta, gamma, measured: no_memory(), mask: 0 }
+        TimeCurve::of(PerfParams::machine_blind(alpha, beta, gamma))
+    }
+
+    /// A fitted model alone, without measurements.
+    pub fn of(perf: PerfParams) -> Self {
+        TimeCurve { perf, measured: no_memory(), mask: 0 }
     }
 
     fn remembering(mut self, memory: &[f32]) -> Self {
@@ -122,7 +141,7 @@ impl TimeCurve {
     }
 
     fn fit(&self, w: f64) -> f64 {
-        (self.alpha + self.beta / w + self.gamma * w.log2()).max(1e-9)
+        self.perf.machine_blind_seconds(w)
     }
 
     /// Predicted seconds per iteration with `workers ≥ 1` workers: as measured at that count;
@@ -251,12 +270,13 @@ impl IterTimeModel {
     fn solve(&self) -> TimeCurve {
         let scale = self.scale_num / self.scale_den;
         let prior = self.prior_curve(scale);
+        let prior_at = |w: f64| prior.perf.machine_blind_seconds(w);
         let mut normal = self.normal;
         let mut rhs = self.rhs;
         let pseudo_weight = self.prior.weight / PRIOR_WORKERS.len() as f64;
         for &w in &PRIOR_WORKERS {
             let phi = basis(w);
-            let t = prior.alpha + prior.beta / w + prior.gamma * w.log2();
+            let t = prior_at(w);
             for i in 0..3 {
                 for j in 0..3 {
                     normal[i][j] += pseudo_weight * phi[i] * phi[j];
@@ -387,6 +407,28 @@ mod tests {
         assert_eq!(read.measured()[..3], [0.0, 0.0, 0.5]);
         assert_eq!(read.seconds(3), 0.5);
         assert!(read.seconds(1).is_finite() && read.seconds(2).is_finite());
+    }
+
+    /// A curve saved as its three coefficients (before it was a `PerfParams`) reads as the same
+    /// curve, and a saved curve reads back as itself.
+    #[test]
+    fn a_curve_saved_as_three_coefficients_is_the_machine_blind_model() {
+        #[derive(serde::Serialize)]
+        struct Old {
+            alpha: f64,
+            beta: f64,
+            gamma: f64,
+            measured: Vec<f32>,
+        }
+        let old = Old { alpha: 0.3, beta: 4.0, gamma: 0.05, measured: vec![] };
+        let read: TimeCurve = rmp_serde::from_slice(&rmp_serde::to_vec_named(&old).unwrap()).unwrap();
+        for w in [1u32, 2, 3, 8, 100, 1000] {
+            let x = f64::from(w);
+            let want = 0.3 + 4.0 / x + 0.05 * x.log2();
+            assert!((read.seconds(w) / want - 1.0).abs() < 1e-12, "{w}: {} vs {want}", read.seconds(w));
+        }
+        let again: TimeCurve = rmp_serde::from_slice(&rmp_serde::to_vec_named(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
     }
 
     proptest::proptest! {

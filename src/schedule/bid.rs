@@ -228,6 +228,7 @@ pub(crate) fn test_job(current: Layout) -> JobModel {
             alpha_n: 0.3,
             beta_n: 0.01,
             gamma: 1.0,
+            log_k: 0.0,
         },
         limits: BatchLimits { init_batch: 32, max_batch: 512, min_local: 8, max_local: 64 },
         batches: vec![32, 64, 128, 256, 512],
