@@ -10,6 +10,7 @@ pub mod bus;
 pub mod cluster;
 pub mod emulate;
 pub mod metrics;
+pub mod partition;
 pub mod policy;
 pub mod protocol;
 pub mod quality;

@@ -9,6 +9,7 @@ mod isolate;
 mod layout;
 mod live;
 mod observe;
+mod partitions;
 mod placement;
 mod policy_props;
 mod protocol_fuzz;

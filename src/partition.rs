@@ -1,0 +1,142 @@
+//! Jobs partitioned over replicas (issue #19), the pure part.
+//!
+//! - [`of`]: a job's partition, the same number NATS' subject mapping
+//!   `{{partition(n, k)}}` computes from the job's token (FNV-1a, 32 bits, modulo `n`), so a
+//!   replica knows which of its partitions a job's reports arrive on. Checked against real
+//!   servers (2.9 and 2.10+) by `tests/it/partitions.rs`.
+//! - [`balance`]: which live replica should own each partition: as even as can be (counts differ
+//!   by at most one) with the fewest partitions taken from their live owners. Every replica
+//!   computes it from the same view of the lease bucket, so they agree without talking.
+
+/// The partition of a job id among `partitions` (at least 1).
+pub fn of(job: &str, partitions: u32) -> u32 {
+    fnv1a32(job.as_bytes()) % partitions.max(1)
+}
+
+/// FNV-1a over 32 bits, as Go's `hash/fnv.New32a`, which the NATS server uses to partition.
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+/// The owner each of the `owners.len()` partitions should have among the `live` replicas
+/// (`None` for all when none is live), given who owns each now (`None`: nobody, or a replica
+/// that is gone).
+///
+/// Each live replica gets `⌊n/r⌋` or `⌈n/r⌉` partitions; the larger quotas go to the replicas
+/// that own the most now (ties by name), which keeps the most partitions where they are. A
+/// partition stays with its live owner while that owner is within its quota (lowest partition
+/// numbers first); the others go to the replicas below their quota, least loaded first, ties
+/// by name. Deterministic: the same view gives the same answer on every replica.
+pub fn balance<'a>(owners: &[Option<&'a str>], live: &[&'a str]) -> Vec<Option<&'a str>> {
+    let mut live: Vec<&str> = live.to_vec();
+    live.sort_unstable();
+    live.dedup();
+    if live.is_empty() {
+        return vec![None; owners.len()];
+    }
+    let index = |name: &str| live.binary_search(&name).ok();
+    let mut owned = vec![0usize; live.len()];
+    for o in owners.iter().flatten() {
+        if let Some(i) = index(o) {
+            owned[i] += 1;
+        }
+    }
+    let (base, extra) = (owners.len() / live.len(), owners.len() % live.len());
+    let mut by_load: Vec<usize> = (0..live.len()).collect();
+    by_load.sort_by(|&a, &b| owned[b].cmp(&owned[a]).then(a.cmp(&b)));
+    let mut quota = vec![base; live.len()];
+    for &i in &by_load[..extra] {
+        quota[i] += 1;
+    }
+    let mut load = vec![0usize; live.len()];
+    let mut next: Vec<Option<usize>> = owners
+        .iter()
+        .map(|o| {
+            let i = o.and_then(index)?;
+            (load[i] < quota[i]).then(|| {
+                load[i] += 1;
+                i
+            })
+        })
+        .collect();
+    for slot in next.iter_mut().filter(|s| s.is_none()) {
+        let i = (0..live.len()).filter(|&i| load[i] < quota[i]).min_by_key(|&i| (load[i], i));
+        if let Some(i) = i {
+            load[i] += 1;
+            *slot = Some(i);
+        }
+    }
+    next.into_iter().map(|i| i.map(|i| live[i])).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn fnv1a_is_gos() {
+        // Go: fnv.New32a() over "" and "a" (the algorithm's published test vectors).
+        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+        assert!((0..1000).all(|i| of(&format!("job-{i}"), 32) < 32));
+        assert_eq!(of("anything", 0), 0, "no partitions counts as one");
+    }
+
+    /// The fewest moves any even assignment needs: try every choice of which replicas get the
+    /// larger quota.
+    fn fewest_moves(owners: &[Option<&str>], live: &[&str]) -> usize {
+        let r = live.len();
+        let (base, extra) = (owners.len() / r, owners.len() % r);
+        let owned: Vec<usize> = live.iter().map(|l| owners.iter().filter(|o| **o == Some(*l)).count()).collect();
+        (0u32..1 << r)
+            .filter(|s| s.count_ones() as usize == extra)
+            .map(|s| {
+                let kept: usize = (0..r).map(|i| owned[i].min(base + usize::from(s >> i & 1 == 1))).sum();
+                owners.len() - kept
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    const NAMES: [&str; 6] = ["r0", "r1", "r2", "r3", "r4", "r5"];
+
+    proptest! {
+        /// Even, every partition to a live replica, and no more moves than the best even
+        /// assignment needs (found by trying them all).
+        #[test]
+        fn balance_is_even_and_moves_the_fewest(
+            owners in proptest::collection::vec(proptest::option::of(0usize..7), 0..40),
+            live in proptest::collection::btree_set(0usize..6, 0..6),
+        ) {
+            let owners: Vec<Option<&str>> = owners.iter().map(|o| o.map(|i| ["r0", "r1", "r2", "r3", "r4", "r5", "gone"][i])).collect();
+            let live: Vec<&str> = live.iter().map(|&i| NAMES[i]).collect();
+            let next = balance(&owners, &live);
+            prop_assert_eq!(next.len(), owners.len());
+            if live.is_empty() {
+                prop_assert!(next.iter().all(Option::is_none));
+                return Ok(());
+            }
+            let counts: Vec<usize> = live.iter().map(|l| next.iter().filter(|o| **o == Some(*l)).count()).collect();
+            prop_assert!(next.iter().all(|o| o.is_some_and(|o| live.contains(&o))));
+            prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{:?}", counts);
+            let moved = owners.iter().zip(&next).filter(|(a, b)| a != b).count();
+            prop_assert_eq!(moved, fewest_moves(&owners, &live));
+            // The same view in another order gives the same answer.
+            let mut shuffled = live.clone();
+            shuffled.reverse();
+            prop_assert_eq!(balance(&owners, &shuffled), next);
+        }
+    }
+
+    #[test]
+    fn a_balanced_view_stays_put_and_a_dead_replicas_partitions_are_shared() {
+        let owners: Vec<Option<&str>> = (0..9).map(|p| Some(["a", "b", "c"][p % 3])).collect();
+        assert_eq!(balance(&owners, &["a", "b", "c"]), owners);
+        let next = balance(&owners, &["a", "c"]);
+        let moved: Vec<usize> = (0..9).filter(|&p| next[p] != owners[p]).collect();
+        assert_eq!(moved, vec![1, 4, 7], "only b's partitions move");
+        assert_eq!(next.iter().filter(|o| **o == Some("a")).count(), 5);
+    }
+}
