@@ -4,6 +4,7 @@
 
 pub mod durable;
 pub mod lease;
+pub mod partitions;
 
 use std::path::PathBuf;
 use std::sync::Arc;

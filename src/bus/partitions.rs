@@ -1,0 +1,253 @@
+//! Partition leases (issue #19): which replica runs the jobs of which partition, by one lease
+//! per partition in a JetStream key-value bucket, the leader's lease mechanism (`super::lease`)
+//! once per partition.
+//!
+//! - The bucket `<prefix>_parts` expires every key `ttl` after its last write (its `max_age`:
+//!   per-key TTLs need 2.11). It holds `member.<replica>` for every live replica and
+//!   `part.<p>` for every owned partition (`{replica, term}`).
+//! - Every [`Partitions::tick`] (every `ttl / 4`) a replica writes its member key, renews its
+//!   partitions (by revision: one it cannot renew is lost), reads the bucket, computes
+//!   `partition::balance` over the live members and the owners, gives back what is no longer
+//!   its own and takes what is its own and free. Every replica computes the same balance from
+//!   the same view, so they agree without talking; a partition changes hands only through a
+//!   delete or an expiry, never two owners at once.
+//! - A replica that dies stops writing: its member key and partitions expire `ttl` after its
+//!   last write, and the others take them at their next tick, within `ttl + ttl/4`.
+//! - **Fencing**, as the leader's: a partition is held until `ttl / 2` after its last renewal
+//!   was sent, by the monotonic clock ([`Partitions::holds`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, kv};
+use futures_util::TryStreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::BusError;
+use super::lease::Holder;
+
+/// The partition-lease bucket of a prefix.
+pub fn bucket_name(prefix: &str) -> String {
+    format!("{prefix}_parts")
+}
+
+fn part_key(p: u32) -> String {
+    format!("part.{p}")
+}
+
+fn member_key(replica: &str) -> String {
+    format!("member.{replica}")
+}
+
+/// A replica's presence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Member {
+    replica: String,
+}
+
+/// One partition held: its term (the create's revision), the revision to renew from, and when
+/// the last successful renewal was sent.
+#[derive(Clone, Copy, Debug)]
+struct HeldPart {
+    term: u64,
+    revision: u64,
+    sent: Instant,
+}
+
+/// What the bucket says: the live replicas and each partition's owner.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    pub members: Vec<String>,
+    /// Owner and term of each partition (`None`: free).
+    pub owners: Vec<Option<Holder>>,
+}
+
+/// What one tick changed for this replica.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Partitions taken (their jobs are now this replica's to run), with their terms.
+    pub gained: Vec<(u32, u64)>,
+    /// Partitions given back or lost (their jobs are no longer this replica's).
+    pub released: Vec<u32>,
+}
+
+/// A replica's handle on the partition leases.
+pub struct Partitions {
+    kv: kv::Store,
+    replica: String,
+    ttl: Duration,
+    count: u32,
+    held: BTreeMap<u32, HeldPart>,
+}
+
+fn js_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> BusError + '_ {
+    move |e| BusError::JetStream { what: what.to_string(), detail: e.to_string() }
+}
+
+impl Partitions {
+    /// Creates the bucket if missing (2.9-compatibly, as `durable` does), with `replicas` copies
+    /// in a cluster. `replica` must be a valid key token (letters, digits, `-`, `_`).
+    pub async fn open(
+        client: &async_nats::Client,
+        prefix: &str,
+        replica: &str,
+        count: u32,
+        ttl: Duration,
+        replicas: usize,
+    ) -> Result<Partitions, BusError> {
+        if replica.is_empty() || !replica.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(BusError::JetStream {
+                what: "partition leases".into(),
+                detail: format!("replica name {replica:?} must be letters, digits, '-' or '_'"),
+            });
+        }
+        let js = jetstream::new(client.clone());
+        let bucket = bucket_name(prefix);
+        let config = super::durable::kv_bucket_stream(&bucket, replicas, ttl);
+        // Replicas starting together race to create it: the loser finds it made.
+        if let Err(e) = js.get_or_create_stream(config.clone()).await {
+            js.get_stream(&config.name).await.map_err(|_| js_err("partition bucket")(&e))?;
+        }
+        let kv = js.get_key_value(bucket).await.map_err(|e| js_err("partition bucket")(&e))?;
+        Ok(Partitions { kv, replica: replica.to_string(), ttl, count: count.max(1), held: BTreeMap::new() })
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The partitions this replica holds now (each renewed within `ttl / 2`), with their terms.
+    pub fn held(&self) -> Vec<(u32, u64)> {
+        let now = Instant::now();
+        self.held.iter().filter(|(_, h)| self.valid(h, now)).map(|(&p, h)| (p, h.term)).collect()
+    }
+
+    /// The partitions this replica holds now, each with the instant until which it certainly
+    /// holds it (`ttl / 2` after its last renewal was sent), if it renews no more.
+    pub fn held_until(&self) -> Vec<(u32, Instant)> {
+        let now = Instant::now();
+        self.held.iter().filter(|(_, h)| self.valid(h, now)).map(|(&p, h)| (p, h.sent + self.ttl / 2)).collect()
+    }
+
+    /// Whether this replica certainly holds partition `p` now.
+    pub fn holds(&self, p: u32) -> bool {
+        self.held.get(&p).is_some_and(|h| self.valid(h, Instant::now()))
+    }
+
+    fn valid(&self, h: &HeldPart, now: Instant) -> bool {
+        now.saturating_duration_since(h.sent) < self.ttl / 2
+    }
+
+    fn encode(&self, term: u64) -> Result<bytes::Bytes, BusError> {
+        serde_json::to_vec(&Holder { replica: self.replica.clone(), term })
+            .map(Into::into)
+            .map_err(|e| js_err("partition lease")(&e))
+    }
+
+    /// Reads the bucket: the live members and every partition's owner.
+    pub async fn view(&self) -> Result<View, BusError> {
+        read_view(&self.kv, self.count).await
+    }
+
+    /// One round (see the module's documentation).
+    pub async fn tick(&mut self) -> Result<Changes, BusError> {
+        let mut changes = Changes::default();
+        let member = serde_json::to_vec(&Member { replica: self.replica.clone() }).unwrap_or_default();
+        self.kv.put(member_key(&self.replica), member.into()).await.map_err(|e| js_err("member key")(&e))?;
+        for p in self.held.keys().copied().collect::<Vec<_>>() {
+            if !self.renew(p).await? {
+                self.held.remove(&p);
+                changes.released.push(p);
+            }
+        }
+        // A partition whose fence lapsed (renewals failing) is not this replica's any more.
+        let now = Instant::now();
+        let lapsed: Vec<u32> = self.held.iter().filter(|(_, h)| !self.valid(h, now)).map(|(&p, _)| p).collect();
+        for p in lapsed {
+            self.held.remove(&p);
+            changes.released.push(p);
+        }
+        let view = self.view().await?;
+        let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
+        let live: Vec<&str> = view.members.iter().map(String::as_str).collect();
+        let target = crate::partition::balance(&owners, &live);
+        for (p, (now_owner, want)) in (0u32..).zip(owners.iter().zip(&target)) {
+            let mine = *want == Some(self.replica.as_str());
+            if !mine && self.held.contains_key(&p) {
+                self.release(p).await;
+                changes.released.push(p);
+            } else if mine
+                && now_owner.is_none()
+                && !self.held.contains_key(&p)
+                && let Some(term) = self.acquire(p).await?
+            {
+                changes.gained.push((p, term));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Takes partition `p` if free: its term, or `None` if someone has it.
+    async fn acquire(&mut self, p: u32) -> Result<Option<u64>, BusError> {
+        let sent = Instant::now();
+        let revision = match self.kv.create(part_key(p), self.encode(0)?).await {
+            Ok(revision) => revision,
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(js_err("partition lease")(&e)),
+        };
+        self.held.insert(p, HeldPart { term: revision, revision, sent });
+        // The term written in the value, by revision (the key being ours, nobody writes between).
+        Ok(self.renew(p).await?.then_some(revision))
+    }
+
+    /// Renews partition `p`; `false` if it was lost.
+    async fn renew(&mut self, p: u32) -> Result<bool, BusError> {
+        let Some(h) = self.held.get(&p).copied() else { return Ok(false) };
+        let sent = Instant::now();
+        match self.kv.update(part_key(p), self.encode(h.term)?, h.revision).await {
+            Ok(revision) => {
+                self.held.insert(p, HeldPart { revision, sent, ..h });
+                Ok(true)
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+            Err(e) => Err(js_err("partition lease")(&e)),
+        }
+    }
+
+    async fn release(&mut self, p: u32) {
+        if let Some(h) = self.held.remove(&p)
+            && let Err(e) = self.kv.delete_expect_revision(part_key(p), Some(h.revision)).await
+        {
+            tracing::debug!(error = %e, partition = p, "giving a partition back");
+        }
+    }
+
+    /// Gives every partition and the membership back at once (a graceful stop).
+    pub async fn leave(&mut self) {
+        for p in self.held.keys().copied().collect::<Vec<_>>() {
+            self.release(p).await;
+        }
+        if let Err(e) = self.kv.delete(member_key(&self.replica)).await {
+            tracing::debug!(error = %e, "leaving the partition bucket");
+        }
+    }
+}
+
+/// The bucket's view: live members (sorted) and the owner of each of `count` partitions.
+pub async fn read_view(kv: &kv::Store, count: u32) -> Result<View, BusError> {
+    let err = js_err("partition bucket");
+    let keys: Vec<String> = kv.keys().await.map_err(|e| err(&e))?.try_collect().await.map_err(|e| err(&e))?;
+    let mut view = View { members: Vec::new(), owners: vec![None; count as usize] };
+    for key in keys {
+        if let Some(replica) = key.strip_prefix("member.") {
+            view.members.push(replica.to_string());
+        } else if let Some(p) = key.strip_prefix("part.").and_then(|p| p.parse::<usize>().ok())
+            && p < view.owners.len()
+        {
+            let value = kv.get(&key).await.map_err(|e| err(&e))?;
+            view.owners[p] = value.and_then(|v| serde_json::from_slice::<Holder>(&v).ok());
+        }
+    }
+    view.members.sort_unstable();
+    Ok(view)
+}
