@@ -7,6 +7,9 @@
 //! - [`balance`]: which live replica should own each partition: as even as can be (counts differ
 //!   by at most one) with the fewest partitions taken from their live owners. Every replica
 //!   computes it from the same view of the lease bucket, so they agree without talking.
+//! - [`Bids`]: the leader's merge of the bids replicas send: each job's latest bid from the
+//!   owner of its partition under the highest term seen, so a bid still in flight from a
+//!   partition's previous owner never replaces its new owner's.
 
 /// The partition of a job id among `partitions` (at least 1).
 pub fn of(job: &str, partitions: u32) -> u32 {
@@ -69,6 +72,60 @@ pub fn balance<'a>(owners: &[Option<&'a str>], live: &[&'a str]) -> Vec<Option<&
     next.into_iter().map(|i| i.map(|i| live[i])).collect()
 }
 
+/// The bids the leader plans with, merged from the replicas' (see the module's documentation).
+#[derive(Clone, Debug)]
+pub struct Bids<B> {
+    latest: std::collections::BTreeMap<String, (u64, B)>,
+}
+
+impl<B> Default for Bids<B> {
+    fn default() -> Self {
+        Bids { latest: Default::default() }
+    }
+}
+
+impl<B> Bids<B> {
+    /// A bid for `job` sent under partition term `term`: kept unless a bid under a higher term
+    /// is already here (then `false`). At equal terms the later one wins (one owner's bids
+    /// arrive in order).
+    pub fn offer(&mut self, job: &str, term: u64, bid: B) -> bool {
+        match self.latest.get_mut(job) {
+            Some((t, _)) if *t > term => false,
+            Some(slot) => {
+                *slot = (term, bid);
+                true
+            }
+            None => {
+                self.latest.insert(job.to_string(), (term, bid));
+                true
+            }
+        }
+    }
+
+    /// The job left: its bid goes (a later bid under an older term must not bring it back is
+    /// the caller's to ensure: a job that left is not in any replica's partitions).
+    pub fn remove(&mut self, job: &str) -> Option<B> {
+        self.latest.remove(job).map(|(_, b)| b)
+    }
+
+    pub fn get(&self, job: &str) -> Option<&B> {
+        self.latest.get(job).map(|(_, b)| b)
+    }
+
+    /// Every job's bid, in job id order (the planner's order).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &B)> {
+        self.latest.iter().map(|(j, (_, b))| (j.as_str(), b))
+    }
+
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +184,40 @@ mod tests {
             let mut shuffled = live.clone();
             shuffled.reverse();
             prop_assert_eq!(balance(&owners, &shuffled), next);
+        }
+    }
+
+    proptest! {
+        /// Whatever order the bids of several owners arrive in, the merge keeps for each job the
+        /// last bid its newest owner sent.
+        #[test]
+        fn the_merge_keeps_each_jobs_newest_owners_last_bid(
+            sent in proptest::collection::vec((0usize..5, 1u64..4, 0u32..1000), 0..60),
+            seed in any::<u64>(),
+        ) {
+            // Each owner's bids arrive in the order it sent them; owners interleave at random.
+            let mut arrivals: Vec<(usize, u64, u32)> = Vec::new();
+            let mut by_term: Vec<Vec<(usize, u64, u32)>> = vec![Vec::new(); 4];
+            for &(job, term, value) in &sent {
+                by_term[term as usize].push((job, term, value));
+            }
+            let mut rng = seed;
+            while by_term.iter().any(|q| !q.is_empty()) {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let open: Vec<usize> = (0..4).filter(|&t| !by_term[t].is_empty()).collect();
+                let t = open[(rng >> 33) as usize % open.len()];
+                arrivals.push(by_term[t].remove(0));
+            }
+            let mut bids = Bids::default();
+            for &(job, term, value) in &arrivals {
+                bids.offer(&format!("j{job}"), term, value);
+            }
+            for job in 0..5 {
+                let want = sent.iter().filter(|s| s.0 == job).max_by_key(|s| s.1).map(|s| s.1).and_then(|top| {
+                    sent.iter().rfind(|s| s.0 == job && s.1 == top).map(|s| s.2)
+                });
+                prop_assert_eq!(bids.get(&format!("j{job}")).copied(), want);
+            }
         }
     }
 

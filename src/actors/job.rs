@@ -393,6 +393,65 @@ pub struct Bid {
     pub checkpoint_age_s: Option<f64>,
 }
 
+/// A [`Bid`] as a replica sends it to the leader (issue #19): everything the planner and
+/// `status` read, nothing derived. The leader tabulates the gains as the job actor does, so a bid
+/// that crossed the wire plans exactly as the one that did not (`tests/it/policy_props.rs`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WireBid {
+    pub model: JobModel,
+    pub min_workers: u32,
+    pub max_workers: u32,
+    pub gain: Option<GainCurve>,
+    #[serde(default)]
+    pub last_iter: Option<u64>,
+    #[serde(default)]
+    pub last_loss: Option<f64>,
+    #[serde(default)]
+    pub predicted_gain: Option<f64>,
+    pub points: u64,
+    #[serde(default)]
+    pub generation: Option<u64>,
+    #[serde(default)]
+    pub sizes: Option<Vec<u32>>,
+    #[serde(default)]
+    pub checkpoint_age_s: Option<f64>,
+}
+
+impl Bid {
+    pub fn to_wire(&self) -> WireBid {
+        WireBid {
+            model: (*self.model).clone(),
+            min_workers: self.min_workers,
+            max_workers: self.max_workers,
+            gain: self.gain.as_ref().map(|t| *t.curve()),
+            last_iter: self.last_iter,
+            last_loss: self.last_loss,
+            predicted_gain: self.predicted_gain,
+            points: self.points,
+            generation: self.generation,
+            sizes: self.sizes.as_ref().map(|s| s.to_vec()),
+            checkpoint_age_s: self.checkpoint_age_s,
+        }
+    }
+
+    /// The bid a [`WireBid`] describes, its gains tabulated again.
+    pub fn from_wire(w: WireBid) -> Bid {
+        Bid {
+            model: Arc::new(w.model),
+            min_workers: w.min_workers,
+            max_workers: w.max_workers,
+            gain: w.gain.map(|g| Tabled::new(g, w.max_workers, DEFAULT_TABLE_LEN)),
+            last_iter: w.last_iter,
+            last_loss: w.last_loss,
+            predicted_gain: w.predicted_gain,
+            points: w.points,
+            generation: w.generation,
+            sizes: w.sizes.map(Into::into),
+            checkpoint_age_s: w.checkpoint_age_s,
+        }
+    }
+}
+
 /// The counters a job actor increments for each report it receives (shared handles into the
 /// service's metrics registry: atomic adds, no messages).
 #[derive(Clone, Debug)]

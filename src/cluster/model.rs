@@ -250,7 +250,7 @@ pub fn fit(obs: &[Observation]) -> PerfParams {
 }
 
 /// The batch limits of a job.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BatchLimits {
     /// The batch that progress is counted in (the smallest it runs at).
     pub init_batch: u32,

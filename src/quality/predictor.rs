@@ -462,8 +462,8 @@ fn nearest_bucket(ahead: f64) -> usize {
 }
 
 /// A job's bid: its predicted normalised loss reduction over the next epoch for any worker
-/// count. Small and `Copy`, so it can be sent between threads and actors.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// count. Small and `Copy`, so it can be sent between threads, actors and replicas.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GainCurve {
     pub model: Model,
     pub k_now: f64,

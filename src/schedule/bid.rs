@@ -17,7 +17,7 @@ use crate::quality::{GainCurve, JobPredictor, Objective};
 use super::batch::batch_for;
 
 /// What the planner knows about one job.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobModel {
     pub perf: PerfParams,
     pub limits: BatchLimits,

@@ -136,3 +136,181 @@ async fn partitions_are_shared_evenly_taken_over_within_two_leases_and_rebalance
     assert_eq!(kept, 32 - joined["d"].len(), "only d's share moved");
     drop((a, b, d));
 }
+
+mod wire_bids {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+    use slaq::actors::job::{Bid, WireBid, job_model};
+    use slaq::cluster::model::Observation;
+    use slaq::policy::table::{DEFAULT_TABLE_LEN, Tabled};
+    use slaq::policy::{ByRef, JobBid, PolicyKind};
+    use slaq::protocol::JobSpec;
+    use slaq::quality::{JobPredictor, PredictorConfig};
+    use slaq::schedule::{self, EpochInput, EpochJob, FloorLedger, PlaceSettings, Placer, PlanSettings};
+
+    /// One job as a job actor would bid: a loss curve and iteration times fed to its predictor,
+    /// a spec (batch sizes, parameter server, bounds, allowed sizes) and the shapes it ran in.
+    #[derive(Clone, Debug)]
+    struct Job {
+        points: usize,
+        decay: f64,
+        floor: f64,
+        seconds: f64,
+        speedup: f64,
+        min: u32,
+        max: Option<u32>,
+        batched: bool,
+        ps: bool,
+        sizes: Option<Vec<u32>>,
+        shapes: Vec<(u32, u32, f64)>,
+        held: u32,
+        service: f64,
+    }
+
+    fn job() -> impl Strategy<Value = Job> {
+        (
+            (0usize..40, 0.2f64..1.5, 0.0f64..0.5, 0.05f64..3.0, 0.3f64..1.0),
+            (0u32..3, proptest::option::of(1u32..12), any::<bool>(), any::<bool>()),
+            proptest::option::of(proptest::collection::vec(1u32..9, 1..4)),
+            proptest::collection::vec((1u32..3, 1u32..9, 0.05f64..2.0), 0..4),
+            (0u32..4, 0.0f64..50.0),
+        )
+            .prop_map(
+                |(
+                    (points, decay, floor, seconds, speedup),
+                    (min, max, batched, ps),
+                    sizes,
+                    shapes,
+                    (held, service),
+                )| Job {
+                    points,
+                    decay,
+                    floor,
+                    seconds,
+                    speedup,
+                    min,
+                    max,
+                    batched,
+                    ps,
+                    sizes,
+                    shapes,
+                    held,
+                    service,
+                },
+            )
+    }
+
+    fn bid(j: &Job) -> Bid {
+        let mut p = JobPredictor::new(PredictorConfig::default());
+        for i in 1..=j.points {
+            let _ = p.observe(i as u64, j.floor + 1.0 / (i as f64).powf(j.decay));
+            let w = 1 + (i as u32 % 4);
+            p.observe_time(w, j.seconds / f64::from(w).powf(j.speedup));
+        }
+        let gain = schedule::make_bid(&mut p, 60.0, 2.0, j.held);
+        let spec = JobSpec {
+            min_workers: j.min,
+            max_workers: j.max,
+            batch_sizes: j.batched.then(|| vec![32, 64, 128, 256]),
+            parameter_server: j.ps,
+            worker_counts: j.sizes.clone(),
+            ..JobSpec::new("j")
+        };
+        let shapes: Vec<Observation> = j
+            .shapes
+            .iter()
+            .map(|&(machines, replicas, step)| Observation {
+                machines: machines.min(replicas),
+                replicas,
+                local_bsz: 32.0,
+                step,
+                sync: step / 4.0,
+            })
+            .collect();
+        let max_workers = j.max.unwrap_or(u32::MAX);
+        Bid {
+            model: Arc::new(job_model(&spec, &shapes, None)),
+            min_workers: j.min,
+            max_workers,
+            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
+            last_iter: p.last_iter(),
+            last_loss: p.last_loss(),
+            predicted_gain: gain.map(|g| slaq::policy::GainFn::gain(&g, j.held.max(1))),
+            points: p.num_points(),
+            generation: None,
+            sizes: spec.worker_counts.as_ref().map(|c| {
+                let mut c = c.clone();
+                c.sort_unstable();
+                c.dedup();
+                c.into()
+            }),
+            checkpoint_age_s: None,
+        }
+    }
+
+    fn plan(
+        bids: &[Bid],
+        jobs: &[Job],
+        machine_of: &[usize],
+        current: &[Option<usize>],
+        seed: u64,
+    ) -> schedule::EpochPlan {
+        let epoch_jobs: Vec<EpochJob<'_, _>> = bids
+            .iter()
+            .zip(jobs)
+            .map(|(b, j)| EpochJob {
+                bid: JobBid {
+                    min_workers: b.min_workers,
+                    max_workers: b.max_workers,
+                    attained_service: j.service,
+                    gain: b.gain.as_ref().map(ByRef),
+                },
+                own_minimum: true,
+                sizes: b.sizes.as_deref(),
+                model: b.model.as_ref(),
+            })
+            .collect();
+        let input = EpochInput {
+            policy: PolicyKind::Slaq,
+            plan: PlanSettings::default(),
+            place: PlaceSettings { placer: Placer::Lp, restart_s: 30.0, horizon_s: 120.0 },
+            jobs: &epoch_jobs,
+            machine_of: Some(machine_of),
+            current,
+            seed,
+        };
+        let mut ledgers = vec![FloorLedger::default(); bids.len()];
+        schedule::plan_epoch(&input, &mut ledgers)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        /// A replica's bids, encoded as they go to the leader (MessagePack, named fields) and
+        /// decoded there, give the leader the plan that the bids themselves give: counts, every
+        /// worker's job and role, batches and SLO verdicts.
+        #[test]
+        fn bids_that_crossed_the_wire_plan_as_the_originals(
+            jobs in proptest::collection::vec(job(), 1..10),
+            slots in 1usize..5,
+            workers in 1usize..24,
+            seed in any::<u64>(),
+            held in proptest::collection::vec(proptest::option::of(0usize..10), 24),
+        ) {
+            let bids: Vec<Bid> = jobs.iter().map(bid).collect();
+            let crossed: Vec<Bid> = bids
+                .iter()
+                .map(|b| {
+                    let bytes = rmp_serde::to_vec_named(&b.to_wire()).expect("encode");
+                    Bid::from_wire(rmp_serde::from_slice::<WireBid>(&bytes).expect("decode"))
+                })
+                .collect();
+            let machine_of: Vec<usize> = (0..workers).map(|w| w / slots).collect();
+            let current: Vec<Option<usize>> = held[..workers].iter().map(|h| h.filter(|&j| j < jobs.len())).collect();
+            prop_assert_eq!(plan(&crossed, &jobs, &machine_of, &current, seed), plan(&bids, &jobs, &machine_of, &current, seed));
+            for (a, b) in bids.iter().zip(&crossed) {
+                prop_assert_eq!(&a.to_wire(), &b.to_wire());
+            }
+        }
+    }
+}

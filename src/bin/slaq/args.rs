@@ -313,6 +313,20 @@ pub(crate) enum BenchCommand {
     Idle(BenchIdleArgs),
     /// Placement methods against the exact optimum on small instances, and time per decision.
     Placement(BenchPlacementArgs),
+    /// What the leader pays to take its replicas' bids (issue #19): encode, decode, tabulate
+    /// and merge one bid per job, and the bytes on the wire.
+    Merge(BenchMergeArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchMergeArgs {
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) jobs: usize,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
 }
 
 /// How every benchmark prints its figures.

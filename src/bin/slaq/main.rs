@@ -53,6 +53,7 @@ fn run() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Soak(args)) => bench::soak(args),
         Command::Bench(BenchCommand::Idle(args)) => bench::idle(args),
         Command::Bench(BenchCommand::Placement(args)) => bench::placement(args),
+        Command::Bench(BenchCommand::Merge(args)) => bench::merge(args),
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
         Command::Status(args) => live::status(args),
