@@ -197,7 +197,12 @@ impl Partitions {
         };
         self.held.insert(p, HeldPart { term: revision, revision, sent });
         // The term written in the value, by revision (the key being ours, nobody writes between).
-        Ok(self.renew(p).await?.then_some(revision))
+        if self.renew(p).await? {
+            Ok(Some(revision))
+        } else {
+            self.held.remove(&p);
+            Ok(None)
+        }
     }
 
     /// Renews partition `p`; `false` if it was lost.
