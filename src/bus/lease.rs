@@ -40,12 +40,33 @@ pub struct Holder {
     pub term: u64,
 }
 
-/// A replica's handle on the lease.
+/// A replica's handle on one lease: the leader's (key `leader`), or a partition's
+/// (`bus::partitions`).
 #[derive(Clone)]
 pub struct Lease {
     kv: kv::Store,
+    key: String,
     replica: String,
     ttl: Duration,
+}
+
+/// Opens the key-value bucket `bucket` whose keys expire `ttl` after their last write, creating
+/// it if missing (2.9-compatibly, as `durable` does) with `replicas` copies in a cluster.
+/// Replicas starting together race to create it: the loser finds it made.
+pub(super) async fn open_bucket(
+    client: &async_nats::Client,
+    bucket: &str,
+    replicas: usize,
+    ttl: Duration,
+) -> Result<kv::Store, BusError> {
+    let js = jetstream::new(client.clone());
+    let err =
+        |e: &dyn std::fmt::Display| BusError::JetStream { what: format!("bucket {bucket}"), detail: e.to_string() };
+    let config = super::durable::kv_bucket_stream(bucket, replicas, ttl);
+    if let Err(e) = js.get_or_create_stream(config.clone()).await {
+        js.get_stream(&config.name).await.map_err(|_| err(&e))?;
+    }
+    js.get_key_value(bucket).await.map_err(|e| err(&e))
 }
 
 /// The lease held: its term and the revision to renew from.
@@ -65,14 +86,13 @@ impl Lease {
         ttl: Duration,
         replicas: usize,
     ) -> Result<Lease, BusError> {
-        let js = jetstream::new(client.clone());
-        let err =
-            |e: &dyn std::fmt::Display| BusError::JetStream { what: "lease bucket".into(), detail: e.to_string() };
-        let bucket = bucket_name(prefix);
-        let config = super::durable::kv_bucket_stream(&bucket, replicas, ttl);
-        js.get_or_create_stream(config).await.map_err(|e| err(&e))?;
-        let kv = js.get_key_value(bucket).await.map_err(|e| err(&e))?;
-        Ok(Lease { kv, replica: replica.to_string(), ttl })
+        let kv = open_bucket(client, &bucket_name(prefix), replicas, ttl).await?;
+        Ok(Lease::on(kv, KEY, replica, ttl))
+    }
+
+    /// The lease `key` in an open bucket whose keys expire after `ttl`.
+    pub fn on(kv: kv::Store, key: &str, replica: &str, ttl: Duration) -> Lease {
+        Lease { kv, key: key.to_string(), replica: replica.to_string(), ttl }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -84,7 +104,7 @@ impl Lease {
         // The term is the create's revision, known only after it: write a placeholder, then
         // the real value by revision (nobody else can write between, the key being ours).
         let placeholder = self.encode(0)?;
-        let revision = match self.kv.create(KEY, placeholder).await {
+        let revision = match self.kv.create(&self.key, placeholder).await {
             Ok(revision) => revision,
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => return Ok(None),
             Err(e) => return Err(BusError::JetStream { what: "lease".into(), detail: e.to_string() }),
@@ -95,7 +115,7 @@ impl Lease {
     /// Renews a held lease; `Ok(None)` if it was lost.
     pub async fn renew(&self, held: Held) -> Result<Option<Held>, BusError> {
         let value = self.encode(held.term)?;
-        match self.kv.update(KEY, value, held.revision).await {
+        match self.kv.update(&self.key, value, held.revision).await {
             Ok(revision) => Ok(Some(Held { revision, ..held })),
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
             Err(e) => Err(BusError::JetStream { what: "lease".into(), detail: e.to_string() }),
@@ -104,15 +124,18 @@ impl Lease {
 
     /// Gives the lease back at once (a graceful stop), if still held.
     pub async fn release(&self, held: Held) {
-        if let Err(e) = self.kv.delete_expect_revision(KEY, Some(held.revision)).await {
+        if let Err(e) = self.kv.delete_expect_revision(&self.key, Some(held.revision)).await {
             tracing::debug!(error = %e, "releasing the lease");
         }
     }
 
     /// Who holds the lease now, if anyone.
     pub async fn holder(&self) -> Result<Option<Holder>, BusError> {
-        let entry =
-            self.kv.get(KEY).await.map_err(|e| BusError::JetStream { what: "lease".into(), detail: e.to_string() })?;
+        let entry = self
+            .kv
+            .get(&self.key)
+            .await
+            .map_err(|e| BusError::JetStream { what: "lease".into(), detail: e.to_string() })?;
         Ok(entry.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
     }
 

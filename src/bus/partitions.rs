@@ -1,6 +1,6 @@
 //! Partition leases (issue #19): which replica runs the jobs of which partition, by one lease
-//! per partition in a JetStream key-value bucket, the leader's lease mechanism (`super::lease`)
-//! once per partition.
+//! per partition in a JetStream key-value bucket: the leader's [`Lease`] (create if absent,
+//! renew by revision, give back), once per partition.
 //!
 //! - The bucket `<prefix>_parts` expires every key `ttl` after its last write (its `max_age`:
 //!   per-key TTLs need 2.11). It holds `member.<replica>` for every live replica and
@@ -19,12 +19,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::kv;
 use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::BusError;
-use super::lease::Holder;
+use super::lease::{Held, Holder, Lease, open_bucket};
 
 /// The partition-lease bucket of a prefix.
 pub fn bucket_name(prefix: &str) -> String {
@@ -45,12 +45,14 @@ struct Member {
     replica: String,
 }
 
-/// One partition held: its term (the create's revision), the revision to renew from, and when
-/// the last successful renewal was sent.
+fn js_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> BusError + '_ {
+    move |e| BusError::JetStream { what: what.to_string(), detail: e.to_string() }
+}
+
+/// One partition held: its lease, and when its last successful renewal was sent.
 #[derive(Clone, Copy, Debug)]
 struct HeldPart {
-    term: u64,
-    revision: u64,
+    lease: Held,
     sent: Instant,
 }
 
@@ -76,12 +78,9 @@ pub struct Partitions {
     kv: kv::Store,
     replica: String,
     ttl: Duration,
-    count: u32,
+    /// Partition `p`'s lease, key `part.<p>`.
+    leases: Vec<Lease>,
     held: BTreeMap<u32, HeldPart>,
-}
-
-fn js_err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> BusError + '_ {
-    move |e| BusError::JetStream { what: what.to_string(), detail: e.to_string() }
 }
 
 impl Partitions {
@@ -101,15 +100,9 @@ impl Partitions {
                 detail: format!("replica name {replica:?} must be letters, digits, '-' or '_'"),
             });
         }
-        let js = jetstream::new(client.clone());
-        let bucket = bucket_name(prefix);
-        let config = super::durable::kv_bucket_stream(&bucket, replicas, ttl);
-        // Replicas starting together race to create it: the loser finds it made.
-        if let Err(e) = js.get_or_create_stream(config.clone()).await {
-            js.get_stream(&config.name).await.map_err(|_| js_err("partition bucket")(&e))?;
-        }
-        let kv = js.get_key_value(bucket).await.map_err(|e| js_err("partition bucket")(&e))?;
-        Ok(Partitions { kv, replica: replica.to_string(), ttl, count: count.max(1), held: BTreeMap::new() })
+        let kv = open_bucket(client, &bucket_name(prefix), replicas, ttl).await?;
+        let leases = (0..count.max(1)).map(|p| Lease::on(kv.clone(), &part_key(p), replica, ttl)).collect();
+        Ok(Partitions { kv, replica: replica.to_string(), ttl, leases, held: BTreeMap::new() })
     }
 
     pub fn ttl(&self) -> Duration {
@@ -119,7 +112,7 @@ impl Partitions {
     /// The partitions this replica holds now (each renewed within `ttl / 2`), with their terms.
     pub fn held(&self) -> Vec<(u32, u64)> {
         let now = Instant::now();
-        self.held.iter().filter(|(_, h)| self.valid(h, now)).map(|(&p, h)| (p, h.term)).collect()
+        self.held.iter().filter(|(_, h)| self.valid(h, now)).map(|(&p, h)| (p, h.lease.term)).collect()
     }
 
     /// The partitions this replica holds now, each with the instant until which it certainly
@@ -138,15 +131,9 @@ impl Partitions {
         now.saturating_duration_since(h.sent) < self.ttl / 2
     }
 
-    fn encode(&self, term: u64) -> Result<bytes::Bytes, BusError> {
-        serde_json::to_vec(&Holder { replica: self.replica.clone(), term })
-            .map(Into::into)
-            .map_err(|e| js_err("partition lease")(&e))
-    }
-
     /// Reads the bucket: the live members and every partition's owner.
     pub async fn view(&self) -> Result<View, BusError> {
-        read_view(&self.kv, self.count).await
+        read_view(&self.kv, self.leases.len() as u32).await
     }
 
     /// One round (see the module's documentation).
@@ -190,40 +177,23 @@ impl Partitions {
     /// Takes partition `p` if free: its term, or `None` if someone has it.
     async fn acquire(&mut self, p: u32) -> Result<Option<u64>, BusError> {
         let sent = Instant::now();
-        let revision = match self.kv.create(part_key(p), self.encode(0)?).await {
-            Ok(revision) => revision,
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => return Ok(None),
-            Err(e) => return Err(js_err("partition lease")(&e)),
-        };
-        self.held.insert(p, HeldPart { term: revision, revision, sent });
-        // The term written in the value, by revision (the key being ours, nobody writes between).
-        if self.renew(p).await? {
-            Ok(Some(revision))
-        } else {
-            self.held.remove(&p);
-            Ok(None)
-        }
+        let Some(lease) = self.leases[p as usize].try_acquire().await? else { return Ok(None) };
+        self.held.insert(p, HeldPart { lease, sent });
+        Ok(Some(lease.term))
     }
 
     /// Renews partition `p`; `false` if it was lost.
     async fn renew(&mut self, p: u32) -> Result<bool, BusError> {
         let Some(h) = self.held.get(&p).copied() else { return Ok(false) };
         let sent = Instant::now();
-        match self.kv.update(part_key(p), self.encode(h.term)?, h.revision).await {
-            Ok(revision) => {
-                self.held.insert(p, HeldPart { revision, sent, ..h });
-                Ok(true)
-            }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
-            Err(e) => Err(js_err("partition lease")(&e)),
-        }
+        let Some(lease) = self.leases[p as usize].renew(h.lease).await? else { return Ok(false) };
+        self.held.insert(p, HeldPart { lease, sent });
+        Ok(true)
     }
 
     async fn release(&mut self, p: u32) {
-        if let Some(h) = self.held.remove(&p)
-            && let Err(e) = self.kv.delete_expect_revision(part_key(p), Some(h.revision)).await
-        {
-            tracing::debug!(error = %e, partition = p, "giving a partition back");
+        if let Some(h) = self.held.remove(&p) {
+            self.leases[p as usize].release(h.lease).await;
         }
     }
 
