@@ -207,27 +207,12 @@ impl JobActor {
     /// refit; the debounce keeps that at most once per refit interval).
     fn bid(&mut self) -> Bid {
         let gain = schedule::make_bid(&mut self.predictor, self.horizon_s, self.epoch_s, self.workers);
-        let max_workers = self.spec.max_workers.unwrap_or(u32::MAX);
+        let model =
+            Arc::clone(self.model.get_or_insert_with(|| Arc::new(job_model(&self.spec, &self.shapes, self.grads))));
         Bid {
-            model: Arc::clone(
-                self.model.get_or_insert_with(|| Arc::new(job_model(&self.spec, &self.shapes, self.grads))),
-            ),
-            min_workers: self.spec.min_workers,
-            max_workers,
-            // Tabulated here, at refit, so the allocator's decision reads numbers.
-            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
-            last_iter: self.predictor.last_iter(),
-            last_loss: self.predictor.last_loss(),
-            predicted_gain: gain.map(|g| g.gain(self.workers.max(1))),
-            points: self.predictor.num_points(),
             generation: self.generation,
             checkpoint_age_s: self.checkpoint_age_s,
-            sizes: self.spec.worker_counts.as_ref().map(|c| {
-                let mut c = c.clone();
-                c.sort_unstable();
-                c.dedup();
-                c.into()
-            }),
+            ..Bid::new(&self.spec, model, &self.predictor, gain, self.workers)
         }
     }
 
@@ -395,7 +380,7 @@ pub struct Bid {
 
 /// A [`Bid`] as a replica sends it to the leader (issue #19): everything the planner and
 /// `status` read, nothing derived. The leader tabulates the gains as the job actor does, so a bid
-/// that crossed the wire plans exactly as the one that did not (`tests/it/policy_props.rs`).
+/// that crossed the wire plans exactly as the one that did not (`tests/it/partitions.rs`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WireBid {
     pub model: JobModel,
@@ -418,6 +403,37 @@ pub struct WireBid {
 }
 
 impl Bid {
+    /// The bid of a job with `spec` and `model`, from its predictor and the gain curve made from
+    /// it with `workers` workers (no generation or checkpoint age yet).
+    pub fn new(
+        spec: &JobSpec,
+        model: Arc<JobModel>,
+        predictor: &JobPredictor,
+        gain: Option<GainCurve>,
+        workers: u32,
+    ) -> Bid {
+        let max_workers = spec.max_workers.unwrap_or(u32::MAX);
+        Bid {
+            model,
+            min_workers: spec.min_workers,
+            max_workers,
+            // Tabulated here, at refit, so the allocator's decision reads numbers.
+            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
+            last_iter: predictor.last_iter(),
+            last_loss: predictor.last_loss(),
+            predicted_gain: gain.map(|g| g.gain(workers.max(1))),
+            points: predictor.num_points(),
+            generation: None,
+            checkpoint_age_s: None,
+            sizes: spec.worker_counts.as_ref().map(|c| {
+                let mut c = c.clone();
+                c.sort_unstable();
+                c.dedup();
+                c.into()
+            }),
+        }
+    }
+
     pub fn to_wire(&self) -> WireBid {
         WireBid {
             model: (*self.model).clone(),

@@ -270,13 +270,12 @@ impl IterTimeModel {
     fn solve(&self) -> TimeCurve {
         let scale = self.scale_num / self.scale_den;
         let prior = self.prior_curve(scale);
-        let prior_at = |w: f64| prior.perf.machine_blind_seconds(w);
         let mut normal = self.normal;
         let mut rhs = self.rhs;
         let pseudo_weight = self.prior.weight / PRIOR_WORKERS.len() as f64;
         for &w in &PRIOR_WORKERS {
             let phi = basis(w);
-            let t = prior_at(w);
+            let t = prior.perf.machine_blind_seconds(w);
             for i in 0..3 {
                 for j in 0..3 {
                     normal[i][j] += pseudo_weight * phi[i] * phi[j];

@@ -143,7 +143,6 @@ mod wire_bids {
     use proptest::prelude::*;
     use slaq::actors::job::{Bid, WireBid, job_model};
     use slaq::cluster::model::Observation;
-    use slaq::policy::table::{DEFAULT_TABLE_LEN, Tabled};
     use slaq::policy::{ByRef, JobBid, PolicyKind};
     use slaq::protocol::JobSpec;
     use slaq::quality::{JobPredictor, PredictorConfig};
@@ -228,25 +227,7 @@ mod wire_bids {
                 sync: step / 4.0,
             })
             .collect();
-        let max_workers = j.max.unwrap_or(u32::MAX);
-        Bid {
-            model: Arc::new(job_model(&spec, &shapes, None)),
-            min_workers: j.min,
-            max_workers,
-            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
-            last_iter: p.last_iter(),
-            last_loss: p.last_loss(),
-            predicted_gain: gain.map(|g| slaq::policy::GainFn::gain(&g, j.held.max(1))),
-            points: p.num_points(),
-            generation: None,
-            sizes: spec.worker_counts.as_ref().map(|c| {
-                let mut c = c.clone();
-                c.sort_unstable();
-                c.dedup();
-                c.into()
-            }),
-            checkpoint_age_s: None,
-        }
+        Bid::new(&spec, Arc::new(job_model(&spec, &shapes, None)), &p, gain, j.held)
     }
 
     fn plan(

@@ -585,11 +585,11 @@ fn decision_times(jobs: usize, machines: usize, slots: u32, runs: usize) -> (f64
 pub fn merge(args: BenchMergeArgs) -> anyhow::Result<()> {
     use slaq::actors::job::{Bid, WireBid, job_model};
     use slaq::partition::Bids;
-    use slaq::policy::table::{DEFAULT_TABLE_LEN, Tabled};
     use std::time::Instant;
 
     anyhow::ensure!(args.jobs > 0 && args.runs > 0, "sizes must be positive");
-    let model = std::sync::Arc::new(job_model(&protocol::JobSpec::new("j"), &[], None));
+    let spec = protocol::JobSpec::new("j");
+    let model = std::sync::Arc::new(job_model(&spec, &[], None));
     let bids: Vec<(String, Bid)> = (0..args.jobs)
         .map(|j| {
             let mut p = slaq::quality::JobPredictor::new(PredictorConfig::default());
@@ -599,19 +599,7 @@ pub fn merge(args: BenchMergeArgs) -> anyhow::Result<()> {
                 p.observe_time(1 + (iter % 4) as u32, 1.0 + (j % 3) as f64);
             }
             let gain = slaq::schedule::make_bid(&mut p, 60.0, 2.0, 4);
-            let bid = Bid {
-                model: model.clone(),
-                min_workers: 0,
-                max_workers: u32::MAX,
-                gain: gain.map(|g| Tabled::new(g, u32::MAX, DEFAULT_TABLE_LEN)),
-                last_iter: p.last_iter(),
-                last_loss: p.last_loss(),
-                predicted_gain: None,
-                points: p.num_points(),
-                generation: None,
-                sizes: None,
-                checkpoint_age_s: None,
-            };
+            let bid = Bid::new(&spec, model.clone(), &p, gain, 4);
             (format!("job{j}"), bid)
         })
         .collect();
