@@ -117,6 +117,16 @@ impl<B> Bids<B> {
         self.latest.iter().map(|(j, (_, b))| (j.as_str(), b))
     }
 
+    /// Every job's bid with its term, in job id order.
+    pub fn iter_terms(&self) -> impl Iterator<Item = (&str, u64, &B)> {
+        self.latest.iter().map(|(j, (t, b))| (j.as_str(), *t, b))
+    }
+
+    /// Keeps the jobs whose bid `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&B) -> bool) {
+        self.latest.retain(|_, (_, b)| keep(b));
+    }
+
     pub fn len(&self) -> usize {
         self.latest.len()
     }

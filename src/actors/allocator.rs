@@ -122,7 +122,9 @@ struct JobEntry {
     /// Unique per job for the life of the process (a job that leaves and returns gets a new
     /// one): workers name their job by it in the registry.
     key: u64,
-    addr: Addr<JobActor>,
+    /// Its actor, when it runs in this process; `None` when it runs on the replica that owns
+    /// its partition (`[cluster] shared`), which learns its worker count from its allocation.
+    addr: Option<Addr<JobActor>>,
     workers: Vec<String>,
     attained_service: f64,
     ledger: FloorLedger,
@@ -150,7 +152,7 @@ struct JobEntry {
 }
 
 impl JobEntry {
-    fn new(key: u64, addr: Addr<JobActor>, now_s: f64) -> Self {
+    fn new(key: u64, addr: Option<Addr<JobActor>>, now_s: f64) -> Self {
         JobEntry {
             key,
             addr,
@@ -629,7 +631,9 @@ impl AllocatorActor {
                 entry.saved_plan = Some(stamp);
             }
             if job_changed[j] && workers.len() != entry.workers.len() {
-                resized.push((entry.addr.clone(), workers.len() as u32));
+                if let Some(addr) = &entry.addr {
+                    resized.push((addr.clone(), workers.len() as u32));
+                }
                 entry.workers_since_s = now_s;
             }
             if job_changed[j] {
@@ -783,6 +787,7 @@ impl AllocatorActor {
         StatusSnapshot {
             term: self.settings.term,
             leader: self.settings.replica.clone(),
+            owners: Default::default(),
             epoch: self.epoch,
             policy: format!("{:?}", self.settings.policy).to_lowercase(),
             jobs: self
@@ -843,7 +848,8 @@ impl Actor for AllocatorActor {
 #[rtype(result = "()")]
 pub struct JobStarted {
     pub job: String,
-    pub addr: Addr<JobActor>,
+    /// Its actor, if it runs in this process (see `JobEntry::addr`).
+    pub addr: Option<Addr<JobActor>>,
     /// A submitted job's command (sent again when a hello changes it).
     pub command: Option<JobCommand>,
 }
@@ -851,22 +857,14 @@ pub struct JobStarted {
 impl Handler<JobStarted> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: JobStarted, _: &mut Self::Context) {
-        let now_s = self.now_s();
-        let entry = match self.jobs.entry(msg.job) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                self.next_key += 1;
-                let mut entry = JobEntry::new(self.next_key, msg.addr.clone(), now_s);
-                entry.supervision.progress_s = now_s;
-                v.insert(entry)
-            }
-        };
+        let entry = self.register(msg.job, msg.addr.clone());
         entry.addr = msg.addr;
         if msg.command.is_some() {
-            if entry.command.is_none() {
+            let new = entry.command.is_none();
+            entry.command = msg.command;
+            if new {
                 self.submitted += 1;
             }
-            entry.command = msg.command;
         }
     }
 }
@@ -875,22 +873,71 @@ impl Handler<BidUpdate> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
         // A bid from a job that has left (still in flight) is dropped.
-        if let Some(entry) = self.jobs.get_mut(&msg.job) {
-            if msg.bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
+        self.take_bid(&msg.job, msg.bid);
+    }
+}
+
+impl AllocatorActor {
+    /// A job's new bid (a job unknown here is ignored).
+    fn take_bid(&mut self, job: &str, bid: Bid) {
+        if let Some(entry) = self.jobs.get_mut(job) {
+            if bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
                 let now_s = self.started.elapsed().as_secs_f64();
                 let sup = &mut entry.supervision;
                 sup.progress_s = now_s;
                 // The first new iteration of the current generation (reports that say theirs;
                 // the old generation's last reports, sent while it stops, do not count).
-                let current = msg.bid.generation.is_some_and(|g| g >= entry.generation);
+                let current = bid.generation.is_some_and(|g| g >= entry.generation);
                 if current && entry.command.is_some() && std::mem::take(&mut sup.timing_restart) {
                     let took = now_s - sup.generation_started_s;
                     sup.restart_s = Some(sup.restart_s.map_or(took, |r| 0.5 * r + 0.5 * took));
                     self.metrics.restart_seconds.observe(took);
                 }
             }
-            entry.bid = Some(msg.bid);
+            entry.bid = Some(bid);
             entry.pending_for = None;
+        }
+    }
+
+    /// Registers a job (its actor here, or `None`: on the replica owning its partition).
+    fn register(&mut self, job: String, addr: Option<Addr<JobActor>>) -> &mut JobEntry {
+        let now_s = self.now_s();
+        match self.jobs.entry(job) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                self.next_key += 1;
+                let mut entry = JobEntry::new(self.next_key, addr, now_s);
+                entry.supervision.progress_s = now_s;
+                v.insert(entry)
+            }
+        }
+    }
+}
+
+/// What the owners of partitions sent, merged by the leader (`[cluster] shared`): new bids (a job
+/// not known yet is registered), jobs that ended there, and jobs that went quiet or spoke again.
+#[derive(Debug, Message, Default)]
+#[rtype(result = "()")]
+pub struct RemoteJobs {
+    pub bids: Vec<(String, Bid)>,
+    pub gone: Vec<(String, &'static str)>,
+    pub quiet: Vec<(String, bool)>,
+}
+
+impl Handler<RemoteJobs> for AllocatorActor {
+    type Result = ();
+    fn handle(&mut self, msg: RemoteJobs, _: &mut Self::Context) {
+        for (job, bid) in msg.bids {
+            self.register(job.clone(), None);
+            self.take_bid(&job, bid);
+        }
+        for (job, outcome) in msg.gone {
+            self.stop_job(job, outcome);
+        }
+        for (job, quiet) in msg.quiet {
+            if let Some(entry) = self.jobs.get_mut(&job) {
+                entry.quiet = quiet;
+            }
         }
     }
 }
@@ -971,8 +1018,15 @@ pub struct JobStopped {
 impl Handler<JobStopped> for AllocatorActor {
     type Result = ();
     fn handle(&mut self, msg: JobStopped, _: &mut Self::Context) {
-        // Its workers keep the job's name in the registry until the next epoch reassigns them.
-        if let Some(entry) = self.jobs.remove(&msg.job) {
+        self.stop_job(msg.job, msg.outcome);
+    }
+}
+
+impl AllocatorActor {
+    /// A job ended: its workers keep the job's name in the registry until the next epoch
+    /// reassigns them.
+    fn stop_job(&mut self, job: String, outcome: &'static str) {
+        if let Some(entry) = self.jobs.remove(&job) {
             let now_s = self.now_s();
             self.ports.release(entry.key, now_s);
             if entry.command.is_some() {
@@ -982,8 +1036,8 @@ impl Handler<JobStopped> for AllocatorActor {
                 self.ended.pop_front();
             }
             self.ended.push_back(JobOutcome {
-                job: msg.job,
-                outcome: msg.outcome.to_string(),
+                job,
+                outcome: outcome.to_string(),
                 restarts: entry.supervision.restarts,
                 epoch: self.epoch,
                 restart_s: entry.supervision.restart_s,
@@ -1040,8 +1094,8 @@ impl Handler<Restore> for AllocatorActor {
         for entry in self.jobs.values_mut() {
             entry.workers.sort();
             entry.workers_since_s = now;
-            if !entry.workers.is_empty() {
-                entry.addr.do_send(WorkersChanged(entry.workers.len() as u32));
+            if let Some(addr) = entry.addr.as_ref().filter(|_| !entry.workers.is_empty()) {
+                addr.do_send(WorkersChanged(entry.workers.len() as u32));
             }
         }
     }
@@ -1207,7 +1261,13 @@ pub struct CountPoints;
 impl Handler<CountPoints> for AllocatorActor {
     type Result = ResponseFuture<u64>;
     fn handle(&mut self, _: CountPoints, _: &mut Self::Context) -> Self::Result {
-        let requests: Vec<_> = self.jobs.values().map(|e| e.addr.send(super::job::CountPoints)).collect();
-        Box::pin(async move { futures_util::future::join_all(requests).await.into_iter().filter_map(Result::ok).sum() })
+        // A job whose actor runs on another replica counts what its latest bid says.
+        let remote: u64 =
+            self.jobs.values().filter(|e| e.addr.is_none()).map(|e| e.bid.as_ref().map_or(0, |b| b.points)).sum();
+        let requests: Vec<_> =
+            self.jobs.values().filter_map(|e| e.addr.as_ref()).map(|a| a.send(super::job::CountPoints)).collect();
+        Box::pin(async move {
+            remote + futures_util::future::join_all(requests).await.into_iter().filter_map(Result::ok).sum::<u64>()
+        })
     }
 }

@@ -51,6 +51,9 @@ pub struct DurableSettings {
     pub replicas: usize,
     /// How long to wait for JetStream when setting up.
     pub timeout: Duration,
+    /// Replicas share the jobs in this many partitions (`[cluster] shared`): the server maps
+    /// reports and byes to `<prefix>.v1.part.<p>.job.<id>.<kind>`, and the stream keeps those.
+    pub partitions: Option<u32>,
 }
 
 impl Default for DurableSettings {
@@ -60,6 +63,7 @@ impl Default for DurableSettings {
             max_message_bytes: 64 * 1024,
             replicas: 1,
             timeout: Duration::from_secs(5),
+            partitions: None,
         }
     }
 }
@@ -142,6 +146,8 @@ struct Inner {
     bucket: String,
     stream: String,
     subjects: Subjects,
+    /// `DurableSettings::partitions`: where a job's messages are purged.
+    partitions: Option<u32>,
     fence: Fence,
     /// The term written in every write's header (0: none yet).
     term: AtomicU64,
@@ -276,7 +282,14 @@ impl Inner {
             let job = key.strip_prefix("purge.").unwrap_or(key);
             let result = tokio::time::timeout(WRITE_TIMEOUT, async {
                 let stream = self.js.get_stream(&self.stream).await.map_err(|e| e.to_string())?;
-                for subject in [self.subjects.job_loss(job), self.subjects.job_bye(job)] {
+                let subjects = match self.partitions {
+                    None => [self.subjects.job_loss(job), self.subjects.job_bye(job)],
+                    Some(n) => {
+                        let p = crate::partition::of(job, n);
+                        [self.subjects.part_job_loss(p, job), self.subjects.part_job_bye(p, job)]
+                    }
+                };
+                for subject in subjects {
                     stream.purge().filter(subject).sequence(*before).await.map_err(|e| e.to_string())?;
                 }
                 Ok::<_, String>(())
@@ -351,7 +364,11 @@ fn reports_stream(subjects: &Subjects, settings: &DurableSettings) -> stream::Co
     let prefix = subjects.prefix();
     stream::Config {
         name: stream_name(prefix),
-        subjects: vec![format!("{prefix}.v1.job.*.loss"), format!("{prefix}.v1.job.*.bye")],
+        subjects: match settings.partitions {
+            None => vec![format!("{prefix}.v1.job.*.loss"), format!("{prefix}.v1.job.*.bye")],
+            // One subject, so that each partition's filter is a subset of one (2.9 wants that).
+            Some(_) => vec![format!("{prefix}.v1.part.*.job.*.*")],
+        },
         max_messages_per_subject: settings.report_history,
         max_message_size: i32::try_from(settings.max_message_bytes).unwrap_or(i32::MAX),
         storage: stream::StorageType::File,
@@ -413,6 +430,7 @@ impl Durable {
             bucket,
             stream: stream_name(subjects.prefix()),
             subjects: subjects.clone(),
+            partitions: settings.partitions,
             fence,
             term: AtomicU64::new(0),
             counters: Arc::default(),
@@ -544,6 +562,115 @@ impl Durable {
         };
         let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
         consumer.messages().await.map_err(|e| err(&e))
+    }
+
+    /// The reports and byes of partition `p` (`[cluster] shared`), oldest first, as
+    /// [`Durable::reports`].
+    pub async fn reports_of(&self, p: u32) -> Result<consumer::push::Ordered, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: format!("the reports of partition {p}"),
+            detail: e.to_string(),
+        };
+        let stream = self.0.js.get_stream(&self.0.stream).await.map_err(|e| err(&e))?;
+        let config = consumer::push::OrderedConfig {
+            deliver_subject: self.0.js.client().new_inbox(),
+            deliver_policy: consumer::DeliverPolicy::All,
+            filter_subject: self.0.subjects.part_filter(p),
+            ..Default::default()
+        };
+        let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
+        consumer.messages().await.map_err(|e| err(&e))
+    }
+
+    /// The saved jobs whose id `keep` accepts, each with its saved predictor (a partition's,
+    /// when its owner takes it over); remembers their keys' revisions.
+    pub async fn load_jobs(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<(JobSpec, Option<Bytes>)>, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "reading the state bucket".into(),
+            detail: e.to_string(),
+        };
+        let keys: Vec<String> = match self.0.kv.keys().await {
+            Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
+            Err(e) => return Err(err(&e)),
+        };
+        let wanted = keys.into_iter().filter(|k| {
+            k.split_once('.').is_some_and(|(kind, id)| matches!(kind, "job" | "pred" | "plan") && keep(id))
+        });
+        let entries: Vec<kv::Entry> = futures_util::stream::iter(wanted)
+            .map(|key| async move { self.0.kv.entry(key).await })
+            .buffer_unordered(64)
+            .filter_map(|entry| async move { entry.transpose() })
+            .try_collect()
+            .await
+            .map_err(|e| err(&e))?;
+        let mut revisions = self.0.revisions.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut specs, mut predictors) = (Vec::new(), HashMap::new());
+        for entry in entries {
+            revisions.0.insert(entry.key.clone(), entry.revision);
+            if entry.operation != kv::Operation::Put {
+                continue;
+            }
+            match entry.key.split_once('.') {
+                Some(("job", id)) => match decode::<JobSpec>(&entry.value) {
+                    Some(spec) if spec.job == id => specs.push(spec),
+                    _ => {}
+                },
+                Some(("pred", id)) => {
+                    predictors.insert(id.to_string(), entry.value);
+                }
+                _ => {}
+            }
+        }
+        drop(revisions);
+        specs.sort_by(|a, b| a.job.cmp(&b.job));
+        Ok(specs.into_iter().map(|s| (s.clone(), predictors.remove(&s.job))).collect())
+    }
+
+    /// One job's saved spec and predictor, if it has them.
+    pub async fn load_job(&self, job: &str) -> Result<Option<(JobSpec, Option<Bytes>)>, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "reading the state bucket".into(),
+            detail: e.to_string(),
+        };
+        let mut found = None;
+        for key in [format!("job.{job}"), format!("pred.{job}")] {
+            let entry = self.0.kv.entry(key.clone()).await.map_err(|e| err(&e))?;
+            let Some(entry) = entry else { continue };
+            self.0.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.insert(key, entry.revision);
+            if entry.operation != kv::Operation::Put {
+                continue;
+            }
+            match decode::<JobSpec>(&entry.value) {
+                Some(spec) if found.is_none() && spec.job == job => found = Some((spec, None)),
+                _ => {
+                    if let Some((_, predictor)) = found.as_mut() {
+                        *predictor = Some(entry.value);
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Ends a job through the stream (`[cluster] shared`: the leader ends a submitted job whose
+    /// restarts are used up): a bye on its partition's subject, which its owner reads as the
+    /// job's own, durably. Sent on a task; failures are logged.
+    pub fn end_in_stream(&self, job: &str, reason: crate::protocol::EndReason) {
+        let Some(n) = self.0.partitions else { return };
+        let subject = self.0.subjects.part_job_bye(crate::partition::of(job, n), job);
+        let end = crate::protocol::JobEnd { job: job.to_string(), reason };
+        let Ok(payload) = protocol::encode(Encoding::MsgPack, &end) else { return };
+        let js = self.0.js.clone();
+        tokio::spawn(async move {
+            let sent = async { js.publish(subject, payload.into()).await?.await };
+            if let Err(e) = tokio::time::timeout(WRITE_TIMEOUT, sent)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                warn!(error = %e, "cannot end a job through the stream");
+            }
+        });
     }
 
     fn put<T: Serialize>(&self, key: String, value: &T) {

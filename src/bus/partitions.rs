@@ -208,6 +208,24 @@ impl Partitions {
     }
 }
 
+/// Which replica holds which of `count` partitions now (for `status`), read from the bucket.
+pub async fn owners(
+    client: &async_nats::Client,
+    prefix: &str,
+    count: u32,
+) -> Result<BTreeMap<String, Vec<u32>>, BusError> {
+    let js = async_nats::jetstream::new(client.clone());
+    let kv = js.get_key_value(bucket_name(prefix)).await.map_err(|e| js_err("partition bucket")(&e))?;
+    let view = read_view(&kv, count).await?;
+    let mut owners: BTreeMap<String, Vec<u32>> = view.members.into_iter().map(|m| (m, Vec::new())).collect();
+    for (p, holder) in (0u32..).zip(view.owners) {
+        if let Some(h) = holder {
+            owners.entry(h.replica).or_default().push(p);
+        }
+    }
+    Ok(owners)
+}
+
 /// The bucket's view: live members (sorted) and the owner of each of `count` partitions.
 pub async fn read_view(kv: &kv::Store, count: u32) -> Result<View, BusError> {
     let err = js_err("partition bucket");

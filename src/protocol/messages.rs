@@ -728,6 +728,10 @@ pub struct StatusSnapshot {
     /// Jobs that ended lately, newest last (at most 256, since this scheduler started).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ended: Vec<JobOutcome>,
+    /// With replicas sharing the jobs (`[cluster] shared`): each live replica and the
+    /// partitions it holds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, Vec<u32>>,
 }
 
 /// What a status request may ask (any other payload: everything that fits).

@@ -109,6 +109,41 @@ impl Subjects {
         format!("{}.v1.ctl.epoch", self.prefix)
     }
 
+    /// A job's reports in partition `p`, as the server's mapping rewrites them (`[cluster]
+    /// shared`): `<prefix>.v1.part.<p>.job.<id>.loss`.
+    pub fn part_job_loss(&self, p: u32, job: &str) -> String {
+        format!("{}.v1.part.{p}.job.{job}.loss", self.prefix)
+    }
+    pub fn part_job_bye(&self, p: u32, job: &str) -> String {
+        format!("{}.v1.part.{p}.job.{job}.bye", self.prefix)
+    }
+    /// Everything the stream keeps of partition `p` (one filter subject: 2.9 allows no more).
+    pub fn part_filter(&self, p: u32) -> String {
+        format!("{}.v1.part.{p}.job.*.*", self.prefix)
+    }
+    /// Where the owner of partition `p` sends its jobs' bids to the leader (replicas only: the
+    /// state connection's account).
+    pub fn part_bids(&self, p: u32) -> String {
+        format!("{}.v1.ctl.bids.{p}", self.prefix)
+    }
+    /// The leader's wildcard subscription to every partition's bids.
+    pub fn part_bids_all(&self) -> String {
+        format!("{}.v1.ctl.bids.*", self.prefix)
+    }
+    /// A new leader asks every owner to send all its bids.
+    pub fn part_bids_sync(&self) -> String {
+        format!("{}.v1.ctl.bidsync", self.prefix)
+    }
+
+    /// A mapped subject (`<prefix>.v1.part.<p>.job.<id>.<kind>`) as the job sent it
+    /// (`<prefix>.v1.job.<id>.<kind>`), with its partition; `None` if it is not one.
+    pub fn unmap(&self, subject: &str) -> Option<(u32, String)> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".v1.part.")?;
+        let (p, rest) = rest.split_once('.')?;
+        let p = p.parse().ok()?;
+        rest.starts_with("job.").then(|| (p, format!("{}.v1.{rest}", self.prefix)))
+    }
+
     /// The wildcard subscriptions of the scheduler: one per message kind, not one per job.
     pub fn scheduler_subscriptions(&self) -> [String; 5] {
         [
@@ -220,5 +255,11 @@ mod tests {
         assert!(s.parse("slaq.v1.ctl.status.x").is_err());
         assert!(Subjects::new("a..b").is_err());
         assert!(Subjects::new("team-a.slaq").is_ok());
+        // A mapped subject, back as the job sent it.
+        assert_eq!(s.unmap(&s.part_job_loss(7, "j1")), Some((7, s.job_loss("j1"))));
+        assert_eq!(s.unmap(&s.part_job_bye(0, "j1")), Some((0, s.job_bye("j1"))));
+        assert_eq!(s.unmap(&s.job_loss("j1")), None);
+        assert_eq!(s.unmap("slaq.v1.part.x.job.j1.loss"), None);
+        assert_eq!(s.unmap("slaq.v1.part.3.worker.w.beat"), None);
     }
 }

@@ -20,7 +20,26 @@ pub struct RawConfig {
     pub http: RawHttp,
     pub state: RawState,
     pub ha: RawHa,
+    pub cluster: RawCluster,
     pub predictor: PredictorConfig,
+}
+
+/// `[cluster]`: replicas that share the work (issue #19). With `shared`, the jobs are split
+/// into `partitions` by id (the server's subject mapping `{{partition(partitions,1)}}`, see
+/// `deploy/nats/slaq-cluster.conf`); every replica runs the job actors of the partitions it
+/// holds (`bus::partitions`) and sends their bids to the leader, which alone allocates. Needs
+/// `[ha] enabled` and the server's mapping with the same number of partitions.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawCluster {
+    pub shared: bool,
+    pub partitions: u32,
+}
+
+impl Default for RawCluster {
+    fn default() -> Self {
+        RawCluster { shared: false, partitions: 32 }
+    }
 }
 
 /// `[ha]`: several `slaq serve` replicas, one allocating at a time (`bus::lease`), the others
@@ -518,6 +537,17 @@ impl RawConfig {
         } else {
             None
         };
+        let partitions = if self.cluster.shared {
+            if ha.is_none() {
+                return invalid("cluster.shared needs [ha] enabled (the leader's lease)");
+            }
+            if !(1..=4096).contains(&self.cluster.partitions) {
+                return invalid("cluster.partitions must be between 1 and 4096");
+            }
+            Some(self.cluster.partitions)
+        } else {
+            None
+        };
         let (Some(rate), Some(burst)) =
             (std::num::NonZeroU32::new(s.max_reports_per_s), std::num::NonZeroU32::new(s.report_burst))
         else {
@@ -538,6 +568,7 @@ impl RawConfig {
                 report_history: self.state.report_history,
                 max_message_bytes: s.max_payload_bytes,
                 replicas: self.state.replicas,
+                partitions,
                 ..Default::default()
             },
             snapshot_interval: Duration::from_millis(self.state.snapshot_ms),

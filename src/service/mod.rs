@@ -12,6 +12,7 @@ pub mod config;
 mod http;
 
 mod replica;
+pub mod shard;
 
 pub use replica::run_replica;
 
@@ -164,7 +165,25 @@ pub async fn run(
         job_arbiters.push(Arbiter::current());
     }
 
+    let ingest_intake = config.durable.partitions.map(shard::Intake::new);
     let (mut losses, mut messages) = subscribe(&client, &config, durable.as_ref()).await?;
+    // With shared work the owners' bids come on the state connection (their account), and a
+    // new leader asks for all of them at once.
+    let mut owner_bids = match config.durable.partitions {
+        Some(_) => {
+            let subject = config.subjects.part_bids_all();
+            let bids = state_client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|source| BusError::Subscribe { subject, source })?;
+            let _ = tokio::time::timeout(Duration::from_secs(5), state_client.flush()).await;
+            if let Err(e) = state_client.publish(config.subjects.part_bids_sync(), Bytes::new()).await {
+                warn!(error = %e, "cannot ask the partitions' owners for their bids");
+            }
+            futures_util::stream::select_all(vec![bids])
+        }
+        None => futures_util::stream::select_all(Vec::new()),
+    };
     // A subscription returns before the server has it: flush so that "ready" means messages
     // published from now on reach us.
     if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
@@ -188,6 +207,7 @@ pub async fn run(
         .collect();
     let mut ingest = Ingest {
         client: client.clone(),
+        state_client: state_client.clone(),
         durable,
         term,
         own_inboxes,
@@ -202,6 +222,7 @@ pub async fn run(
         report_counters,
         last_logged: HashMap::new(),
         bus: counters,
+        intake: ingest_intake,
     };
     ingest.restore(saved);
     tokio::pin!(shutdown);
@@ -223,6 +244,7 @@ pub async fn run(
                 Some(message) => ingest.handle(message, None).await,
                 None => break,
             },
+            Some(message) = owner_bids.next() => ingest.owner_bids(message),
         }
     }
     info!("slaq scheduler stopping");
@@ -314,6 +336,8 @@ async fn subscribe(
     };
     let mut subscriptions = Vec::new();
     let losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match durable {
+        // Shared work: the partitions' owners read the reports and byes.
+        Some(_) if config.durable.partitions.is_some() => Box::pin(futures_util::stream::pending()),
         Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
             match m {
                 Ok(m) => {
@@ -340,7 +364,8 @@ async fn subscribe(
 /// A job as the ingest loop sees it: where its reports go, how fast they may come, and when it
 /// was last heard from.
 struct Route {
-    addr: Addr<JobActor>,
+    /// Its actor (`None`: it runs on its partition's owner, `[cluster] shared`).
+    addr: Option<Addr<JobActor>>,
     limiter: governor::DefaultDirectRateLimiter,
     /// Its reports refused for its rate or a full mailbox (its own excess only).
     dropped: u64,
@@ -392,6 +417,8 @@ fn fit_status(
 
 struct Ingest {
     client: async_nats::Client,
+    /// The state connection (the partitions' owners, with shared work).
+    state_client: async_nats::Client,
     durable: Option<Durable>,
     /// This scheduler's term, in its answers to hellos.
     term: Option<u64>,
@@ -412,13 +439,16 @@ struct Ingest {
     report_counters: ReportCounters,
     last_logged: HashMap<RejectCause, Instant>,
     bus: Arc<BusCounters>,
+    /// With shared work (`[cluster] shared`): the owners' bids, merged; job actors run on the
+    /// partitions' owners, not here.
+    intake: Option<shard::Intake>,
 }
 
 impl Ingest {
     /// Stops the job actors (each saving first) and their arbiters, lets the last saves reach
     /// the writer, and delivers what is queued before the connection goes.
     async fn stop(&self, arbiters: Vec<Arbiter>) {
-        for addr in self.jobs.values().map(|r| &r.addr) {
+        for addr in self.jobs.values().filter_map(|r| r.addr.as_ref()) {
             addr.do_send(SaveNow);
             addr.do_send(Stop);
         }
@@ -520,6 +550,41 @@ impl Ingest {
         }
     }
 
+    /// A partition owner's bids (`[cluster] shared`): merged, then handed to the allocator;
+    /// jobs the owners report ended leave the routing table. A message that does not decode is
+    /// counted and dropped.
+    fn owner_bids(&mut self, message: async_nats::Message) {
+        let Some(intake) = self.intake.as_mut() else { return };
+        let merged = match shard::PartitionBids::decode(&message.payload, intake.partitions()) {
+            Ok(m) => intake.merge(m),
+            Err(e) => {
+                let cause = e.cause();
+                self.metrics.rejected(cause).inc();
+                warn!(cause = cause.as_str(), error = %e, "a partition owner's message refused");
+                return;
+            }
+        };
+        for (job, _) in &merged.bids {
+            if !self.jobs.contains_key(job) {
+                let route = Route {
+                    addr: None,
+                    limiter: governor::RateLimiter::direct(self.config.report_quota),
+                    dropped: 0,
+                    last_heard: Instant::now(),
+                    quiet: false,
+                    command: None,
+                };
+                self.jobs.insert(job.clone(), route);
+            }
+        }
+        for (job, _) in &merged.gone {
+            self.jobs.remove(job);
+        }
+        if !(merged.bids.is_empty() && merged.gone.is_empty() && merged.quiet.is_empty()) {
+            self.allocator.do_send(merged);
+        }
+    }
+
     /// A job was heard from: its silence ends.
     fn heard(&mut self, id: &str) {
         if let Some(route) = self.jobs.get_mut(id) {
@@ -591,7 +656,10 @@ impl Ingest {
             route.dropped += 1;
             return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
         }
-        route.addr.try_send(Report(point)).map_err(|e| {
+        let Some(addr) = &route.addr else {
+            return Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob));
+        };
+        addr.try_send(Report(point)).map_err(|e| {
             route.dropped += 1;
             match e {
                 SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
@@ -621,7 +689,9 @@ impl Ingest {
                     let (job, addr, command) = (id.clone(), route.addr.clone(), spec.command.clone());
                     self.allocator.do_send(JobStarted { job, addr, command });
                 }
-                route.addr.do_send(UpdateSpec(spec.clone()))
+                if let Some(addr) = &route.addr {
+                    addr.do_send(UpdateSpec(spec.clone()));
+                }
             }
             None => {
                 self.start_job(spec.clone(), None)?;
@@ -663,11 +733,19 @@ impl Ingest {
             self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
         let allocator = self.allocator.clone();
         let client = self.client.clone();
+        let shared = self.intake.as_ref().map(|i| (self.state_client.clone(), i.partitions()));
+        let prefix = self.config.subjects.prefix().to_string();
         let reply = reply.to_string();
         let max_payload = self.client.server_info().max_payload.max(4096);
         // Answered off the ingest loop: the allocator may be mid-epoch.
         actix::spawn(async move {
             let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
+            if let Some((state, count)) = shared {
+                match crate::bus::partitions::owners(&state, &prefix, count).await {
+                    Ok(owners) => snapshot.owners = owners,
+                    Err(e) => warn!(error = %e, "cannot read the partitions' owners"),
+                }
+            }
             for job in &mut snapshot.jobs {
                 job.dropped = dropped.get(&job.job).copied().unwrap_or(0);
             }
@@ -682,7 +760,12 @@ impl Ingest {
     /// its actor stops, its kept messages up to `seq` go, and its workers go to others.
     fn end_job(&mut self, id: &str, reason: EndReason, seq: Option<u64>) {
         let Some(route) = self.jobs.remove(id) else { return };
-        route.addr.do_send(Stop);
+        if let Some(addr) = route.addr {
+            addr.do_send(Stop);
+        } else if let Some(d) = &self.durable {
+            // Its actor runs on its partition's owner, which reads this bye as the job's own.
+            d.end_in_stream(id, reason);
+        }
         if let Some(d) = &self.durable {
             // Its messages up to the bye go; a later incarnation's stay.
             d.forget_job(id, seq.unwrap_or(self.last_stream_seq) + 1);
@@ -702,6 +785,10 @@ impl Ingest {
     /// quiet for `stale_job`. While NATS is unreachable nobody is silent by their own fault:
     /// after an outage every job's clock starts again.
     fn sweep(&mut self) {
+        if self.intake.is_some() {
+            // The partitions' owners hear the jobs' reports and sweep them.
+            return;
+        }
         if self.client.connection_state() != async_nats::connection::State::Connected {
             self.was_disconnected = true;
             return;
@@ -721,8 +808,8 @@ impl Ingest {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &idle {
-                if let Some(route) = self.jobs.remove(id) {
-                    route.addr.do_send(Stop);
+                if let Some(addr) = self.jobs.remove(id).and_then(|r| r.addr) {
+                    addr.do_send(Stop);
                 }
                 if let Some(d) = &self.durable {
                     d.forget_job(id, self.last_stream_seq + 1);
@@ -744,27 +831,69 @@ impl Ingest {
         }
     }
 
-    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>) -> Result<Addr<JobActor>, ProtocolError> {
+    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>) -> Result<(), ProtocolError> {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(ProtocolError::Invalid("too many jobs (max_jobs)", RejectCause::Overloaded));
         }
         let id = spec.job.clone();
         let command = spec.command.clone();
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
+        // With shared work the job's actor runs on its partition's owner (`shard`).
+        let addr = match self.intake {
+            Some(_) => None,
+            None => {
+                let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+                self.next_arbiter += 1;
+                let job = JobSetup {
+                    config: &self.config,
+                    durable: self.durable.clone(),
+                    counters: self.report_counters.clone(),
+                    bids_to: self.allocator.clone().recipient(),
+                };
+                Some(job.spawn(arbiter, spec, saved))
+            }
+        };
+        let limiter = governor::RateLimiter::direct(self.config.report_quota);
+        let route = Route {
+            addr: addr.clone(),
+            limiter,
+            dropped: 0,
+            last_heard: Instant::now(),
+            quiet: false,
+            command: command.clone(),
+        };
+        self.jobs.insert(id.clone(), route);
+        self.allocator.do_send(JobStarted { job: id.clone(), addr, command });
+        // Per job, so debug: at 100,000 jobs this line would be the log.
+        debug!(job = id, "job joined");
+        Ok(())
+    }
+}
+
+/// What a job actor is started with (the scheduler's, or a partition owner's).
+pub(crate) struct JobSetup<'a> {
+    pub config: &'a ServeConfig,
+    pub durable: Option<Durable>,
+    pub counters: ReportCounters,
+    pub bids_to: Recipient<crate::actors::job::BidUpdate>,
+}
+
+impl JobSetup<'_> {
+    /// Starts a job's actor on `arbiter`, from its saved predictor if there is one.
+    pub fn spawn(self, arbiter: &ArbiterHandle, spec: JobSpec, saved: Option<SavedJob>) -> Addr<JobActor> {
+        let config = self.config;
         let (predictor, shapes, grads) = match saved {
             Some(s) => (s.predictor, s.shapes, s.grads),
-            None => (JobPredictor::new(self.config.predictor), Vec::new(), None),
+            None => (JobPredictor::new(config.predictor), Vec::new(), None),
         };
-        let refit = self.config.refit_interval;
-        let saving = self.durable.clone().map(|d| (d, self.config.snapshot_interval));
-        let (counters, max_iter_jump) = (self.report_counters.clone(), self.config.max_iter_jump);
-        let bids_to = self.allocator.clone().recipient();
-        let (horizon_s, epoch_s) = (self.config.horizon_s, self.config.epoch.as_secs_f64());
+        let refit = config.refit_interval;
+        let saving = self.durable.map(|d| (d, config.snapshot_interval));
+        let (counters, max_iter_jump) = (self.counters, config.max_iter_jump);
+        let bids_to = self.bids_to;
+        let (horizon_s, epoch_s) = (config.horizon_s, config.epoch.as_secs_f64());
         // The mailbox is made here with its full capacity, before the actor first runs on its
         // own thread: a burst of reports arriving before then is queued, not refused at
         // actix's default of 16.
-        let (tx, rx) = actix::dev::channel::channel(self.config.job_mailbox);
+        let (tx, rx) = actix::dev::channel::channel(config.job_mailbox);
         arbiter.spawn_fn(move || {
             let ctx = Context::with_receiver(rx);
             let actor = JobActor::new(spec, predictor, refit, bids_to, horizon_s, epoch_s)
@@ -776,20 +905,6 @@ impl Ingest {
             };
             actix::spawn(ctx.into_future(actor));
         });
-        let addr = Addr::new(tx);
-        let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let route = Route {
-            addr: addr.clone(),
-            limiter,
-            dropped: 0,
-            last_heard: Instant::now(),
-            quiet: false,
-            command: command.clone(),
-        };
-        self.jobs.insert(id.clone(), route);
-        self.allocator.do_send(JobStarted { job: id.clone(), addr: addr.clone(), command });
-        // Per job, so debug: at 100,000 jobs this line would be the log.
-        debug!(job = id, "job joined");
-        Ok(addr)
+        Addr::new(tx)
     }
 }

@@ -16,8 +16,25 @@ use tracing::{info, warn};
 use super::{Connections, ServeConfig, ServiceError, run};
 use crate::bus::lease::{Fence, Held, Lease};
 
-/// Runs a replica until `shutdown`. `config.ha` must be set.
+/// Runs a replica until `shutdown`. `config.ha` must be set. With `[cluster] shared` it also
+/// runs its share of the jobs (`shard::run_owner`), leader or not.
 pub async fn run_replica(
+    clients: Connections,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    if config.durable.partitions.is_none() {
+        return lead_or_stand_by(clients, config, shutdown).await;
+    }
+    let shutdown = futures_util::FutureExt::shared(Box::pin(shutdown));
+    let (led, owned) = tokio::join!(
+        lead_or_stand_by(clients.clone(), config.clone(), shutdown.clone()),
+        super::shard::run_owner(clients, config, shutdown)
+    );
+    led.and(owned)
+}
+
+async fn lead_or_stand_by(
     clients: Connections,
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,

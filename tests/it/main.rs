@@ -18,6 +18,7 @@ mod python;
 mod ranks;
 mod replicas;
 mod security;
+mod shared;
 mod sim;
 mod submit;
 

@@ -1,0 +1,822 @@
+//! `[cluster] shared` (issue #19): replicas that share the jobs.
+//!
+//! The server maps each job's reports and byes to its partition
+//! (`<prefix>.v1.part.<p>.job.<id>.<kind>`, `partition::of`). Every replica runs an [`Owner`]:
+//! it holds some partitions' leases (`bus::partitions`), runs the job actors of those
+//! partitions (restored from the state bucket when it takes one over), reads their reports with
+//! one ordered consumer per partition, and sends their bids to the leader each epoch as
+//! [`PartitionBids`] on the state connection: the bids that changed, the jobs that ended or went
+//! quiet, and, every [`FULL_EVERY`] epochs or when a new leader asks, all of its bids and the
+//! roster of its jobs. The leader (`service::run`) merges them with [`Intake`]: a partition's
+//! bids count under its lease's term, so a bid still in flight from a previous owner never
+//! replaces its new owner's, and a job its owner no longer has is ended there.
+//!
+//! Hellos go to the leader (answered, the spec saved) and to the owner (the actor started);
+//! allocations go to the job and to its owner (the actor's worker count).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::{Connections, JobSetup, ServeConfig, ServiceError};
+use crate::actors::allocator::RemoteJobs;
+use crate::actors::job::{
+    Bid, BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec, WireBid, WorkersChanged,
+};
+use crate::bus::durable::Durable;
+use crate::bus::lease::Fence;
+use crate::bus::partitions::Partitions;
+use crate::partition;
+use crate::protocol::{
+    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, ProtocolError, RejectCause, valid_id,
+};
+
+/// Every this many epochs an owner sends all its bids and its roster (a lost message is made
+/// good within this many epochs).
+pub const FULL_EVERY: u64 = 30;
+
+/// Ended jobs are remembered this long (a bid for one from a previous owner, still in flight,
+/// must not bring it back).
+const TOMBSTONE_KEEP: Duration = Duration::from_secs(120);
+
+/// What the owner of a partition sends the leader (`<prefix>.v1.ctl.bids.<p>`, MessagePack).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartitionBids {
+    pub replica: String,
+    pub partition: u32,
+    /// The partition lease's term under which the owner runs these jobs.
+    pub term: u64,
+    #[serde(default)]
+    pub bids: Vec<(String, WireBid)>,
+    /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`).
+    #[serde(default)]
+    pub gone: Vec<(String, String)>,
+    /// Jobs that went quiet (`true`) or spoke again.
+    #[serde(default)]
+    pub quiet: Vec<(String, bool)>,
+    /// Every job the owner runs in the partition (full sends only).
+    #[serde(default)]
+    pub roster: Option<Vec<String>>,
+}
+
+impl PartitionBids {
+    /// Decodes and checks one message: every job id valid and of this partition, every gain
+    /// finite. A message that fails is refused whole.
+    pub fn decode(bytes: &[u8], partitions: u32) -> Result<PartitionBids, ProtocolError> {
+        let m: PartitionBids = protocol::decode(Encoding::MsgPack, bytes, "partition bids")?;
+        let bad = |what| Err(ProtocolError::Invalid(what, RejectCause::InvalidSpec));
+        if m.partition >= partitions {
+            return bad("partition out of range");
+        }
+        let ids =
+            m.bids.iter().map(|(j, _)| j).chain(m.gone.iter().map(|(j, _)| j)).chain(m.quiet.iter().map(|(j, _)| j));
+        let ids = ids.chain(m.roster.iter().flatten());
+        if ids.into_iter().any(|j| !valid_id(j) || partition::of(j, partitions) != m.partition) {
+            return bad("a job id that is invalid or of another partition");
+        }
+        let finite = |b: &WireBid| {
+            b.min_workers <= b.max_workers
+                && b.gain.is_none_or(|g| (1..=64).all(|w| g.gain(w.min(b.max_workers.max(1))).is_finite()))
+        };
+        if !m.bids.iter().all(|(_, b)| finite(b)) {
+            return bad("a bid with bounds out of order or gains that are not finite");
+        }
+        Ok(m)
+    }
+}
+
+/// How a job ended, as the allocator records it.
+fn outcome(s: &str) -> &'static str {
+    match s {
+        "finished" => "finished",
+        "cancelled" => "cancelled",
+        "failed" => "failed",
+        _ => "expired",
+    }
+}
+
+/// The leader's merge of the owners' messages (see the module's documentation).
+pub struct Intake {
+    partitions: u32,
+    /// Each job's state under the highest term seen: `None` running, `Some(t)` ended at `t`.
+    jobs: partition::Bids<Option<Instant>>,
+}
+
+impl Intake {
+    pub fn new(partitions: u32) -> Intake {
+        Intake { partitions, jobs: partition::Bids::default() }
+    }
+
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// What one message changes for the allocator.
+    pub fn merge(&mut self, m: PartitionBids) -> RemoteJobs {
+        let now = Instant::now();
+        let mut out = RemoteJobs::default();
+        for (job, bid) in m.bids {
+            if self.jobs.offer(&job, m.term, None) {
+                out.bids.push((job, Bid::from_wire(bid)));
+            }
+        }
+        for (job, how) in m.gone {
+            if self.jobs.offer(&job, m.term, Some(now)) {
+                out.gone.push((job, outcome(&how)));
+            }
+        }
+        for (job, quiet) in m.quiet {
+            if self.jobs.get(&job) == Some(&None) {
+                out.quiet.push((job, quiet));
+            }
+        }
+        if let Some(roster) = m.roster {
+            // Jobs running here under this owner's term or an older one that the owner no
+            // longer has: their end was lost (a bye purged before it was read, a message
+            // lost): they end here too.
+            let roster: HashSet<&str> = roster.iter().map(String::as_str).collect();
+            let missing: Vec<String> = self
+                .jobs
+                .iter_terms()
+                .filter(|(job, term, state)| {
+                    state.is_none()
+                        && *term <= m.term
+                        && partition::of(job, self.partitions) == m.partition
+                        && !roster.contains(job)
+                })
+                .map(|(job, _, _)| job.to_string())
+                .collect();
+            for job in missing {
+                self.jobs.offer(&job, m.term, Some(now));
+                out.gone.push((job, "expired"));
+            }
+            self.jobs.retain(|state| state.is_none_or(|t| now.duration_since(t) < TOMBSTONE_KEEP));
+        }
+        out
+    }
+}
+
+/// A job whose actor runs here.
+struct OwnedJob {
+    addr: Addr<JobActor>,
+    partition: u32,
+    limiter: governor::DefaultDirectRateLimiter,
+    last_heard: Instant,
+    quiet: bool,
+    command: Option<protocol::JobCommand>,
+}
+
+/// Forwards the job actors' bids to the owner loop.
+struct Forward(mpsc::UnboundedSender<BidUpdate>);
+
+impl Actor for Forward {
+    type Context = Context<Self>;
+}
+
+impl Handler<BidUpdate> for Forward {
+    type Result = ();
+    fn handle(&mut self, msg: BidUpdate, _: &mut Self::Context) {
+        let _ = self.0.send(msg);
+    }
+}
+
+/// A message read from a partition's consumer, with its stream sequence.
+type FromStream = (u32, async_nats::Message, Option<u64>);
+
+/// A replica's share of the jobs (see the module's documentation).
+pub struct Owner {
+    config: ServeConfig,
+    state: async_nats::Client,
+    durable: Durable,
+    replica: String,
+    partitions: u32,
+    /// The partitions held, with their terms.
+    held: HashMap<u32, u64>,
+    consumers: HashMap<u32, tokio::task::JoinHandle<()>>,
+    from_stream: mpsc::Sender<FromStream>,
+    jobs: HashMap<String, OwnedJob>,
+    latest: HashMap<String, Bid>,
+    changed: BTreeSet<String>,
+    gone: HashMap<u32, Vec<(String, String)>>,
+    quiet: HashMap<u32, Vec<(String, bool)>>,
+    last_seq: HashMap<u32, u64>,
+    flushes: u64,
+    full_next: bool,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: usize,
+    forward: Recipient<BidUpdate>,
+    /// Messages refused, by cause (logged now and then).
+    refused: HashMap<RejectCause, u64>,
+    last_logged: Option<Instant>,
+    /// Reports accepted (handed to an actor) in this process, for `status` and benchmarks.
+    pub reports: u64,
+}
+
+/// Runs this replica's share of the jobs until `shutdown`: holds partitions, runs their job
+/// actors and sends their bids to the leader. Must run inside an actix `System`.
+pub async fn run_owner(
+    clients: Connections,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    let (Some(ha), Some(n)) = (config.ha.clone(), config.durable.partitions) else { return Ok(()) };
+    let ttl = ha.lease;
+    tokio::pin!(shutdown);
+    // The owner's writes (its jobs' predictors, their ends) hold while its partition leases are
+    // renewed: a replica paused past them writes nothing when it resumes.
+    let fence = Fence::held(Instant::now(), ttl / 2);
+    let (durable, mut parts) = loop {
+        let opened = async {
+            let durable = Durable::open(&clients.state, &config.subjects, &config.durable, fence.clone())
+                .await?
+                .ok_or(ServiceError::NoJetStream)?;
+            let parts = Partitions::open(
+                &clients.state,
+                config.subjects.prefix(),
+                &ha.replica,
+                n,
+                ttl,
+                config.durable.replicas,
+            )
+            .await?;
+            Ok::<_, ServiceError>((durable, parts))
+        };
+        match opened.await {
+            Ok(opened) => break opened,
+            Err(e) => warn!(error = %e, "cannot open the partition leases yet; retrying"),
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(ttl) => {}
+        }
+    };
+    let subscribe = |client: &async_nats::Client, subject: String| {
+        let client = client.clone();
+        async move {
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|source| crate::bus::BusError::Subscribe { subject, source })
+        }
+    };
+    let mut hellos = subscribe(&clients.bus, config.subjects.job_hello("*")).await?;
+    let mut allocs = subscribe(&clients.bus, config.subjects.job_alloc("*")).await?;
+    let mut syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
+    let (bid_tx, mut bids) = mpsc::unbounded_channel();
+    let (stream_tx, mut from_stream) = mpsc::channel(config.subscription_capacity.clamp(1024, 65_536));
+    let threads: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
+    let mut arbiters: Vec<ArbiterHandle> = threads.iter().map(|a| a.handle()).collect();
+    if arbiters.is_empty() {
+        arbiters.push(Arbiter::current());
+    }
+    let mut owner = Owner {
+        state: clients.state.clone(),
+        durable,
+        replica: ha.replica.clone(),
+        partitions: n,
+        held: HashMap::new(),
+        consumers: HashMap::new(),
+        from_stream: stream_tx,
+        jobs: HashMap::new(),
+        latest: HashMap::new(),
+        changed: BTreeSet::new(),
+        gone: HashMap::new(),
+        quiet: HashMap::new(),
+        last_seq: HashMap::new(),
+        flushes: 0,
+        full_next: false,
+        arbiters,
+        next_arbiter: 0,
+        forward: Forward(bid_tx).start().recipient(),
+        refused: HashMap::new(),
+        last_logged: None,
+        reports: 0,
+        config,
+    };
+    info!(replica = %owner.replica, partitions = n, "sharing the jobs: taking partitions");
+    let mut tick = tokio::time::interval(ttl / 4);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut flush = tokio::time::interval(owner.config.epoch);
+    let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            _ = tick.tick() => {
+                let sent = Instant::now();
+                match parts.tick().await {
+                    Ok(changes) => {
+                        fence.renewed(sent, ttl / 2);
+                        owner.release(&changes.released);
+                        owner.gain(&changes.gained).await;
+                    }
+                    Err(e) => warn!(error = %e, "cannot renew the partition leases"),
+                }
+                // Partitions whose fence lapsed are not ours (the next tick says so too).
+                let held: HashSet<u32> = parts.held().into_iter().map(|(p, _)| p).collect();
+                let lapsed: Vec<u32> = owner.held.keys().copied().filter(|p| !held.contains(p)).collect();
+                owner.release(&lapsed);
+            }
+            _ = flush.tick() => owner.flush().await,
+            Some(update) = bids.recv() => owner.bid(update),
+            Some((p, message, seq)) = from_stream.recv() => owner.read(p, message, seq).await,
+            Some(message) = hellos.next() => owner.hello(message),
+            Some(message) = allocs.next() => owner.alloc(message),
+            Some(_) = syncs.next() => owner.full_next = true,
+            _ = sweep.tick() => owner.sweep(),
+        }
+    }
+    info!(replica = %owner.replica, "giving the partitions back");
+    owner.stop().await;
+    parts.leave().await;
+    for arbiter in threads {
+        arbiter.stop();
+    }
+    Ok(())
+}
+
+impl Owner {
+    fn limits(&self) -> InboundLimits {
+        InboundLimits { max_payload_bytes: self.config.max_payload_bytes, max_min_workers: self.config.max_min_workers }
+    }
+
+    fn refuse(&mut self, error: ProtocolError) {
+        *self.refused.entry(error.cause()).or_default() += 1;
+        let now = Instant::now();
+        if self.last_logged.is_none_or(|t| now.duration_since(t) > Duration::from_secs(10)) {
+            self.last_logged = Some(now);
+            warn!(error = %error, refused = ?self.refused, "partition owner refused messages (logged every 10 s)");
+        }
+    }
+
+    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>) {
+        let id = spec.job.clone();
+        let partition = partition::of(&id, self.partitions);
+        let command = spec.command.clone();
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let setup = JobSetup {
+            config: &self.config,
+            durable: Some(self.durable.clone()),
+            counters: ReportCounters::default(),
+            bids_to: self.forward.clone(),
+        };
+        let addr = setup.spawn(arbiter, spec, saved);
+        let limiter = governor::RateLimiter::direct(self.config.report_quota);
+        let job = OwnedJob { addr, partition, limiter, last_heard: Instant::now(), quiet: false, command };
+        self.jobs.insert(id, job);
+    }
+
+    /// Takes partitions over: their saved jobs start, then their reports are read (those the
+    /// stream kept first: the actors skip what their saved predictors hold).
+    async fn gain(&mut self, gained: &[(u32, u64)]) {
+        if gained.is_empty() {
+            return;
+        }
+        let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
+        let n = self.partitions;
+        let saved = match self.durable.load_jobs(|id| wanted.contains(&partition::of(id, n))).await {
+            Ok(saved) => saved,
+            Err(e) => {
+                // Without the saved state its jobs would start afresh: the partitions wait for
+                // the next tick (they are released now, taken again then).
+                warn!(error = %e, "cannot read the taken partitions' jobs; giving them back");
+                return;
+            }
+        };
+        let count = saved.len();
+        for (spec, predictor) in saved {
+            if self.jobs.contains_key(&spec.job) {
+                continue;
+            }
+            let saved = predictor.and_then(|bytes| SavedJob::decode(&bytes).ok());
+            self.start_job(spec, saved);
+        }
+        for &(p, term) in gained {
+            self.held.insert(p, term);
+            self.consumers.insert(p, self.consume(p));
+        }
+        self.full_next = true;
+        info!(replica = %self.replica, partitions = ?wanted, jobs = count, "took partitions over");
+    }
+
+    /// Reads partition `p`'s reports and byes into the owner loop, again from the start if the
+    /// consumer fails.
+    fn consume(&self, p: u32) -> tokio::task::JoinHandle<()> {
+        let (durable, tx) = (self.durable.clone(), self.from_stream.clone());
+        tokio::spawn(async move {
+            loop {
+                match durable.reports_of(p).await {
+                    Ok(mut messages) => {
+                        while let Some(m) = messages.next().await {
+                            match m {
+                                Ok(m) => {
+                                    let seq = m.info().ok().map(|i| i.stream_sequence);
+                                    if tx.send((p, m.message, seq)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Err(e) => warn!(partition = p, error = %e, "reading a partition's reports"),
+                            }
+                        }
+                    }
+                    Err(e) => warn!(partition = p, error = %e, "cannot read a partition's reports; retrying"),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    }
+
+    /// Partitions given back or lost: their actors stop (what they saved and the stream keep
+    /// is what the next owner restores).
+    fn release(&mut self, released: &[u32]) {
+        if released.is_empty() {
+            return;
+        }
+        for p in released {
+            self.held.remove(p);
+            if let Some(task) = self.consumers.remove(p) {
+                task.abort();
+            }
+            self.gone.remove(p);
+            self.quiet.remove(p);
+        }
+        let set: HashSet<u32> = released.iter().copied().collect();
+        let ids: Vec<String> =
+            self.jobs.iter().filter(|(_, j)| set.contains(&j.partition)).map(|(id, _)| id.clone()).collect();
+        for id in &ids {
+            if let Some(job) = self.jobs.remove(id) {
+                job.addr.do_send(Stop);
+            }
+            self.latest.remove(id);
+            self.changed.remove(id);
+        }
+        info!(replica = %self.replica, partitions = ?released, jobs = ids.len(), "gave partitions up");
+    }
+
+    fn bid(&mut self, update: BidUpdate) {
+        if self.jobs.contains_key(&update.job) {
+            self.changed.insert(update.job.clone());
+            self.latest.insert(update.job, update.bid);
+        }
+    }
+
+    /// A report or bye read from partition `p`.
+    async fn read(&mut self, p: u32, message: async_nats::Message, seq: Option<u64>) {
+        if !self.held.contains_key(&p) {
+            return;
+        }
+        if let Some(seq) = seq {
+            let last = self.last_seq.entry(p).or_default();
+            *last = (*last).max(seq);
+        }
+        if let Err(e) = self.stream_message(p, &message, seq).await {
+            self.refuse(e);
+        }
+    }
+
+    async fn stream_message(
+        &mut self,
+        p: u32,
+        message: &async_nats::Message,
+        seq: Option<u64>,
+    ) -> Result<(), ProtocolError> {
+        let encoding = Encoding::from_content_type(
+            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
+        );
+        let subject = match self.config.subjects.unmap(message.subject.as_str()) {
+            Some((mapped, subject)) if mapped == p => subject,
+            _ => return Err(ProtocolError::UnknownSubject),
+        };
+        let limits = self.limits();
+        match protocol::inbound(&self.config.subjects, &subject, &message.payload, encoding, &limits)? {
+            Inbound::JobLoss { job, point } => {
+                if !self.jobs.contains_key(job) {
+                    self.adopt(job).await?;
+                }
+                let Some(owned) = self.jobs.get_mut(job) else { return Err(ProtocolError::UnknownSubject) };
+                if owned.limiter.check().is_err() {
+                    return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
+                }
+                owned.addr.try_send(crate::actors::job::Report(point)).map_err(|e| match e {
+                    SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+                    SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                })?;
+                owned.last_heard = Instant::now();
+                if std::mem::take(&mut owned.quiet) {
+                    self.quiet.entry(p).or_default().push((job.to_string(), false));
+                }
+                self.reports += 1;
+                Ok(())
+            }
+            Inbound::JobBye(end) => {
+                let how = match end.reason {
+                    protocol::EndReason::Finished => "finished",
+                    protocol::EndReason::Cancelled => "cancelled",
+                    protocol::EndReason::Failed => "failed",
+                };
+                self.end_job(&end.job, how, seq);
+                Ok(())
+            }
+            _ => Err(ProtocolError::UnknownSubject),
+        }
+    }
+
+    /// A report for a job not running here: started from its saved state (its hello reached
+    /// the leader while nobody held its partition), or registered if the settings allow.
+    async fn adopt(&mut self, job: &str) -> Result<(), ProtocolError> {
+        let saved = self
+            .durable
+            .load_job(job)
+            .await
+            .map_err(|_| ProtocolError::Invalid("state unreadable", RejectCause::Overloaded))?;
+        match saved {
+            Some((spec, predictor)) => {
+                let saved = predictor.and_then(|bytes| SavedJob::decode(&bytes).ok());
+                self.start_job(spec, saved);
+            }
+            None if self.config.register_on_report => {
+                let spec = JobSpec::new(job);
+                self.durable.save_job(&spec);
+                self.start_job(spec, None);
+            }
+            None => return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob)),
+        }
+        Ok(())
+    }
+
+    /// A job ended (its bye, or silence): its actor stops, its state and kept messages go, and
+    /// the leader is told. A bye for a job not running here is passed on too: the leader may
+    /// still have it.
+    fn end_job(&mut self, job: &str, how: &str, seq: Option<u64>) {
+        let p = partition::of(job, self.partitions);
+        if let Some(owned) = self.jobs.remove(job) {
+            owned.addr.do_send(Stop);
+            let before = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0)) + 1;
+            self.durable.forget_job(job, before);
+        } else if let Some(seq) = seq {
+            self.durable.purge_job(job, seq + 1);
+        }
+        self.latest.remove(job);
+        self.changed.remove(job);
+        self.gone.entry(p).or_default().push((job.to_string(), how.to_string()));
+        debug!(job, how, "job left");
+    }
+
+    /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
+    fn hello(&mut self, message: async_nats::Message) {
+        let encoding = Encoding::from_content_type(
+            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
+        );
+        let limits = self.limits();
+        let spec = match protocol::inbound(
+            &self.config.subjects,
+            message.subject.as_str(),
+            &message.payload,
+            encoding,
+            &limits,
+        ) {
+            Ok(Inbound::JobHello(spec)) => spec,
+            // Counted and answered by the leader.
+            _ => return,
+        };
+        let p = partition::of(&spec.job, self.partitions);
+        if !self.held.contains_key(&p) {
+            return;
+        }
+        match self.jobs.get_mut(&spec.job) {
+            Some(owned) => {
+                let mut spec = spec;
+                if spec.command.is_none() {
+                    spec.command = owned.command.clone();
+                }
+                owned.command = spec.command.clone();
+                owned.last_heard = Instant::now();
+                owned.addr.do_send(UpdateSpec(spec));
+            }
+            None => self.start_job(spec, None),
+        }
+    }
+
+    /// An allocation the leader sent a job: its actor learns its worker count.
+    fn alloc(&mut self, message: async_nats::Message) {
+        let encoding = Encoding::from_content_type(
+            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
+        );
+        let Ok(alloc) = protocol::decode::<JobAllocation>(encoding, &message.payload, "allocation") else { return };
+        if let Some(owned) = self.jobs.get(&alloc.job) {
+            owned.addr.do_send(WorkersChanged(alloc.workers.len() as u32));
+        }
+    }
+
+    /// Jobs silent for `idle_job_timeout` end; those silent for `stale_job` are reported quiet
+    /// (submitted jobs are supervised by the leader instead).
+    fn sweep(&mut self) {
+        if self.state.connection_state() != async_nats::connection::State::Connected {
+            let now = Instant::now();
+            self.jobs.values_mut().for_each(|j| j.last_heard = now);
+            return;
+        }
+        let now = Instant::now();
+        if let Some(timeout) = self.config.idle_job_timeout {
+            let idle: Vec<String> = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.command.is_none() && now.duration_since(j.last_heard) > timeout)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in idle {
+                self.end_job(&id, "expired", None);
+            }
+        }
+        if let Some(stale) = self.config.stale_job {
+            for (id, job) in self.jobs.iter_mut() {
+                if !job.quiet && job.command.is_none() && now.duration_since(job.last_heard) > stale {
+                    job.quiet = true;
+                    self.quiet.entry(job.partition).or_default().push((id.clone(), true));
+                }
+            }
+        }
+    }
+
+    /// Sends each held partition's news to the leader.
+    async fn flush(&mut self) {
+        self.flushes += 1;
+        let full = std::mem::take(&mut self.full_next) || self.flushes.is_multiple_of(FULL_EVERY);
+        let mut per: HashMap<u32, PartitionBids> = self
+            .held
+            .iter()
+            .map(|(&p, &term)| {
+                let m = PartitionBids {
+                    replica: self.replica.clone(),
+                    partition: p,
+                    term,
+                    roster: full.then(Vec::new),
+                    ..Default::default()
+                };
+                (p, m)
+            })
+            .collect();
+        let changed = std::mem::take(&mut self.changed);
+        let ids: Box<dyn Iterator<Item = &String>> =
+            if full { Box::new(self.latest.keys()) } else { Box::new(changed.iter()) };
+        for id in ids {
+            let (Some(job), Some(bid)) = (self.jobs.get(id), self.latest.get(id)) else { continue };
+            if let Some(m) = per.get_mut(&job.partition) {
+                m.bids.push((id.clone(), bid.to_wire()));
+            }
+        }
+        if full {
+            for (id, job) in &self.jobs {
+                if let Some(roster) = per.get_mut(&job.partition).and_then(|m| m.roster.as_mut()) {
+                    roster.push(id.clone());
+                }
+            }
+        }
+        for (p, gone) in self.gone.drain() {
+            if let Some(m) = per.get_mut(&p) {
+                m.gone = gone;
+            }
+        }
+        for (p, quiet) in self.quiet.drain() {
+            if let Some(m) = per.get_mut(&p) {
+                m.quiet = quiet;
+            }
+        }
+        let max_payload = self.state.server_info().max_payload.max(4096);
+        for (p, m) in per {
+            if m.bids.is_empty() && m.gone.is_empty() && m.quiet.is_empty() && m.roster.is_none() {
+                continue;
+            }
+            for chunk in chunks(m, max_payload.saturating_sub(1024)) {
+                match protocol::encode(Encoding::MsgPack, &chunk) {
+                    Ok(bytes) => {
+                        if let Err(e) = self.state.publish(self.config.subjects.part_bids(p), bytes.into()).await {
+                            warn!(partition = p, error = %e, "cannot send a partition's bids");
+                        }
+                    }
+                    Err(e) => warn!(partition = p, error = %e, "cannot encode a partition's bids"),
+                }
+            }
+        }
+    }
+
+    /// Stops every actor, each saving first, and lets the saves reach the bucket.
+    async fn stop(&mut self) {
+        for job in self.jobs.values() {
+            job.addr.do_send(SaveNow);
+            job.addr.do_send(Stop);
+        }
+        for (_, task) in self.consumers.drain() {
+            task.abort();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.durable.flush(Duration::from_secs(3)).await;
+    }
+}
+
+/// `m` cut into messages that encode within `budget` bytes: bids split in halves until each
+/// part fits; the roster, gone and quiet lists ride on the last.
+fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
+    let size = |m: &PartitionBids| protocol::encode(Encoding::MsgPack, m).map_or(usize::MAX, |b| b.len());
+    if m.bids.len() <= 1 || size(&m) <= budget {
+        return vec![m];
+    }
+    let mut first =
+        PartitionBids { replica: m.replica.clone(), partition: m.partition, term: m.term, ..Default::default() };
+    let mut rest = m;
+    first.bids = rest.bids.drain(..rest.bids.len() / 2).collect();
+    let mut out = chunks(first, budget);
+    out.extend(chunks(rest, budget));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(p: u32, term: u64, jobs: &[&str], gone: &[&str], roster: Option<&[&str]>) -> PartitionBids {
+        let bid = |_| WireBid {
+            model: crate::actors::job::job_model(&JobSpec::new("x"), &[], None),
+            min_workers: 0,
+            max_workers: 4,
+            gain: None,
+            last_iter: None,
+            last_loss: None,
+            predicted_gain: None,
+            points: 1,
+            generation: None,
+            sizes: None,
+            checkpoint_age_s: None,
+        };
+        PartitionBids {
+            replica: "r".into(),
+            partition: p,
+            term,
+            bids: jobs.iter().map(|j| (j.to_string(), bid(j))).collect(),
+            gone: gone.iter().map(|j| (j.to_string(), "finished".to_string())).collect(),
+            quiet: Vec::new(),
+            roster: roster.map(|r| r.iter().map(|j| j.to_string()).collect()),
+        }
+    }
+
+    /// Job ids of partition `p` among 4.
+    fn ids(p: u32, n: usize) -> Vec<String> {
+        (0..).map(|i| format!("job-{i}")).filter(|j| partition::of(j, 4) == p).take(n).collect()
+    }
+
+    #[test]
+    fn a_previous_owners_messages_change_nothing_after_the_new_owners() {
+        let jobs = ids(1, 3);
+        let [a, b, c] = [jobs[0].as_str(), jobs[1].as_str(), jobs[2].as_str()];
+        let mut intake = Intake::new(4);
+        assert_eq!(intake.merge(message(1, 5, &[a, b], &[], None)).bids.len(), 2);
+        // The new owner (term 7) has a and c; b ended under it.
+        let m = intake.merge(message(1, 7, &[a, c], &[b], None));
+        assert_eq!((m.bids.len(), m.gone.len()), (2, 1));
+        // The old owner's late messages: b back, a gone, c's bid: all refused.
+        let late = intake.merge(message(1, 5, &[b, c], &[a], Some(&[a, b, c])));
+        assert!(late.bids.is_empty() && late.gone.is_empty(), "{late:?}");
+        // A roster under the current term ends what its owner does not have.
+        let m = intake.merge(message(1, 7, &[], &[], Some(&[c])));
+        assert_eq!(m.gone, vec![(a.to_string(), "expired")]);
+        // A job that ends and comes back under the same owner bids again.
+        let m = intake.merge(message(1, 7, &[b], &[], None));
+        assert_eq!(m.bids.len(), 1);
+    }
+
+    #[test]
+    fn malformed_messages_are_refused_whole() {
+        let jobs = ids(2, 2);
+        let ok = message(2, 1, &[jobs[0].as_str()], &[], Some(&[jobs[1].as_str()]));
+        let bytes = protocol::encode(Encoding::MsgPack, &ok).unwrap();
+        assert_eq!(PartitionBids::decode(&bytes, 4).unwrap(), ok);
+        assert!(PartitionBids::decode(&bytes, 2).is_err(), "partition 2 of 2");
+        let other = ids(3, 1);
+        let wrong = message(2, 1, &[other[0].as_str()], &[], None);
+        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &wrong).unwrap(), 4).is_err());
+        let mut unbounded = ok.clone();
+        unbounded.bids[0].1.min_workers = 9;
+        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &unbounded).unwrap(), 4).is_err());
+        assert!(PartitionBids::decode(b"\x93garbage", 4).is_err());
+    }
+
+    #[test]
+    fn chunks_fit_and_keep_every_bid_once() {
+        let jobs = ids(0, 40);
+        let refs: Vec<&str> = jobs.iter().map(String::as_str).collect();
+        let m = message(0, 3, &refs, &refs[..2], Some(&refs));
+        let parts = chunks(m.clone(), 2_000);
+        assert!(parts.len() > 1);
+        let back: Vec<String> = parts.iter().flat_map(|c| c.bids.iter().map(|(j, _)| j.clone())).collect();
+        assert_eq!(back, jobs);
+        assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.gone.is_empty()));
+        assert_eq!(parts.last().unwrap().roster, m.roster);
+    }
+}
