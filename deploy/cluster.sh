@@ -4,6 +4,9 @@
 # lease schedules, the others stand by), and an emulated load (jobs replaying real loss
 # curves, and their workers). It prints the status (leader, term), kills the leader halfway,
 # and prints the status again once another replica has taken over.
+# SHARED=1: the replicas share the jobs ([cluster] shared, 32 partitions; the servers map the
+# reports to partitions): the status shows which replica holds which partitions, and the
+# killed leader's partitions are taken over by the others.
 # Needs: this repository, cargo, nats-server (apt-get install -y nats-server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +27,14 @@ for i in 0 1 2; do
     for j in 0 1 2; do [ "$j" = "$i" ] || others+=("\"nats-route://127.0.0.1:${routes[$j]}\""); done
     printf 'server_name: n%s\ncluster {\n  name: slaq-local\n  listen: 127.0.0.1:%s\n  routes: [%s]\n}\n' \
         "$i" "${routes[$i]}" "$(IFS=,; echo "${others[*]}")" >"$work/n$i/node.conf"
+    if [ -n "${SHARED:-}" ]; then
+        cat >>"$work/n$i/node.conf" <<'CONF'
+mappings = {
+  "slaq.v1.job.*.loss": "slaq.v1.part.{{partition(32,1)}}.job.{{wildcard(1)}}.loss"
+  "slaq.v1.job.*.bye": "slaq.v1.part.{{partition(32,1)}}.job.{{wildcard(1)}}.bye"
+}
+CONF
+    fi
     nats-server -c "$work/n$i/node.conf" -js -sd "$work/n$i/js" -a 127.0.0.1 -p -1 --ports_file_dir "$work/n$i" \
         >"$work/n$i/nats.log" 2>&1 &
     pids+=($!)
@@ -50,12 +61,13 @@ enabled = true
 lease_ms = 2000
 replica_id = "$id"
 EOF
+    [ -z "${SHARED:-}" ] || printf '[cluster]\nshared = true\npartitions = 32\n' >>"$work/$id.toml"
     RUST_LOG=slaq=info "$slaq" serve --nats "${urls[$i]}" --config "$work/$id.toml" >"$work/$id.log" 2>&1 &
     replica_pid[$id]=$!
     pids+=($!)
 done
 
-status() { "$slaq" status --nats "$all" | head -3 || true; }
+status() { "$slaq" status --nats "$all" | sed '/^ *$/q' || true; }
 for _ in $(seq 120); do status 2>/dev/null | grep -q '^leader' && break; sleep 0.5; done
 echo; echo "--- status ---"; status
 

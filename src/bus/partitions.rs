@@ -141,11 +141,34 @@ impl Partitions {
         let mut changes = Changes::default();
         let member = serde_json::to_vec(&Member { replica: self.replica.clone() }).unwrap_or_default();
         self.kv.put(member_key(&self.replica), member.into()).await.map_err(|e| js_err("member key")(&e))?;
-        for p in self.held.keys().copied().collect::<Vec<_>>() {
-            if !self.renew(p).await? {
-                self.held.remove(&p);
-                changes.released.push(p);
+        // All at once: a tick must end well within the fence (`ttl / 2`) on a loaded server.
+        let held: Vec<(u32, HeldPart)> = self.held.iter().map(|(&p, &h)| (p, h)).collect();
+        let renewals = held.iter().map(|&(p, h)| {
+            let lease = &self.leases[p as usize];
+            async move {
+                let sent = Instant::now();
+                (p, sent, lease.renew(h.lease).await)
             }
+        });
+        // Every answer is recorded before an error is returned: a renewal made is a revision
+        // the next one must expect.
+        let mut failed = None;
+        for (p, sent, renewed) in futures_util::future::join_all(renewals).await {
+            match renewed {
+                Ok(Some(lease)) => {
+                    self.held.insert(p, HeldPart { lease, sent });
+                }
+                Ok(None) => {
+                    self.held.remove(&p);
+                    changes.released.push(p);
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            // Not returned: what was lost above must still reach the caller. A partition whose
+            // renewal failed is released below once its fence lapses.
+            tracing::warn!(error = %e, "renewing partition leases");
         }
         // A partition whose fence lapsed (renewals failing) is not this replica's any more.
         let now = Instant::now();
@@ -154,7 +177,14 @@ impl Partitions {
             self.held.remove(&p);
             changes.released.push(p);
         }
-        let view = self.view().await?;
+        // From here on an error ends the tick with what it changed so far, never without it.
+        let view = match self.view().await {
+            Ok(view) => view,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the partition bucket");
+                return Ok(changes);
+            }
+        };
         let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
         let live: Vec<&str> = view.members.iter().map(String::as_str).collect();
         let target = crate::partition::balance(&owners, &live);
@@ -163,12 +193,12 @@ impl Partitions {
             if !mine && self.held.contains_key(&p) {
                 self.release(p).await;
                 changes.released.push(p);
-            } else if mine
-                && now_owner.is_none()
-                && !self.held.contains_key(&p)
-                && let Some(term) = self.acquire(p).await?
-            {
-                changes.gained.push((p, term));
+            } else if mine && now_owner.is_none() && !self.held.contains_key(&p) {
+                match self.acquire(p).await {
+                    Ok(Some(term)) => changes.gained.push((p, term)),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(partition = p, error = %e, "taking a partition"),
+                }
             }
         }
         Ok(changes)
@@ -180,15 +210,6 @@ impl Partitions {
         let Some(lease) = self.leases[p as usize].try_acquire().await? else { return Ok(None) };
         self.held.insert(p, HeldPart { lease, sent });
         Ok(Some(lease.term))
-    }
-
-    /// Renews partition `p`; `false` if it was lost.
-    async fn renew(&mut self, p: u32) -> Result<bool, BusError> {
-        let Some(h) = self.held.get(&p).copied() else { return Ok(false) };
-        let sent = Instant::now();
-        let Some(lease) = self.leases[p as usize].renew(h.lease).await? else { return Ok(false) };
-        self.held.insert(p, HeldPart { lease, sent });
-        Ok(true)
     }
 
     async fn release(&mut self, p: u32) {
@@ -231,15 +252,21 @@ pub async fn read_view(kv: &kv::Store, count: u32) -> Result<View, BusError> {
     let err = js_err("partition bucket");
     let keys: Vec<String> = kv.keys().await.map_err(|e| err(&e))?.try_collect().await.map_err(|e| err(&e))?;
     let mut view = View { members: Vec::new(), owners: vec![None; count as usize] };
+    let mut parts = Vec::new();
     for key in keys {
         if let Some(replica) = key.strip_prefix("member.") {
             view.members.push(replica.to_string());
         } else if let Some(p) = key.strip_prefix("part.").and_then(|p| p.parse::<usize>().ok())
             && p < view.owners.len()
         {
-            let value = kv.get(&key).await.map_err(|e| err(&e))?;
-            view.owners[p] = value.and_then(|v| serde_json::from_slice::<Holder>(&v).ok());
+            parts.push((p, key));
         }
+    }
+    // Read at once (a tick must stay well within the fence on a loaded server).
+    let reads = parts.iter().map(|(p, key)| async move { (*p, kv.get(key).await) });
+    for (p, value) in futures_util::future::join_all(reads).await {
+        let value = value.map_err(|e| err(&e))?;
+        view.owners[p] = value.and_then(|v| serde_json::from_slice::<Holder>(&v).ok());
     }
     view.members.sort_unstable();
     Ok(view)

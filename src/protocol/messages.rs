@@ -763,6 +763,10 @@ pub struct EpochSummary {
     pub policy_ms: f64,
     pub publish_ms: f64,
     pub total_ms: f64,
+    /// CPU time the epoch's thread used (its work, without the time it waited for a core on a
+    /// busy machine), where the platform says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<f64>,
     /// Predicted against realised loss reduction over the previous epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gains: Option<EpochGains>,

@@ -31,7 +31,7 @@ use crate::actors::job::{
 };
 use crate::bus::durable::Durable;
 use crate::bus::lease::Fence;
-use crate::bus::partitions::Partitions;
+use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
     self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, ProtocolError, RejectCause, valid_id,
@@ -198,6 +198,9 @@ pub struct Owner {
     partitions: u32,
     /// The partitions held, with their terms.
     held: HashMap<u32, u64>,
+    /// Partitions taken whose saved jobs are being read.
+    gaining: HashMap<u32, u64>,
+    loaded_to: Option<mpsc::UnboundedSender<Loaded>>,
     consumers: HashMap<u32, tokio::task::JoinHandle<()>>,
     from_stream: mpsc::Sender<FromStream>,
     jobs: HashMap<String, OwnedJob>,
@@ -231,7 +234,7 @@ pub async fn run_owner(
     // The owner's writes (its jobs' predictors, their ends) hold while its partition leases are
     // renewed: a replica paused past them writes nothing when it resumes.
     let fence = Fence::held(Instant::now(), ttl / 2);
-    let (durable, mut parts) = loop {
+    let (durable, parts) = loop {
         let opened = async {
             let durable = Durable::open(&clients.state, &config.subjects, &config.durable, fence.clone())
                 .await?
@@ -281,6 +284,8 @@ pub async fn run_owner(
         replica: ha.replica.clone(),
         partitions: n,
         held: HashMap::new(),
+        gaining: HashMap::new(),
+        loaded_to: None,
         consumers: HashMap::new(),
         from_stream: stream_tx,
         jobs: HashMap::new(),
@@ -300,29 +305,24 @@ pub async fn run_owner(
         config,
     };
     info!(replica = %owner.replica, partitions = n, "sharing the jobs: taking partitions");
-    let mut tick = tokio::time::interval(ttl / 4);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The leases are renewed on a task of their own: nothing the owner does (taking a partition
+    // over, a burst of reports) may delay a renewal past the fence.
+    let (changes_tx, mut changes) = mpsc::unbounded_channel::<Changes>();
+    let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+    let leases = tokio::spawn(hold_leases(parts, fence, changes_tx, leave_rx));
+    let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Loaded>();
+    owner.loaded_to = Some(loaded_tx);
     let mut flush = tokio::time::interval(owner.config.epoch);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
-            _ = tick.tick() => {
-                let sent = Instant::now();
-                match parts.tick().await {
-                    Ok(changes) => {
-                        fence.renewed(sent, ttl / 2);
-                        owner.release(&changes.released);
-                        owner.gain(&changes.gained).await;
-                    }
-                    Err(e) => warn!(error = %e, "cannot renew the partition leases"),
-                }
-                // Partitions whose fence lapsed are not ours (the next tick says so too).
-                let held: HashSet<u32> = parts.held().into_iter().map(|(p, _)| p).collect();
-                let lapsed: Vec<u32> = owner.held.keys().copied().filter(|p| !held.contains(p)).collect();
-                owner.release(&lapsed);
+            Some(change) = changes.recv() => {
+                owner.release(&change.released);
+                owner.gain(&change.gained);
             }
+            Some(done) = loaded.recv() => owner.loaded(done),
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
             Some((p, message, seq)) = from_stream.recv() => owner.read(p, message, seq).await,
@@ -334,12 +334,48 @@ pub async fn run_owner(
     }
     info!(replica = %owner.replica, "giving the partitions back");
     owner.stop().await;
-    parts.leave().await;
+    let _ = leave_tx.send(());
+    let _ = leases.await;
     for arbiter in threads {
         arbiter.stop();
     }
     Ok(())
 }
+
+/// Renews this replica's partitions every `ttl / 4` (and its fence with them), and passes what
+/// changed to the owner loop; gives everything back when told to leave.
+async fn hold_leases(
+    mut parts: Partitions,
+    fence: Fence,
+    changes: mpsc::UnboundedSender<Changes>,
+    mut leave: tokio::sync::oneshot::Receiver<()>,
+) {
+    let ttl = parts.ttl();
+    let mut tick = tokio::time::interval(ttl / 4);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut leave => break,
+            _ = tick.tick() => {
+                let sent = Instant::now();
+                match parts.tick().await {
+                    Ok(change) => {
+                        fence.renewed(sent, ttl / 2);
+                        let news = !(change.gained.is_empty() && change.released.is_empty());
+                        if news && changes.send(change).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "cannot renew the partition leases"),
+                }
+            }
+        }
+    }
+    parts.leave().await;
+}
+
+/// Partitions taken, with their saved jobs as read (on a task, off the owner loop).
+type Loaded = (Vec<(u32, u64)>, Result<Vec<(JobSpec, Option<bytes::Bytes>)>, crate::bus::BusError>);
 
 impl Owner {
     fn limits(&self) -> InboundLimits {
@@ -370,35 +406,59 @@ impl Owner {
         let addr = setup.spawn(arbiter, spec, saved);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
         let job = OwnedJob { addr, partition, limiter, last_heard: Instant::now(), quiet: false, command };
+        debug!(job = %id, partition, "job actor started");
         self.jobs.insert(id, job);
     }
 
-    /// Takes partitions over: their saved jobs start, then their reports are read (those the
-    /// stream kept first: the actors skip what their saved predictors hold).
-    async fn gain(&mut self, gained: &[(u32, u64)]) {
+    /// Takes partitions over: their saved jobs are read on a task ([`Owner::loaded`] goes on).
+    fn gain(&mut self, gained: &[(u32, u64)]) {
         if gained.is_empty() {
             return;
         }
-        let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
-        let n = self.partitions;
-        let saved = match self.durable.load_jobs(|id| wanted.contains(&partition::of(id, n))).await {
+        self.gaining.extend(gained.iter().copied());
+        self.load(gained.to_vec(), Duration::ZERO);
+    }
+
+    fn load(&self, gained: Vec<(u32, u64)>, after: Duration) {
+        let Some(tx) = self.loaded_to.clone() else { return };
+        let (durable, n) = (self.durable.clone(), self.partitions);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
+            let saved = durable.load_jobs(|id| wanted.contains(&partition::of(id, n))).await;
+            let _ = tx.send((gained, saved));
+        });
+    }
+
+    /// The saved jobs of partitions taken: they start, then the partitions' reports are read
+    /// (those the stream kept first: the actors skip what their saved predictors hold).
+    fn loaded(&mut self, (gained, saved): Loaded) {
+        // Those released meanwhile are not ours any more.
+        let gained: Vec<(u32, u64)> =
+            gained.into_iter().filter(|(p, term)| self.gaining.get(p) == Some(term)).collect();
+        if gained.is_empty() {
+            return;
+        }
+        let saved = match saved {
             Ok(saved) => saved,
             Err(e) => {
-                // Without the saved state its jobs would start afresh: the partitions wait for
-                // the next tick (they are released now, taken again then).
-                warn!(error = %e, "cannot read the taken partitions' jobs; giving them back");
+                // Without the saved state its jobs would start afresh: read again.
+                warn!(error = %e, "cannot read the taken partitions' jobs; reading again");
+                self.load(gained, Duration::from_secs(1));
                 return;
             }
         };
+        let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
         let count = saved.len();
         for (spec, predictor) in saved {
-            if self.jobs.contains_key(&spec.job) {
+            if self.jobs.contains_key(&spec.job) || !wanted.contains(&partition::of(&spec.job, self.partitions)) {
                 continue;
             }
             let saved = predictor.and_then(|bytes| SavedJob::decode(&bytes).ok());
             self.start_job(spec, saved);
         }
-        for &(p, term) in gained {
+        for (p, term) in gained {
+            self.gaining.remove(&p);
             self.held.insert(p, term);
             self.consumers.insert(p, self.consume(p));
         }
@@ -414,6 +474,7 @@ impl Owner {
             loop {
                 match durable.reports_of(p).await {
                     Ok(mut messages) => {
+                        debug!(partition = p, "reading the partition's reports");
                         while let Some(m) = messages.next().await {
                             match m {
                                 Ok(m) => {
@@ -441,6 +502,7 @@ impl Owner {
         }
         for p in released {
             self.held.remove(p);
+            self.gaining.remove(p);
             if let Some(task) = self.consumers.remove(p) {
                 task.abort();
             }
@@ -495,7 +557,17 @@ impl Owner {
             _ => return Err(ProtocolError::UnknownSubject),
         };
         let limits = self.limits();
-        match protocol::inbound(&self.config.subjects, &subject, &message.payload, encoding, &limits)? {
+        let inbound = protocol::inbound(&self.config.subjects, &subject, &message.payload, encoding, &limits)?;
+        // A job may publish its mapped subjects itself: only its own partition counts.
+        let job = match &inbound {
+            Inbound::JobLoss { job, .. } => *job,
+            Inbound::JobBye(end) => end.job.as_str(),
+            _ => return Err(ProtocolError::UnknownSubject),
+        };
+        if partition::of(job, self.partitions) != p {
+            return Err(ProtocolError::Invalid("a job's message on another partition", RejectCause::IdMismatch));
+        }
+        match inbound {
             Inbound::JobLoss { job, point } => {
                 if !self.jobs.contains_key(job) {
                     self.adopt(job).await?;
@@ -587,7 +659,7 @@ impl Owner {
             _ => return,
         };
         let p = partition::of(&spec.job, self.partitions);
-        if !self.held.contains_key(&p) {
+        if !self.held.contains_key(&p) && !self.gaining.contains_key(&p) {
             return;
         }
         match self.jobs.get_mut(&spec.job) {
@@ -818,5 +890,34 @@ mod tests {
         assert_eq!(back, jobs);
         assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.gone.is_empty()));
         assert_eq!(parts.last().unwrap().roster, m.roster);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Whatever arrives on a bids subject is decoded or refused, never a panic: random bytes,
+        /// and valid messages with bytes flipped or cut.
+        #[test]
+        fn hostile_bids_are_refused_not_panicked_on(
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            flips in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..8),
+            cut in 0usize..4096,
+        ) {
+            let _ = PartitionBids::decode(&noise, 4);
+            let jobs = ids(1, 3);
+            let refs: Vec<&str> = jobs.iter().map(String::as_str).collect();
+            let mut bytes = protocol::encode(Encoding::MsgPack, &message(1, 2, &refs, &refs[..1], Some(&refs))).unwrap();
+            for (at, b) in flips {
+                let n = bytes.len();
+                bytes[at % n] ^= b;
+            }
+            bytes.truncate(cut.max(1));
+            if let Ok(m) = PartitionBids::decode(&bytes, 4) {
+                // What passes is of its partition and valid.
+                proptest::prop_assert!(m.partition < 4);
+                proptest::prop_assert!(m.bids.iter().all(|(j, b)| valid_id(j) && b.min_workers <= b.max_workers));
+                let mut intake = Intake::new(4);
+                let _ = intake.merge(m);
+            }
+        }
     }
 }

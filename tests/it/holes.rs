@@ -20,7 +20,7 @@ use crate::harness::{
 const CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf");
 
 /// The scheduler's settings under `slaq-auth.conf`: its bus user and its state user.
-const SCHEDULER_AUTH: &str = "\n[nats.auth]\nuser = \"scheduler\"\npassword = \"scheduler-example-password\"\ninbox_prefix = \"_INBOX.scheduler\"\n\n[nats.state_auth]\nuser = \"scheduler-state\"\npassword = \"scheduler-state-example-password\"\ninbox_prefix = \"_INBOX.scheduler-state\"\n";
+pub(crate) const SCHEDULER_AUTH: &str = "\n[nats.auth]\nuser = \"scheduler\"\npassword = \"scheduler-example-password\"\ninbox_prefix = \"_INBOX.scheduler\"\n\n[nats.state_auth]\nuser = \"scheduler-state\"\npassword = \"scheduler-state-example-password\"\ninbox_prefix = \"_INBOX.scheduler-state\"\n";
 /// The user that may read the scheduler's stream and buckets (to check them).
 const STATE_USER: &str = "scheduler-state";
 const STATE_INBOX: &str = "_INBOX.scheduler-state";
@@ -39,7 +39,7 @@ fn user(name: &str, inbox: &str) -> NatsAuth {
 }
 
 /// A client of `slaq-auth.conf`'s user `name` (its inbox prefix `_INBOX.<name>`).
-async fn connect_as(url: &str, name: &str) -> async_nats::Client {
+pub(crate) async fn connect_as(url: &str, name: &str) -> async_nats::Client {
     bus::connect_with(&[url.to_string()], name, 65_536, &user(name, &format!("_INBOX.{name}")))
         .await
         .expect("connect")

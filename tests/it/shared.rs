@@ -1,7 +1,8 @@
 //! Replicas that share the jobs (`[cluster] shared`, issue #19) on a real nats-server whose
 //! subject mapping partitions the reports: every replica runs the job actors of the partitions
 //! it holds, the leader plans on the bids they send; when a partition owner is killed (-9) the
-//! others take its partitions over, the jobs come back with their history, and no worker moves.
+//! others take its partitions over, the jobs come back with their history (more than the stream
+//! keeps: their saved predictors), and no worker moves.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ fn mapped_server() -> NatsServer {
 fn settings(id: &str) -> String {
     format!(
         "[scheduler]\npolicy = \"fair\"\nepoch_ms = 200\nworker_timeout_ms = 5000\nrefit_interval_ms = 20\n\n\
-         [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n\n\
+         [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\nreport_history = 10\n\n\
          [ha]\nenabled = true\nlease_ms = 1000\nreplica_id = \"{id}\"\n\n\
          [cluster]\nshared = true\npartitions = {PARTITIONS}\n"
     )
@@ -99,10 +100,12 @@ async fn replicas_share_the_partitions_and_take_a_dead_owners_over_with_every_jo
             && st.jobs.iter().all(|j| j.points >= 10)
             && st.workers.len() == WORKERS
             && st.workers.iter().all(|w| w.job.is_some())
+            // The balance settles on an even share each (2 or 3 of 8).
+            && st.owners.len() == 3
+            && st.owners.values().all(|p| (2..=3).contains(&p.len()))
     })
     .await;
-    let shares: Vec<usize> = before.owners.values().map(Vec::len).collect();
-    assert!(shares.iter().all(|&n| (2..=3).contains(&n)), "an even share each: {:?}", before.owners);
+    assert_eq!(before.owners.values().map(Vec::len).sum::<usize>(), PARTITIONS as usize, "{:?}", before.owners);
     // Let the assignments settle (fair: every worker stays where it is from now on).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = eventually(&c, &s, Duration::from_secs(5), "status", |_| true).await;
@@ -123,9 +126,14 @@ async fn replicas_share_the_partitions_and_take_a_dead_owners_over_with_every_jo
     eprintln!("partitions {lost:?} of {victim} owned again after {took:?}: {:?}", after.owners);
     // Two lease periods, and the status poll's own pace.
     assert!(took < Duration::from_millis(2_500), "re-owned after {took:?}");
-    // Every job is back, with at least the points it had: its history was restored.
+    // Every job is back, with at least the points it had: its history was restored. Watched
+    // throughout: a job whose new owner started it afresh would bid fewer points for a while.
     let back = eventually(&c, &s, Duration::from_secs(20), "every job bids again from its new owner", |st| {
         let now = points(st);
+        for (job, &had) in &points_before {
+            let has = now.get(job).copied().unwrap_or(0);
+            assert!(has >= had, "{job} bid {has} points after the takeover, {had} before");
+        }
         st.jobs.len() == JOBS
             && lost.iter().all(|&p| {
                 jobs.iter()
@@ -140,4 +148,57 @@ async fn replicas_share_the_partitions_and_take_a_dead_owners_over_with_every_jo
     let _ = after;
     drop(reporter);
     drop(stops);
+}
+
+const SHARED_CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-shared.conf");
+
+/// Under `deploy/nats/slaq-shared.conf` (its accounts, permissions and 32-partition mapping):
+/// a job's reports and bye reach its partition's owner, and a job can neither report for
+/// another job on a mapped subject nor send the leader a bid.
+#[tokio::test]
+async fn under_the_shared_permissions_reports_reach_their_owner_and_no_job_can_forge_a_report_or_a_bid() {
+    use crate::holes::{SCHEDULER_AUTH, connect_as};
+    let nats = NatsServer::start_with_config(std::path::Path::new(SHARED_CONF));
+    let s = Subjects::new("slaq").unwrap();
+    // The default report history: a burst of 20 reports must not outrun what the stream keeps.
+    let with_auth = |id: &str| {
+        let s = settings(id).replace(&format!("partitions = {PARTITIONS}"), "partitions = 32");
+        s.replace("report_history = 10\n", "") + SCHEDULER_AUTH
+    };
+    let _replicas: Vec<Scheduler> = ["r1", "r2"].iter().map(|id| Scheduler::start(&nats.url, &with_auth(id))).collect();
+    let operator = connect_as(&nats.url, "operator").await;
+    eventually(&operator, &s, Duration::from_secs(30), "two replicas hold the 32 partitions", |st| {
+        st.owners.len() == 2 && st.owners.values().map(Vec::len).sum::<usize>() == 32
+    })
+    .await;
+    let (a, b) = (connect_as(&nats.url, "job-a").await, connect_as(&nats.url, "job-b").await);
+    for (c, job) in [(&a, "job-a"), (&b, "job-b")] {
+        let ack: Ack = bus::request(c, s.job_hello(job), Encoding::MsgPack, &JobSpec::new(job), Duration::from_secs(5))
+            .await
+            .expect("hello answered");
+        assert!(ack.ok, "{ack:?}");
+    }
+    let pb = slaq::partition::of("job-b", 32);
+    for iter in 1..=20 {
+        bus::publish(&a, s.job_loss("job-a"), Encoding::MsgPack, &loss_report("job-a", iter)).await.unwrap();
+        // Forgeries: job-b's mapped subject, and a bid for the leader.
+        let _ = bus::publish(&a, s.part_job_loss(pb, "job-b"), Encoding::MsgPack, &loss_report("job-b", iter)).await;
+        let _ = a.publish(s.part_bids(pb), bytes::Bytes::from_static(b"\x80")).await;
+    }
+    a.flush().await.unwrap();
+    let st = eventually(&operator, &s, Duration::from_secs(20), "job-a's reports reach its owner", |st| {
+        st.jobs.iter().any(|j| j.job == "job-a" && j.points >= 20)
+    })
+    .await;
+    let points_b = st.jobs.iter().find(|j| j.job == "job-b").map(|j| j.points);
+    assert_eq!(points_b, Some(0), "nothing reached job-b: {st:?}");
+    assert!(!st.rejected.contains_key("undecodable"), "no forged bid reached the leader: {st:?}");
+    // A bye, mapped like the reports, ends the job at its owner and at the leader.
+    let end = slaq::protocol::JobEnd { job: "job-a".into(), reason: slaq::protocol::EndReason::Finished };
+    bus::publish(&a, s.job_bye("job-a"), Encoding::MsgPack, &end).await.unwrap();
+    eventually(&operator, &s, Duration::from_secs(20), "job-a ended", |st| {
+        !st.jobs.iter().any(|j| j.job == "job-a")
+            && st.ended.iter().any(|o| o.job == "job-a" && o.outcome == "finished")
+    })
+    .await;
 }

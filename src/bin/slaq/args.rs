@@ -316,6 +316,38 @@ pub(crate) enum BenchCommand {
     /// What the leader pays to take its replicas' bids (issue #19): encode, decode, tabulate
     /// and merge one bid per job, and the bytes on the wire.
     Merge(BenchMergeArgs),
+    /// Replicas that share the jobs (issue #19), measured from outside: epochs, each replica's
+    /// CPU per report, and a replica killed (-9). Needs a NATS server whose account maps the
+    /// reports to the partitions (deploy/bench-cluster.sh starts a three-node cluster so).
+    Cluster(BenchClusterArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BenchClusterArgs {
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
+    #[arg(long, default_value_t = 3)]
+    pub(crate) replicas: usize,
+    /// As the server's mapping says (`{{partition(N,1)}}`).
+    #[arg(long, default_value_t = 32)]
+    pub(crate) partitions: u32,
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) jobs: usize,
+    #[arg(long, default_value_t = 40_000)]
+    pub(crate) workers: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) reports_per_s: f64,
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) epoch_ms: u64,
+    #[arg(long, default_value_t = 4_000)]
+    pub(crate) lease_ms: u64,
+    /// Copies of the stream and buckets (3 on a three-node cluster).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) state_replicas: usize,
+    #[arg(long, default_value_t = 30)]
+    pub(crate) warm_up_s: u64,
+    #[arg(long, default_value_t = 30)]
+    pub(crate) measure_s: u64,
 }
 
 #[derive(clap::Args)]

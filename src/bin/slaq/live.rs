@@ -272,6 +272,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             snapshot.term.map_or("-".to_string(), |t| t.to_string())
         );
     }
+    // Replicas that share the jobs: who runs which partitions' jobs.
+    for (replica, parts) in &snapshot.owners {
+        let list: Vec<String> = parts.iter().map(u32::to_string).collect();
+        println!("replica {replica}  partitions {} ({})", parts.len(), list.join(","));
+    }
     if snapshot.truncated || args.jobs.is_some() {
         println!(
             "(showing {} jobs and {} workers{})",

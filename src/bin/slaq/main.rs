@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod cluster_bench;
 mod live;
 mod offline;
 
@@ -54,6 +55,7 @@ fn run() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Idle(args)) => bench::idle(args),
         Command::Bench(BenchCommand::Placement(args)) => bench::placement(args),
         Command::Bench(BenchCommand::Merge(args)) => bench::merge(args),
+        Command::Bench(BenchCommand::Cluster(args)) => cluster_bench::cluster(args),
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
         Command::Status(args) => live::status(args),
