@@ -140,7 +140,11 @@ impl Partitions {
     pub async fn tick(&mut self) -> Result<Changes, BusError> {
         let mut changes = Changes::default();
         let member = serde_json::to_vec(&Member { replica: self.replica.clone() }).unwrap_or_default();
-        self.kv.put(member_key(&self.replica), member.into()).await.map_err(|e| js_err("member key")(&e))?;
+        // A failed write is not the end of the tick: the renewals below matter more, and a
+        // replica that holds partitions counts as live whatever its member key says.
+        if let Err(e) = self.kv.put(member_key(&self.replica), member.into()).await {
+            tracing::warn!(error = %e, "writing the member key");
+        }
         // All at once: a tick must end well within the fence (`ttl / 2`) on a loaded server.
         let held: Vec<(u32, HeldPart)> = self.held.iter().map(|(&p, &h)| (p, h)).collect();
         let renewals = held.iter().map(|&(p, h)| {
@@ -186,7 +190,9 @@ impl Partitions {
             }
         };
         let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
-        let live: Vec<&str> = view.members.iter().map(String::as_str).collect();
+        // Live: the members, and whoever renews a partition (its key lives only while renewed).
+        let mut live: Vec<&str> = view.members.iter().map(String::as_str).collect();
+        live.extend(owners.iter().flatten().copied());
         let target = crate::partition::balance(&owners, &live);
         for (p, (now_owner, want)) in (0u32..).zip(owners.iter().zip(&target)) {
             let mine = *want == Some(self.replica.as_str());

@@ -97,9 +97,16 @@ async fn all_jobs(client: &async_nats::Client, s: &Subjects) -> anyhow::Result<(
     Ok((first.context("no status")?, points))
 }
 
+/// The status without jobs or workers (asked up to three times: a busy leader may be late).
 async fn status(client: &async_nats::Client, s: &Subjects) -> Option<StatusSnapshot> {
     let request = StatusRequest { jobs: Some("-".into()), limit: Some(0) };
-    bus::request(client, s.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(5)).await.ok()
+    for _ in 0..3 {
+        let answer = bus::request(client, s.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(5)).await;
+        if let Ok(st) = answer {
+            return Some(st);
+        }
+    }
+    None
 }
 
 fn pct(mut v: Vec<f64>, q: f64) -> f64 {
@@ -266,7 +273,11 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
         .position(|r| r.id != leader && owners.get(&r.id).is_some_and(|p| !p.is_empty()))
         .context("no replica holds partitions without leading")?;
     let lost: Vec<u32> = owners.get(&replicas[victim_at].id).cloned().unwrap_or_default();
-    let (_, before) = all_jobs(&client, &s).await?;
+    let before = loop {
+        if let Ok((_, before)) = all_jobs(&client, &s).await {
+            break before;
+        }
+    };
     let victim = replicas.remove(victim_at);
     let victim_id = victim.id.clone();
     let killed = Instant::now();
@@ -288,7 +299,11 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
         before.keys().filter(|j| lost.contains(&partition::of(j, args.partitions))).cloned().collect();
     let (mut with_history, mut back_after, mut num_jobs) = (0, None, 0);
     while Instant::now() < deadline {
-        let (st, now) = all_jobs(&client, &s).await?;
+        // A busy leader may not answer in time: ask again.
+        let Ok((st, now)) = all_jobs(&client, &s).await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
         num_jobs = st.num_jobs;
         with_history = lost_jobs.iter().filter(|j| now.get(*j).is_some_and(|&n| n > before[*j])).count();
         if with_history == lost_jobs.len() {
