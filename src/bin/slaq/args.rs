@@ -688,6 +688,8 @@ mod deploy_files {
     fn compose_uses_only_what_slaq_has() {
         let path = deploy().join("compose.yaml");
         let docs = YamlLoader::load_from_str(&read(&path)).expect("compose.yaml is YAML");
+        // The settings its replicas mount.
+        check_settings("compose/slaq-shared.toml", &read(&deploy().join("compose/slaq-shared.toml")));
         let services = merged(&key(&merged(&docs[0]), "services"));
         let known = known_env();
         let (mut commands, mut envs) = (0, 0);
