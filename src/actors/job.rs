@@ -67,6 +67,9 @@ pub struct SavedJob {
     pub shapes: Vec<Observation>,
     #[serde(default)]
     pub grads: Option<(f64, f64)>,
+    /// When it was saved (Unix ms): its reports from before are in it (`None` in older saves).
+    #[serde(default)]
+    pub saved_at_ms: Option<u64>,
 }
 
 /// [`SavedJob`] as written, borrowing the actor's state (same fields, so it decodes as one).
@@ -75,6 +78,7 @@ struct SavedJobRef<'a> {
     predictor: &'a JobPredictor,
     shapes: &'a [Observation],
     grads: Option<(f64, f64)>,
+    saved_at_ms: Option<u64>,
 }
 
 impl SavedJob {
@@ -85,6 +89,7 @@ impl SavedJob {
                 predictor,
                 shapes: Vec::new(),
                 grads: None,
+                saved_at_ms: None,
             })
         })
     }
@@ -184,7 +189,9 @@ impl JobActor {
             return;
         }
         self.last_saved = Some(std::time::Instant::now());
-        let saved = SavedJobRef { predictor: &self.predictor, shapes: &self.shapes, grads: self.grads };
+        let saved_at_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as u64);
+        let saved = SavedJobRef { predictor: &self.predictor, shapes: &self.shapes, grads: self.grads, saved_at_ms };
         match rmp_serde::to_vec_named(&saved) {
             Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),
             Err(e) => tracing::warn!(job = %self.spec.job, error = %e, "cannot encode the predictor"),
@@ -529,9 +536,10 @@ mod tests {
             predictor.observe(k, 1.0 / k as f64).unwrap();
         }
         let shape = Observation { machines: 1, replicas: 2, local_bsz: 32.0, step: 0.2, sync: 0.01 };
-        let saved = SavedJobRef { predictor: &predictor, shapes: &[shape], grads: Some((1.0, 2.0)) };
+        let saved =
+            SavedJobRef { predictor: &predictor, shapes: &[shape], grads: Some((1.0, 2.0)), saved_at_ms: Some(7) };
         let back = SavedJob::decode(&rmp_serde::to_vec_named(&saved).unwrap()).unwrap();
-        assert_eq!((back.shapes, back.grads), (vec![shape], Some((1.0, 2.0))));
+        assert_eq!((back.shapes, back.grads, back.saved_at_ms), (vec![shape], Some((1.0, 2.0)), Some(7)));
         assert_eq!(back.predictor.last_iter(), Some(5));
         // The format before shapes were saved: the predictor alone.
         let old = SavedJob::decode(&rmp_serde::to_vec_named(&predictor).unwrap()).unwrap();

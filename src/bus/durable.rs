@@ -566,7 +566,9 @@ impl Durable {
 
     /// The reports and byes of partition `p` (`[cluster] shared`), oldest first, as
     /// [`Durable::reports`].
-    pub async fn reports_of(&self, p: u32) -> Result<consumer::push::Ordered, BusError> {
+    /// `since_ms` (Unix ms): only what the stream received from then on (what its jobs' saved
+    /// predictors do not hold yet); `None`: everything it keeps.
+    pub async fn reports_of(&self, p: u32, since_ms: Option<u64>) -> Result<consumer::push::Ordered, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: format!("the reports of partition {p}"),
             detail: e.to_string(),
@@ -574,7 +576,12 @@ impl Durable {
         let stream = self.0.js.get_stream(&self.0.stream).await.map_err(|e| err(&e))?;
         let config = consumer::push::OrderedConfig {
             deliver_subject: self.0.js.client().new_inbox(),
-            deliver_policy: consumer::DeliverPolicy::All,
+            deliver_policy: match since_ms
+                .and_then(|ms| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok())
+            {
+                Some(start_time) => consumer::DeliverPolicy::ByStartTime { start_time },
+                None => consumer::DeliverPolicy::All,
+            },
             filter_subject: self.0.subjects.part_filter(p),
             ..Default::default()
         };

@@ -41,6 +41,10 @@ use crate::protocol::{
 /// good within this many epochs).
 pub const FULL_EVERY: u64 = 30;
 
+/// Reading a partition taken over starts this long before its jobs' oldest save plus the save
+/// interval (clocks of replicas and servers differ).
+const REPLAY_MARGIN_MS: u64 = 10_000;
+
 /// Ended jobs are remembered this long (a bid for one from a previous owner, still in flight,
 /// must not bring it back).
 const TOMBSTONE_KEEP: Duration = Duration::from_secs(120);
@@ -431,7 +435,7 @@ impl Owner {
     }
 
     /// The saved jobs of partitions taken: they start, then the partitions' reports are read
-    /// (those the stream kept first: the actors skip what their saved predictors hold).
+    /// from their jobs' oldest save on (the actors skip what their saved predictors hold).
     fn loaded(&mut self, (gained, saved): Loaded) {
         // Those released meanwhile are not ours any more.
         let gained: Vec<(u32, u64)> =
@@ -450,17 +454,29 @@ impl Owner {
         };
         let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
         let count = saved.len();
+        // Where each partition's reading starts: its jobs' oldest save, less a margin for the
+        // clocks (the reports before it are in the saved predictors); from the first report it
+        // keeps if any of its jobs has no dated save.
+        let margin = self.config.snapshot_interval.as_millis() as u64 + REPLAY_MARGIN_MS;
+        let mut since: HashMap<u32, Option<u64>> = HashMap::new();
         for (spec, predictor) in saved {
-            if self.jobs.contains_key(&spec.job) || !wanted.contains(&partition::of(&spec.job, self.partitions)) {
+            let p = partition::of(&spec.job, self.partitions);
+            if !wanted.contains(&p) {
                 continue;
             }
             let saved = predictor.and_then(|bytes| SavedJob::decode(&bytes).ok());
-            self.start_job(spec, saved);
+            let at = saved.as_ref().and_then(|s| s.saved_at_ms).map(|ms| ms.saturating_sub(margin));
+            let start = since.entry(p).or_insert(at);
+            *start = start.zip(at).map(|(a, b)| a.min(b));
+            if !self.jobs.contains_key(&spec.job) {
+                self.start_job(spec, saved);
+            }
         }
         for (p, term) in gained {
             self.gaining.remove(&p);
             self.held.insert(p, term);
-            self.consumers.insert(p, self.consume(p));
+            let from = since.get(&p).copied().flatten();
+            self.consumers.insert(p, self.consume(p, from));
         }
         self.full_next = true;
         info!(replica = %self.replica, partitions = ?wanted, jobs = count, "took partitions over");
@@ -468,11 +484,11 @@ impl Owner {
 
     /// Reads partition `p`'s reports and byes into the owner loop, again from the start if the
     /// consumer fails.
-    fn consume(&self, p: u32) -> tokio::task::JoinHandle<()> {
+    fn consume(&self, p: u32, since_ms: Option<u64>) -> tokio::task::JoinHandle<()> {
         let (durable, tx) = (self.durable.clone(), self.from_stream.clone());
         tokio::spawn(async move {
             loop {
-                match durable.reports_of(p).await {
+                match durable.reports_of(p, since_ms).await {
                     Ok(mut messages) => {
                         debug!(partition = p, "reading the partition's reports");
                         while let Some(m) = messages.next().await {
