@@ -157,8 +157,15 @@ pub async fn run(
     let settings = allocator_settings(&config, term);
     // Submitted jobs the allocator ends (restarts used up) come back here to be ended.
     let (ending_tx, mut ending) = tokio::sync::mpsc::unbounded_channel();
-    let allocator =
-        AllocatorActor::new(settings, publisher, metrics.clone(), durable.clone()).ending_to(ending_tx).start();
+    // The allocator on a thread of its own: an epoch (hundreds of ms at a million workers) must
+    // not hold up the ingest loop, status answers or the lease's renewal on this one.
+    let allocator_thread = Arbiter::new();
+    let allocator = {
+        let (metrics, durable) = (metrics.clone(), durable.clone());
+        AllocatorActor::start_in_arbiter(&allocator_thread.handle(), move |_| {
+            AllocatorActor::new(settings, publisher, metrics, durable).ending_to(ending_tx)
+        })
+    };
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
     let mut job_arbiters: Vec<ArbiterHandle> = arbiters.iter().map(|a| a.handle()).collect();
     if job_arbiters.is_empty() {
@@ -253,6 +260,7 @@ pub async fn run(
         let _ = stop.send(());
     }
     ingest.stop(arbiters).await;
+    allocator_thread.stop();
     Ok(())
 }
 
