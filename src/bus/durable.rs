@@ -460,30 +460,10 @@ impl Durable {
     /// Reads the whole bucket (concurrently, 64 keys at a time), and remembers each key's
     /// revision for the writes that follow.
     pub async fn load(&self) -> Result<SavedState, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: "reading the state bucket".into(),
-            detail: e.to_string(),
-        };
-        let keys: Vec<String> = match self.0.kv.keys().await {
-            Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
-            Err(e) => return Err(err(&e)),
-        };
-        let entries: Vec<kv::Entry> = futures_util::stream::iter(keys)
-            .map(|key| async move { self.0.kv.entry(key).await })
-            .buffer_unordered(64)
-            .filter_map(|entry| async move { entry.transpose() })
-            .try_collect()
-            .await
-            .map_err(|e| err(&e))?;
+        let entries = self.entries(|_| true).await?;
         let mut state = SavedState::default();
         let mut predictors: HashMap<String, Bytes> = HashMap::new();
         let mut specs: Vec<JobSpec> = Vec::new();
-        {
-            let mut revisions = self.0.revisions.lock().unwrap_or_else(|p| p.into_inner());
-            for entry in &entries {
-                revisions.0.insert(entry.key.clone(), entry.revision);
-            }
-        }
         for entry in entries {
             if entry.operation != kv::Operation::Put {
                 continue;
@@ -550,48 +530,43 @@ impl Durable {
     /// The loss reports and byes, oldest first: those kept in the stream, then new ones as
     /// they come.
     pub async fn reports(&self) -> Result<consumer::push::Ordered, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: "the reports stream".into(),
-            detail: e.to_string(),
-        };
-        let stream = self.0.js.get_stream(&self.0.stream).await.map_err(|e| err(&e))?;
-        let config = consumer::push::OrderedConfig {
-            deliver_subject: self.0.js.client().new_inbox(),
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        };
-        let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
-        consumer.messages().await.map_err(|e| err(&e))
+        self.ordered("the reports stream".into(), String::new(), None).await
     }
 
     /// The reports and byes of partition `p` (`[cluster] shared`), oldest first, as
-    /// [`Durable::reports`].
-    /// `since_ms` (Unix ms): only what the stream received from then on (what its jobs' saved
-    /// predictors do not hold yet); `None`: everything it keeps.
+    /// [`Durable::reports`]. `since_ms` (Unix ms): only what the stream received from then on
+    /// (what its jobs' saved predictors do not hold yet); `None`: everything it keeps.
     pub async fn reports_of(&self, p: u32, since_ms: Option<u64>) -> Result<consumer::push::Ordered, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: format!("the reports of partition {p}"),
-            detail: e.to_string(),
-        };
+        self.ordered(format!("the reports of partition {p}"), self.0.subjects.part_filter(p), since_ms).await
+    }
+
+    /// An ordered consumer of the reports stream: `filter` (empty: all), from `since_ms` on.
+    async fn ordered(
+        &self,
+        what: String,
+        filter: String,
+        since_ms: Option<u64>,
+    ) -> Result<consumer::push::Ordered, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream { what: what.clone(), detail: e.to_string() };
         let stream = self.0.js.get_stream(&self.0.stream).await.map_err(|e| err(&e))?;
+        let start =
+            since_ms.and_then(|ms| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok());
         let config = consumer::push::OrderedConfig {
             deliver_subject: self.0.js.client().new_inbox(),
-            deliver_policy: match since_ms
-                .and_then(|ms| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok())
-            {
+            deliver_policy: match start {
                 Some(start_time) => consumer::DeliverPolicy::ByStartTime { start_time },
                 None => consumer::DeliverPolicy::All,
             },
-            filter_subject: self.0.subjects.part_filter(p),
+            filter_subject: filter,
             ..Default::default()
         };
         let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
         consumer.messages().await.map_err(|e| err(&e))
     }
 
-    /// The saved jobs whose id `keep` accepts, each with its saved predictor (a partition's,
-    /// when its owner takes it over); remembers their keys' revisions.
-    pub async fn load_jobs(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<(JobSpec, Option<Bytes>)>, BusError> {
+    /// The bucket's entries whose key `keep` accepts, read concurrently (64 at a time); their
+    /// revisions are remembered for the writes that follow.
+    async fn entries(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<kv::Entry>, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "reading the state bucket".into(),
             detail: e.to_string(),
@@ -600,10 +575,7 @@ impl Durable {
             Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
             Err(e) => return Err(err(&e)),
         };
-        let wanted = keys.into_iter().filter(|k| {
-            k.split_once('.').is_some_and(|(kind, id)| matches!(kind, "job" | "pred" | "plan") && keep(id))
-        });
-        let entries: Vec<kv::Entry> = futures_util::stream::iter(wanted)
+        let entries: Vec<kv::Entry> = futures_util::stream::iter(keys.into_iter().filter(|k| keep(k)))
             .map(|key| async move { self.0.kv.entry(key).await })
             .buffer_unordered(64)
             .filter_map(|entry| async move { entry.transpose() })
@@ -611,52 +583,53 @@ impl Durable {
             .await
             .map_err(|e| err(&e))?;
         let mut revisions = self.0.revisions.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut specs, mut predictors) = (Vec::new(), HashMap::new());
-        for entry in entries {
+        for entry in &entries {
             revisions.0.insert(entry.key.clone(), entry.revision);
-            if entry.operation != kv::Operation::Put {
-                continue;
-            }
+        }
+        Ok(entries)
+    }
+
+    /// The saved jobs whose id `keep` accepts, each with its saved predictor (a partition's,
+    /// when its owner takes it over).
+    pub async fn load_jobs(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<(JobSpec, Option<Bytes>)>, BusError> {
+        let entries = self
+            .entries(|k| k.split_once('.').is_some_and(|(kind, id)| matches!(kind, "job" | "pred") && keep(id)))
+            .await?;
+        let (mut specs, mut predictors) = (Vec::new(), HashMap::new());
+        for entry in entries.into_iter().filter(|e| e.operation == kv::Operation::Put) {
             match entry.key.split_once('.') {
-                Some(("job", id)) => match decode::<JobSpec>(&entry.value) {
-                    Some(spec) if spec.job == id => specs.push(spec),
-                    _ => {}
-                },
+                Some(("job", id)) => specs.extend(decode::<JobSpec>(&entry.value).filter(|s| s.job == id)),
                 Some(("pred", id)) => {
                     predictors.insert(id.to_string(), entry.value);
                 }
                 _ => {}
             }
         }
-        drop(revisions);
         specs.sort_by(|a, b| a.job.cmp(&b.job));
-        Ok(specs.into_iter().map(|s| (s.clone(), predictors.remove(&s.job))).collect())
+        Ok(specs
+            .into_iter()
+            .map(|s| {
+                let predictor = predictors.remove(&s.job);
+                (s, predictor)
+            })
+            .collect())
     }
 
-    /// One job's saved spec and predictor, if it has them.
+    /// One job's saved spec and predictor, if it has a spec.
     pub async fn load_job(&self, job: &str) -> Result<Option<(JobSpec, Option<Bytes>)>, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "reading the state bucket".into(),
             detail: e.to_string(),
         };
-        let mut found = None;
-        for key in [format!("job.{job}"), format!("pred.{job}")] {
+        let read = |key: String| async move {
             let entry = self.0.kv.entry(key.clone()).await.map_err(|e| err(&e))?;
-            let Some(entry) = entry else { continue };
+            let Some(entry) = entry else { return Ok(None) };
             self.0.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.insert(key, entry.revision);
-            if entry.operation != kv::Operation::Put {
-                continue;
-            }
-            match decode::<JobSpec>(&entry.value) {
-                Some(spec) if found.is_none() && spec.job == job => found = Some((spec, None)),
-                _ => {
-                    if let Some((_, predictor)) = found.as_mut() {
-                        *predictor = Some(entry.value);
-                    }
-                }
-            }
-        }
-        Ok(found)
+            Ok::<_, BusError>((entry.operation == kv::Operation::Put).then_some(entry.value))
+        };
+        let spec = read(format!("job.{job}")).await?.and_then(|v| decode::<JobSpec>(&v)).filter(|s| s.job == job);
+        let Some(spec) = spec else { return Ok(None) };
+        Ok(Some((spec, read(format!("pred.{job}")).await?)))
     }
 
     /// Ends a job through the stream (`[cluster] shared`: the leader ends a submitted job whose

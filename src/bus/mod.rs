@@ -315,6 +315,12 @@ impl Publisher {
     }
 }
 
+/// The encoding a received message says it is in (its `Content-Type` header; MessagePack
+/// without one).
+pub fn encoding_of(message: &async_nats::Message) -> Encoding {
+    Encoding::from_content_type(message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()))
+}
+
 /// A request with a deadline (async-nats' own can wait forever while disconnected); the reply
 /// is decoded with the request's encoding.
 pub async fn request<Req: Serialize, Rep: serde::de::DeserializeOwned>(

@@ -136,8 +136,9 @@ impl Partitions {
         read_view(&self.kv, self.leases.len() as u32).await
     }
 
-    /// One round (see the module's documentation).
-    pub async fn tick(&mut self) -> Result<Changes, BusError> {
+    /// One round (see the module's documentation). A failing operation is logged and the round
+    /// goes on: what it changed always reaches the caller.
+    pub async fn tick(&mut self) -> Changes {
         let mut changes = Changes::default();
         let member = serde_json::to_vec(&Member { replica: self.replica.clone() }).unwrap_or_default();
         // A failed write is not the end of the tick: the renewals below matter more, and a
@@ -154,8 +155,7 @@ impl Partitions {
                 (p, sent, lease.renew(h.lease).await)
             }
         });
-        // Every answer is recorded before an error is returned: a renewal made is a revision
-        // the next one must expect.
+        // Every answer is recorded: a renewal made is a revision the next one must expect.
         let mut failed = None;
         for (p, sent, renewed) in futures_util::future::join_all(renewals).await {
             match renewed {
@@ -170,8 +170,7 @@ impl Partitions {
             }
         }
         if let Some(e) = failed {
-            // Not returned: what was lost above must still reach the caller. A partition whose
-            // renewal failed is released below once its fence lapses.
+            // A partition whose renewal failed is released below once its fence lapses.
             tracing::warn!(error = %e, "renewing partition leases");
         }
         // A partition whose fence lapsed (renewals failing) is not this replica's any more.
@@ -181,12 +180,11 @@ impl Partitions {
             self.held.remove(&p);
             changes.released.push(p);
         }
-        // From here on an error ends the tick with what it changed so far, never without it.
         let view = match self.view().await {
             Ok(view) => view,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the partition bucket");
-                return Ok(changes);
+                return changes;
             }
         };
         let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
@@ -207,7 +205,7 @@ impl Partitions {
                 }
             }
         }
-        Ok(changes)
+        changes
     }
 
     /// Takes partition `p` if free: its term, or `None` if someone has it.

@@ -386,6 +386,14 @@ struct Route {
     command: Option<JobCommand>,
 }
 
+impl Route {
+    /// A job just heard from.
+    fn new(addr: Option<Addr<JobActor>>, command: Option<JobCommand>, quota: governor::Quota) -> Route {
+        let limiter = governor::RateLimiter::direct(quota);
+        Route { addr, limiter, dropped: 0, last_heard: Instant::now(), quiet: false, command }
+    }
+}
+
 /// A status answer that fits in one NATS message: the jobs (and workers) that match the
 /// request, in id order, cut at `limit` or where the encoded answer would exceed the server's
 /// payload limit; `truncated` says so.
@@ -521,9 +529,7 @@ impl Ingest {
         if let Some(seq) = seq {
             self.last_stream_seq = self.last_stream_seq.max(seq);
         }
-        let encoding = Encoding::from_content_type(
-            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
-        );
+        let encoding = crate::bus::encoding_of(&message);
         let reply = message.reply.as_ref().map(|r| r.as_str()).filter(|_| seq.is_none());
         let subject = message.subject.as_str();
         let result = match reply {
@@ -574,15 +580,7 @@ impl Ingest {
         };
         for (job, _) in &merged.bids {
             if !self.jobs.contains_key(job) {
-                let route = Route {
-                    addr: None,
-                    limiter: governor::RateLimiter::direct(self.config.report_quota),
-                    dropped: 0,
-                    last_heard: Instant::now(),
-                    quiet: false,
-                    command: None,
-                };
-                self.jobs.insert(job.clone(), route);
+                self.jobs.insert(job.clone(), Route::new(None, None, self.config.report_quota));
             }
         }
         for (job, _) in &merged.gone {
@@ -860,16 +858,7 @@ impl Ingest {
                 Some(job.spawn(arbiter, spec, saved))
             }
         };
-        let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let route = Route {
-            addr: addr.clone(),
-            limiter,
-            dropped: 0,
-            last_heard: Instant::now(),
-            quiet: false,
-            command: command.clone(),
-        };
-        self.jobs.insert(id.clone(), route);
+        self.jobs.insert(id.clone(), Route::new(addr.clone(), command.clone(), self.config.report_quota));
         self.allocator.do_send(JobStarted { job: id.clone(), addr, command });
         // Per job, so debug: at 100,000 jobs this line would be the log.
         debug!(job = id, "job joined");

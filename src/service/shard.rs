@@ -221,8 +221,6 @@ pub struct Owner {
     /// Messages refused, by cause (logged now and then).
     refused: HashMap<RejectCause, u64>,
     last_logged: Option<Instant>,
-    /// Reports accepted (handed to an actor) in this process, for `status` and benchmarks.
-    pub reports: u64,
 }
 
 /// Runs this replica's share of the jobs until `shutdown`: holds partitions, runs their job
@@ -305,7 +303,6 @@ pub async fn run_owner(
         forward: Forward(bid_tx).start().recipient(),
         refused: HashMap::new(),
         last_logged: None,
-        reports: 0,
         config,
     };
     info!(replica = %owner.replica, partitions = n, "sharing the jobs: taking partitions");
@@ -361,16 +358,15 @@ async fn hold_leases(
         tokio::select! {
             _ = &mut leave => break,
             _ = tick.tick() => {
-                let sent = Instant::now();
-                match parts.tick().await {
-                    Ok(change) => {
-                        fence.renewed(sent, ttl / 2);
-                        let news = !(change.gained.is_empty() && change.released.is_empty());
-                        if news && changes.send(change).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "cannot renew the partition leases"),
+                let change = parts.tick().await;
+                // The owner's writes hold as long as every partition it holds is held.
+                let oldest = parts.held_until().into_iter().map(|(_, until)| until).min();
+                if let Some(sent) = oldest.and_then(|until| until.checked_sub(ttl / 2)) {
+                    fence.renewed(sent, ttl / 2);
+                }
+                let news = !(change.gained.is_empty() && change.released.is_empty());
+                if news && changes.send(change).is_err() {
+                    break;
                 }
             }
         }
@@ -565,9 +561,7 @@ impl Owner {
         message: &async_nats::Message,
         seq: Option<u64>,
     ) -> Result<(), ProtocolError> {
-        let encoding = Encoding::from_content_type(
-            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
-        );
+        let encoding = crate::bus::encoding_of(message);
         let subject = match self.config.subjects.unmap(message.subject.as_str()) {
             Some((mapped, subject)) if mapped == p => subject,
             _ => return Err(ProtocolError::UnknownSubject),
@@ -600,7 +594,6 @@ impl Owner {
                 if std::mem::take(&mut owned.quiet) {
                     self.quiet.entry(p).or_default().push((job.to_string(), false));
                 }
-                self.reports += 1;
                 Ok(())
             }
             Inbound::JobBye(end) => {
@@ -659,9 +652,7 @@ impl Owner {
 
     /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
     fn hello(&mut self, message: async_nats::Message) {
-        let encoding = Encoding::from_content_type(
-            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
-        );
+        let encoding = crate::bus::encoding_of(&message);
         let limits = self.limits();
         let spec = match protocol::inbound(
             &self.config.subjects,
@@ -694,9 +685,7 @@ impl Owner {
 
     /// An allocation the leader sent a job: its actor learns its worker count.
     fn alloc(&mut self, message: async_nats::Message) {
-        let encoding = Encoding::from_content_type(
-            message.headers.as_ref().and_then(|h| h.get("Content-Type")).map(|v| v.as_str()),
-        );
+        let encoding = crate::bus::encoding_of(&message);
         let Ok(alloc) = protocol::decode::<JobAllocation>(encoding, &message.payload, "allocation") else { return };
         if let Some(owned) = self.jobs.get(&alloc.job) {
             owned.addr.do_send(WorkersChanged(alloc.workers.len() as u32));

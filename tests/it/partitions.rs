@@ -61,9 +61,7 @@ fn replica(url: String, name: &'static str, ttl: Duration, board: Board) -> crat
         let c = client(&url).await;
         let mut parts = Partitions::open(&c, "pl", name, 32, ttl, 1).await.expect("open");
         loop {
-            if let Err(e) = parts.tick().await {
-                tracing::warn!(error = %e, name, "tick");
-            }
+            parts.tick().await;
             board.lock().expect("board").insert(name.to_string(), parts.held_until());
             tokio::time::sleep(ttl / 4).await;
         }
