@@ -93,7 +93,7 @@ async fn lead(
     clients: &Connections,
     config: &ServeConfig,
     lease: &Lease,
-    mut held: Held,
+    held: Held,
     fence: Fence,
     shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Led {
@@ -108,47 +108,29 @@ async fn lead(
         |_| {},
     );
     tokio::pin!(service);
-    let every = lease.ttl() / 4;
-    let mut renew = tokio::time::interval(every);
-    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let led = loop {
-        tokio::select! {
-            result = &mut service => {
-                // The scheduler ended by itself (it could not start, or failed): give the lease
-                // back for another replica, and stand by again a little later.
-                if let Err(e) = result {
-                    warn!(error = %e, "the scheduler failed; giving the lease back");
-                }
-                fence.depose();
+    // The renewals run on a task of their own: a scheduler busy with a burst (a million
+    // workers saying hello) neither delays a renewal nor waits for one.
+    let (stop_renewing, renewing_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut renewer = tokio::spawn(keep_lease(lease.clone(), held, fence.clone(), renewing_stopped));
+    let led = tokio::select! {
+        result = &mut service => {
+            // The scheduler ended by itself (it could not start, or failed): give the lease
+            // back for another replica, and stand by again a little later.
+            if let Err(e) = result {
+                warn!(error = %e, "the scheduler failed; giving the lease back");
+            }
+            fence.depose();
+            let _ = stop_renewing.send(());
+            if let Ok(Some(held)) = renewer.await {
                 lease.release(held).await;
-                tokio::time::sleep(lease.ttl()).await;
-                return Led::Failed;
             }
-            _ = shutdown.as_mut() => break Led::Stopped,
-            _ = renew.tick() => {
-                // The fence closes by itself half a lease after the last renewal was sent (a
-                // process paused past it acts on nothing when it resumes); a renewal that
-                // fails for longer than that deposes.
-                if !fence.holds() {
-                    break Led::Deposed;
-                }
-                let sent = Instant::now();
-                match tokio::time::timeout(every, lease.renew(held)).await {
-                    Ok(Ok(Some(next))) => {
-                        held = next;
-                        fence.renewed(sent, lease.ttl() / 2);
-                    }
-                    Ok(Ok(None)) => break Led::Deposed,
-                    Ok(Err(e)) => warn!(error = %e, "lease renewal failed"),
-                    Err(_) => warn!("lease renewal timed out"),
-                }
-                if !fence.holds() {
-                    break Led::Deposed;
-                }
-            }
+            tokio::time::sleep(lease.ttl()).await;
+            return Led::Failed;
         }
+        _ = shutdown.as_mut() => Led::Stopped,
+        _ = &mut renewer => Led::Deposed,
     };
-    if !matches!(led, Led::Stopped) {
+    if matches!(led, Led::Deposed) {
         fence.depose();
     }
     let _ = stop_tx.send(());
@@ -156,7 +138,47 @@ async fn lead(
         warn!(error = %e, "the scheduler stopped with an error");
     }
     if matches!(led, Led::Stopped) {
-        lease.release(held).await;
+        let _ = stop_renewing.send(());
+        if let Ok(Some(held)) = renewer.await {
+            lease.release(held).await;
+        }
     }
     led
+}
+
+/// Renews the leader's lease every quarter lease until `stop` (then returns the lease still
+/// held) or until it is lost: taken by another, or not renewed for half a lease, when the fence
+/// closes by itself (a process paused past it acts on nothing when it resumes). Returns `None`
+/// when lost.
+async fn keep_lease(
+    lease: Lease,
+    mut held: Held,
+    fence: Fence,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> Option<Held> {
+    let every = lease.ttl() / 4;
+    let mut renew = tokio::time::interval(every);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Some(held),
+            _ = renew.tick() => {}
+        }
+        if !fence.holds() {
+            return None;
+        }
+        let sent = Instant::now();
+        match tokio::time::timeout(every, lease.renew(held)).await {
+            Ok(Ok(Some(next))) => {
+                held = next;
+                fence.renewed(sent, lease.ttl() / 2);
+            }
+            Ok(Ok(None)) => return None,
+            Ok(Err(e)) => warn!(error = %e, "lease renewal failed"),
+            Err(_) => warn!("lease renewal timed out"),
+        }
+        if !fence.holds() {
+            return None;
+        }
+    }
 }
