@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, kv, stream};
 use bytes::Bytes;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -96,6 +96,18 @@ pub struct SavedState {
     pub undecodable: usize,
 }
 
+/// One key's last value as read from the bucket.
+struct SavedEntry {
+    key: String,
+    value: Bytes,
+    revision: u64,
+    /// A value (not a delete or purge marker).
+    put: bool,
+}
+
+/// How long a read of the bucket may wait for its next value.
+const READ_IDLE: Duration = Duration::from_secs(30);
+
 /// What the writer counts (the service's metrics read them).
 #[derive(Debug, Default)]
 pub struct DurableCounters {
@@ -132,11 +144,14 @@ struct Pending {
     /// After a conflict: not before the lease was renewed past this count (proof that this
     /// scheduler still leads before it writes over the other writer).
     after_renewal: Option<u64>,
+    /// Told once this value, or a newer one of the key, is written (dropped unanswered if the
+    /// write is given up: the lease was lost).
+    written: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Pending {
     fn new(op: Op) -> Self {
-        Pending { op, attempts: 0, not_before: None, after_renewal: None }
+        Pending { op, attempts: 0, not_before: None, after_renewal: None, written: Vec::new() }
     }
 }
 
@@ -228,6 +243,9 @@ async fn writer(inner: std::sync::Weak<Inner>) {
             let retry = match outcome {
                 Outcome::Written => {
                     this.counters.written.fetch_add(1, Ordering::Relaxed);
+                    for waiter in pending.written {
+                        let _ = waiter.send(());
+                    }
                     continue;
                 }
                 Outcome::Conflict => {
@@ -252,8 +270,15 @@ async fn writer(inner: std::sync::Weak<Inner>) {
             retry.attempts += 1;
             let backoff = BACKOFF.0.saturating_mul(1 << retry.attempts.min(10)).min(BACKOFF.1);
             retry.not_before = Some(Instant::now() + backoff);
-            // A newer value for the key supersedes the one that failed.
-            this.pending.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(retry);
+            // A newer value for the key supersedes the one that failed (and answers its waiters).
+            match this.pending.lock().unwrap_or_else(|p| p.into_inner()).entry(key) {
+                std::collections::hash_map::Entry::Occupied(mut newer) => {
+                    newer.get_mut().written.append(&mut retry.written)
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(retry);
+                }
+            }
         }
     }
 }
@@ -457,15 +482,15 @@ impl Durable {
         self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).len() + self.0.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Reads the whole bucket (concurrently, 64 keys at a time), and remembers each key's
+    /// Reads the whole bucket (one ordered consumer, see `entries`), and remembers each key's
     /// revision for the writes that follow.
     pub async fn load(&self) -> Result<SavedState, BusError> {
-        let entries = self.entries(|_| true).await?;
+        let entries = self.entries(&[">"], |_| true).await?;
         let mut state = SavedState::default();
         let mut predictors: HashMap<String, Bytes> = HashMap::new();
         let mut specs: Vec<JobSpec> = Vec::new();
         for entry in entries {
-            if entry.operation != kv::Operation::Put {
+            if !entry.put {
                 continue;
             }
             let (key, value) = (entry.key, entry.value);
@@ -564,24 +589,56 @@ impl Durable {
         consumer.messages().await.map_err(|e| err(&e))
     }
 
-    /// The bucket's entries whose key `keep` accepts, read concurrently (64 at a time); their
-    /// revisions are remembered for the writes that follow.
-    async fn entries(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<kv::Entry>, BusError> {
+    /// The bucket's live values under each of `filters` (key patterns such as `job.*`; `>`:
+    /// all) whose key `keep` accepts, each read with one ordered consumer of the bucket's
+    /// stream (its last value per key, values included: no request per key, which at a million
+    /// keys took minutes). Their revisions are remembered for the writes that follow.
+    async fn entries(&self, filters: &[&str], keep: impl Fn(&str) -> bool) -> Result<Vec<SavedEntry>, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "reading the state bucket".into(),
             detail: e.to_string(),
         };
-        let keys: Vec<String> = match self.0.kv.keys().await {
-            Ok(keys) => keys.try_collect().await.map_err(|e| err(&e))?,
-            Err(e) => return Err(err(&e)),
-        };
-        let entries: Vec<kv::Entry> = futures_util::stream::iter(keys.into_iter().filter(|k| keep(k)))
-            .map(|key| async move { self.0.kv.entry(key).await })
-            .buffer_unordered(64)
-            .filter_map(|entry| async move { entry.transpose() })
-            .try_collect()
-            .await
-            .map_err(|e| err(&e))?;
+        let stream = self.0.js.get_stream(format!("KV_{}", self.0.bucket)).await.map_err(|e| err(&e))?;
+        let prefix = format!("$KV.{}.", self.0.bucket);
+        let mut entries = Vec::new();
+        for filter in filters {
+            let config = consumer::push::OrderedConfig {
+                deliver_subject: self.0.js.client().new_inbox(),
+                filter_subject: format!("{prefix}{filter}"),
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                replay_policy: consumer::ReplayPolicy::Instant,
+                ..Default::default()
+            };
+            let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
+            if consumer.cached_info().num_pending == 0 {
+                continue;
+            }
+            let mut messages = consumer.messages().await.map_err(|e| err(&e))?;
+            loop {
+                // Every value is a message of its own and a rewrite or delete adds one, so the
+                // last one delivered says nothing is pending; a silent consumer is an error.
+                let next = tokio::time::timeout(READ_IDLE, messages.next()).await;
+                let message = match next {
+                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Err(e))) => return Err(err(&e)),
+                    Ok(None) => return Err(err(&"the consumer ended")),
+                    Err(_) => return Err(err(&format!("nothing delivered for {READ_IDLE:?}"))),
+                };
+                let info = message.info().map_err(|e| err(&e))?;
+                let (revision, pending) = (info.stream_sequence, info.pending);
+                let put = message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("KV-Operation"))
+                    .is_none_or(|op| op.as_str() != "DEL" && op.as_str() != "PURGE");
+                if let Some(key) = message.subject.as_str().strip_prefix(&prefix).filter(|k| keep(k)) {
+                    entries.push(SavedEntry { key: key.to_string(), value: message.payload.clone(), revision, put });
+                }
+                if pending == 0 {
+                    break;
+                }
+            }
+        }
         let mut revisions = self.0.revisions.lock().unwrap_or_else(|p| p.into_inner());
         for entry in &entries {
             revisions.0.insert(entry.key.clone(), entry.revision);
@@ -592,11 +649,9 @@ impl Durable {
     /// The saved jobs whose id `keep` accepts, each with its saved predictor (a partition's,
     /// when its owner takes it over).
     pub async fn load_jobs(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<(JobSpec, Option<Bytes>)>, BusError> {
-        let entries = self
-            .entries(|k| k.split_once('.').is_some_and(|(kind, id)| matches!(kind, "job" | "pred") && keep(id)))
-            .await?;
+        let entries = self.entries(&["job.*", "pred.*"], |k| k.split_once('.').is_some_and(|(_, id)| keep(id))).await?;
         let (mut specs, mut predictors) = (Vec::new(), HashMap::new());
-        for entry in entries.into_iter().filter(|e| e.operation == kv::Operation::Put) {
+        for entry in entries.into_iter().filter(|e| e.put) {
             match entry.key.split_once('.') {
                 Some(("job", id)) => specs.extend(decode::<JobSpec>(&entry.value).filter(|s| s.job == id)),
                 Some(("pred", id)) => {
@@ -654,6 +709,10 @@ impl Durable {
     }
 
     fn put<T: Serialize>(&self, key: String, value: &T) {
+        self.put_then(key, value, None);
+    }
+
+    fn put_then<T: Serialize>(&self, key: String, value: &T, waiter: Option<tokio::sync::oneshot::Sender<()>>) {
         let bytes = match protocol::encode(Encoding::MsgPack, value) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
@@ -661,19 +720,27 @@ impl Durable {
                 return;
             }
         };
-        self.write(key, Op::Put(bytes));
+        self.write_then(key, Op::Put(bytes), waiter);
     }
 
     fn write(&self, key: String, op: Op) {
+        self.write_then(key, op, None);
+    }
+
+    /// Queues a write; `waiter` is told once it (or a newer value of the key) is written.
+    fn write_then(&self, key: String, op: Op, waiter: Option<tokio::sync::oneshot::Sender<()>>) {
         if self.0.fence.deposed() {
             self.0.counters.fenced.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let mut pending = self.0.pending.lock().unwrap_or_else(|p| p.into_inner());
         // A newer value replaces the one waiting, but not the wait for a renewal after a
-        // conflict: the key still needs reading again under a lease known to be held.
-        let after_renewal = pending.get(&key).and_then(|p| p.after_renewal);
-        pending.insert(key, Pending { after_renewal, ..Pending::new(op) });
+        // conflict (the key still needs reading again under a lease known to be held), nor
+        // those waiting for the key to be written.
+        let (after_renewal, mut written) =
+            pending.remove(&key).map_or((None, Vec::new()), |p| (p.after_renewal, p.written));
+        written.extend(waiter);
+        pending.insert(key, Pending { after_renewal, written, ..Pending::new(op) });
         drop(pending);
         self.0.wake.notify_one();
     }
@@ -689,6 +756,15 @@ impl Durable {
 
     pub fn save_job(&self, spec: &JobSpec) {
         self.put(format!("job.{}", spec.job), spec);
+    }
+
+    /// [`Durable::save_job`], and the answer once the spec is in the bucket: `Err` if the write
+    /// was given up (the lease was lost). A job's hello is answered only then, so an answered
+    /// hello is never lost to a fail-over or a partition's takeover.
+    pub fn save_job_acked(&self, spec: &JobSpec) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.put_then(format!("job.{}", spec.job), spec, Some(tx));
+        rx
     }
 
     pub fn save_predictor(&self, job: &str, predictor: Bytes) {

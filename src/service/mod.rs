@@ -81,6 +81,10 @@ impl Connections {
     }
 }
 
+/// How long a job's hello waits for its spec to be saved before it goes unanswered (the job
+/// asks again).
+const HELLO_SAVE_WAIT: Duration = Duration::from_secs(30);
+
 /// The smallest subscription buffer of the state connection.
 const STATE_SUBSCRIPTION_CAPACITY: usize = 65_536;
 
@@ -703,12 +707,26 @@ impl Ingest {
                 self.start_job(spec.clone(), None)?;
             }
         }
-        if let Some(d) = &self.durable {
-            d.save_job(&spec);
-        }
         self.heard(&id);
-        if let Some(reply) = reply {
-            self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
+        let ack = Ack::ok().with_term(self.term);
+        match (&self.durable, reply) {
+            // Answered once the spec is saved: an answered hello survives a fail-over or its
+            // partition's takeover. Not answered if the write is given up (the lease was lost)
+            // or takes longer than a hello waits: the job says hello again.
+            (Some(d), Some(reply)) => {
+                let saved = d.save_job_acked(&spec);
+                let (client, reply) = (self.client.clone(), reply.to_string());
+                tokio::spawn(async move {
+                    if let Ok(Ok(())) = tokio::time::timeout(HELLO_SAVE_WAIT, saved).await
+                        && let Err(e) = crate::bus::publish(&client, reply, encoding, &ack).await
+                    {
+                        warn!(error = %e, "cannot send a reply");
+                    }
+                });
+            }
+            (Some(d), None) => d.save_job(&spec),
+            (None, Some(reply)) => self.reply(reply, encoding, &ack).await,
+            (None, None) => {}
         }
         Ok(())
     }

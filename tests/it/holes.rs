@@ -1090,3 +1090,35 @@ async fn a_silent_jobs_stale_gain_wins_no_workers() {
     .await;
     drop(flat);
 }
+
+/// An answered job hello is never lost: the scheduler answers once the job's spec is in the
+/// bucket, which a new leader and a partition's new owner restore from. While the bucket
+/// refuses new values the hello goes unanswered; once it takes them, the hello asked again is
+/// answered and the spec is there.
+#[tokio::test]
+async fn a_jobs_hello_is_answered_only_once_its_spec_is_saved() {
+    let nats = NatsServer::start_jetstream();
+    let settings = fast_settings("[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n");
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    hello(&c, &JobSpec::new("first")).await;
+    let js = async_nats::jetstream::new(c.clone());
+    assert!(bucket(&js, "slaq_state").await.contains_key("job.first"));
+    // The bucket refuses any new value.
+    let mut stream = js.get_stream("KV_slaq_state").await.unwrap();
+    let info = stream.info().await.unwrap().clone();
+    let mut config = info.config.clone();
+    config.max_messages = i64::try_from(info.state.messages).unwrap();
+    js.update_stream(&config).await.unwrap();
+    let spec = JobSpec::new("late");
+    let answer: Result<Ack, _> =
+        bus::request(&c, s().job_hello("late"), Encoding::MsgPack, &spec, Duration::from_secs(3)).await;
+    assert!(answer.is_err(), "answered before its spec was saved: {answer:?}");
+    assert!(!bucket(&js, "slaq_state").await.contains_key("job.late"));
+    config.max_messages = -1;
+    js.update_stream(&config).await.unwrap();
+    // Asked again, as a job does when not answered.
+    hello(&c, &spec).await;
+    assert!(bucket(&js, "slaq_state").await.contains_key("job.late"), "answered, not saved");
+}
