@@ -7,8 +7,10 @@
 //! After the warm-up it measures, over `--measure-s`: the leader's epochs (from `ctl.epoch`),
 //! and each replica's CPU seconds (`/proc/<pid>/stat`) against the reports its partitions
 //! received. Then it kills (SIGKILL) a replica that holds partitions and does not lead, and
-//! measures how long until its partitions are held again, until every one of their jobs bids
-//! again with at least the points it had, and how many workers moved meanwhile.
+//! measures how long until its partitions are held again (read from the partition bucket), until
+//! a surviving owner sends every one of their jobs' bids with more points than the victim last
+//! sent (read from the owners' messages to the leader), and how many workers moved meanwhile.
+//! The workers and jobs register as their processes would, by requests answered by the leader.
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -17,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 
 use slaq::bus;
 use slaq::partition;
@@ -77,25 +79,48 @@ fn start_replica(args: &BenchClusterArgs, id: &str, dir: &std::path::Path) -> an
 }
 
 /// The status of every job, read in pages by id prefix (an answer must fit in one message).
-async fn all_jobs(client: &async_nats::Client, s: &Subjects) -> anyhow::Result<(StatusSnapshot, HashMap<String, u64>)> {
-    let mut points = HashMap::new();
-    let mut prefixes: Vec<String> = (0..10).map(|d| format!("job{d}")).collect();
-    let mut first = None;
-    while let Some(prefix) = prefixes.pop() {
-        let request = StatusRequest { jobs: Some(prefix.clone()), limit: None };
-        let st: StatusSnapshot =
-            bus::request(client, s.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(10)).await?;
-        if st.truncated {
-            prefixes.extend((0..10).map(|d| format!("{prefix}{d}")));
-            // The exact prefix itself is one job.
-        }
-        for j in &st.jobs {
-            points.insert(j.job.clone(), j.points);
-        }
-        first.get_or_insert(st);
-    }
-    Ok((first.context("no status")?, points))
+/// Registers the workers and the jobs as their processes would: each hello is a request,
+/// sent again when not answered in 5 s (the agent's `hello_timeout`), with at most
+/// `HELLOS_IN_FLIGHT` waiting at once. Returns how many were sent again.
+async fn register(client: &async_nats::Client, s: &Subjects, workers: usize, jobs: usize) -> anyhow::Result<u64> {
+    let retried = AtomicU64::new(0);
+    let hellos = (0..workers)
+        .map(|w| {
+            let id = format!("w{w}");
+            let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
+            protocol::encode(Encoding::MsgPack, &spec).map(|b| (s.worker_hello(&id), b))
+        })
+        .chain((0..jobs).map(|j| {
+            let id = format!("job{j}");
+            protocol::encode(Encoding::MsgPack, &JobSpec::new(&id)).map(|b| (s.job_hello(&id), b))
+        }));
+    let retried_ref = &retried;
+    futures_util::stream::iter(hellos)
+        .map(|hello| async move {
+            let (subject, bytes) = hello?;
+            let bytes = bytes::Bytes::from(bytes);
+            loop {
+                let answer = tokio::time::timeout(HELLO_TIMEOUT, client.request(subject.clone(), bytes.clone())).await;
+                if matches!(answer, Ok(Ok(_))) {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                retried_ref.fetch_add(1, Ordering::Relaxed);
+                if answer.is_ok() {
+                    // No responders (a leader changing): wait before asking again.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        })
+        .buffer_unordered(HELLOS_IN_FLIGHT)
+        .try_for_each(|()| async { Ok(()) })
+        .await?;
+    Ok(retried.load(Ordering::Relaxed))
 }
+
+/// How long one hello waits for its answer (the agent's default).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Hellos waiting for their answers at once.
+const HELLOS_IN_FLIGHT: usize = 4096;
 
 /// The status without jobs or workers (asked up to three times: a busy leader may be late).
 async fn status(client: &async_nats::Client, s: &Subjects) -> Option<StatusSnapshot> {
@@ -164,16 +189,26 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
             }
         });
     }
-    for w in 0..args.workers {
-        let id = format!("w{w}");
-        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
-        bus::publish(&client, s.worker_hello(&id), Encoding::MsgPack, &spec).await?;
+    // The owners' bids as they send them: each job's points, by the replica that sent them.
+    let bids: Arc<Mutex<HashMap<String, (String, u64)>>> = Arc::default();
+    {
+        let mut sub = client.subscribe(s.part_bids_all()).await?;
+        let (bids, partitions) = (bids.clone(), args.partitions);
+        tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                if let Ok(m) = slaq::service::shard::PartitionBids::decode(&m.payload, partitions) {
+                    let mut bids = bids.lock().unwrap_or_else(|p| p.into_inner());
+                    for (job, bid) in m.bids {
+                        bids.insert(job, (m.replica.clone(), bid.points));
+                    }
+                }
+            }
+        });
     }
-    for j in 0..args.jobs {
-        let id = format!("job{j}");
-        bus::publish(&client, s.job_hello(&id), Encoding::MsgPack, &JobSpec::new(&id)).await?;
-    }
-    client.flush().await?;
+    let registering = Instant::now();
+    let retried = register(&client, &s, args.workers, args.jobs).await?;
+    let registration_s = registering.elapsed().as_secs_f64();
+    eprintln!("registered in {registration_s:.1} s ({retried} hellos sent again after no answer)");
     // Reports from a thread of its own, counted per partition.
     let per_partition: Arc<Vec<AtomicU64>> = Arc::new((0..args.partitions).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
@@ -250,6 +285,8 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
         .collect();
     let total_ms: Vec<f64> = window.iter().map(|e| e.total_ms).collect();
     let measured = serde_json::json!({
+        "registration_s": registration_s,
+        "hellos_sent_again": retried,
         "seconds": (t1 - t0).as_secs_f64(),
         "reports_sent": reports1.iter().sum::<u64>() - reports0.iter().sum::<u64>(),
         "epochs": window.len(),
@@ -273,11 +310,9 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
         .position(|r| r.id != leader && owners.get(&r.id).is_some_and(|p| !p.is_empty()))
         .context("no replica holds partitions without leading")?;
     let lost: Vec<u32> = owners.get(&replicas[victim_at].id).cloned().unwrap_or_default();
-    let before = loop {
-        if let Ok((_, before)) = all_jobs(&client, &s).await {
-            break before;
-        }
-    };
+    // Each job's points as its owner last sent them.
+    let before: HashMap<String, u64> =
+        bids.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(j, (_, n))| (j.clone(), *n)).collect();
     let victim = replicas.remove(victim_at);
     let victim_id = victim.id.clone();
     let killed = Instant::now();
@@ -298,21 +333,26 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
     };
     let lost_jobs: Vec<String> =
         before.keys().filter(|j| lost.contains(&partition::of(j, args.partitions))).cloned().collect();
-    let (mut with_history, mut back_after, mut num_jobs) = (0, None, 0);
+    // Back with its history: a surviving owner sends the job's bid with more points than the
+    // victim last sent (read from the owners' own messages, not from the busy leader).
+    let (mut with_history, mut back_after) = (0, None);
     while Instant::now() < deadline {
-        // A busy leader may not answer in time: ask again.
-        let Ok((st, now)) = all_jobs(&client, &s).await else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
+        with_history = {
+            let bids = bids.lock().unwrap_or_else(|p| p.into_inner());
+            lost_jobs
+                .iter()
+                .filter(|j| {
+                    bids.get(*j).is_some_and(|(r, n)| *r != victim_id && *n > before.get(*j).copied().unwrap_or(0))
+                })
+                .count()
         };
-        num_jobs = st.num_jobs;
-        with_history = lost_jobs.iter().filter(|j| now.get(*j).is_some_and(|&n| n > before[*j])).count();
         if with_history == lost_jobs.len() {
             back_after = Some(killed.elapsed());
             break;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let num_jobs = status(&client, &s).await.map(|st| st.num_jobs);
     // Workers moved from the kill until all were back, against as many epochs before it.
     let recovered = Instant::now();
     tokio::time::sleep(Duration::from_millis(3 * args.epoch_ms)).await;
