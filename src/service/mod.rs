@@ -52,14 +52,18 @@ pub use config::{Overrides, RawConfig, ServeConfig, StateMode};
 pub struct Connections {
     pub bus: async_nats::Client,
     pub state: async_nats::Client,
-    /// Both connections' events.
+    /// The leases (`[ha]`): the state connection's user on a connection of its own, so that
+    /// a renewal never waits behind bulk state traffic (the server handles one connection's
+    /// requests in order; a takeover's consumer on a large bucket held it up for seconds).
+    pub lease: async_nats::Client,
+    /// The connections' events.
     pub counters: Arc<BusCounters>,
 }
 
 impl Connections {
     /// One connection for both (benchmarks, tests, a server without accounts).
     pub fn single(client: async_nats::Client, counters: Arc<BusCounters>) -> Self {
-        Connections { bus: client.clone(), state: client, counters }
+        Connections { bus: client.clone(), state: client.clone(), lease: client, counters }
     }
 
     /// Connects both as `config` says (the state connection only with durable state).
@@ -77,13 +81,23 @@ impl Connections {
             StateMode::None => bus.clone(),
             _ => connect(format!("{}-state", config.client_name), config.state_auth.clone(), state_capacity).await?,
         };
-        Ok(Connections { bus, state, counters })
+        let lease = match config.ha {
+            Some(_) => {
+                connect(format!("{}-lease", config.client_name), config.state_auth.clone(), LEASE_SUBSCRIPTION_CAPACITY)
+                    .await?
+            }
+            None => state.clone(),
+        };
+        Ok(Connections { bus, state, lease, counters })
     }
 }
 
 /// How long a job's hello waits for its spec to be saved before it goes unanswered (the job
 /// asks again).
 const HELLO_SAVE_WAIT: Duration = Duration::from_secs(30);
+
+/// The lease connection's subscription buffer (its requests' answers only).
+const LEASE_SUBSCRIPTION_CAPACITY: usize = 1024;
 
 /// The smallest subscription buffer of the state connection.
 const STATE_SUBSCRIPTION_CAPACITY: usize = 65_536;
@@ -126,7 +140,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(ServiceHandle),
 ) -> Result<(), ServiceError> {
-    let Connections { bus: client, state: state_client, counters } = clients;
+    let Connections { bus: client, state: state_client, counters, .. } = clients;
     let metrics = Arc::new(Metrics::new());
     let durable = open_state(&state_client, &config).await?;
     // Bound first, so a taken port fails the start rather than a scrape later.

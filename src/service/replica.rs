@@ -46,7 +46,7 @@ async fn lead_or_stand_by(
     tokio::pin!(shutdown);
     // JetStream may not be up yet (a cluster still electing its leaders): wait for it.
     let lease = loop {
-        match Lease::open(&clients.state, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas)
+        match Lease::open(&clients.lease, config.subjects.prefix(), &ha.replica, ha.lease, config.durable.replicas)
             .await
         {
             Ok(lease) => break lease,

@@ -242,7 +242,7 @@ pub async fn run_owner(
                 .await?
                 .ok_or(ServiceError::NoJetStream)?;
             let parts = Partitions::open(
-                &clients.state,
+                &clients.lease,
                 config.subjects.prefix(),
                 &ha.replica,
                 n,
