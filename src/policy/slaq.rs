@@ -106,9 +106,17 @@ fn allocate_with<G: GainFn>(problem: &Problem<'_, G>, greedy: Greedy<G>) -> Allo
             .filter(|&o| workers[o] < jobs[o].max_workers)
             .map(|o| std::cmp::Reverse((workers[o], o)))
             .collect();
+        // Each job's gain at its current workers once computed (NaN: not yet): a job given a
+        // worker here is checked again at one more, and its gain there is the one just computed.
+        let mut gain_at = vec![f64::NAN; jobs.len()];
         while left > 0 {
             let Some(std::cmp::Reverse((w, ord))) = open.pop() else { break };
-            let harmless = jobs[ord].gain.as_ref().is_none_or(|g| g.gain(w + 1) >= g.gain(w));
+            let harmless = jobs[ord].gain.as_ref().is_none_or(|g| {
+                let now = if gain_at[ord].is_nan() { g.gain(w) } else { gain_at[ord] };
+                let next = g.gain(w + 1);
+                gain_at[ord] = next;
+                next >= now
+            });
             if harmless {
                 workers[ord] += 1;
                 left -= 1;
