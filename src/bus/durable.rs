@@ -605,6 +605,11 @@ impl Durable {
         let mut js = self.0.js.clone();
         js.set_timeout(READ_IDLE);
         let stream = js.get_stream(format!("KV_{}", self.0.bucket)).await.map_err(|e| err(&e))?;
+        // The read ends at the stream's end as it is now, or once it delivered as many messages
+        // as it had to when it began: keys others rewrite meanwhile move to the end, and
+        // following them until nothing was pending never ended while other owners saved (a
+        // three-server cluster, 10,000 jobs).
+        let last = stream.cached_info().state.last_sequence;
         let prefix = format!("$KV.{}.", self.0.bucket);
         // By key, the latest last (a bucket made with more history delivers older values first).
         let mut entries: HashMap<String, SavedEntry> = HashMap::new();
@@ -617,13 +622,16 @@ impl Durable {
                 ..Default::default()
             };
             let consumer = stream.create_consumer(config).await.map_err(|e| err(&e))?;
-            if consumer.cached_info().num_pending == 0 {
+            // As many messages as it had to deliver when made: each is delivered, or replaced by
+            // a newer one (a rewrite) that is.
+            let (to_deliver, mut delivered) = (consumer.cached_info().num_pending, 0u64);
+            if to_deliver == 0 {
                 continue;
             }
             let mut messages = consumer.messages().await.map_err(|e| err(&e))?;
             loop {
-                // Every value is a message of its own and a rewrite or delete adds one, so the
-                // last one delivered says nothing is pending; a silent consumer is an error.
+                // Every value is a message of its own and a rewrite or delete adds one; a silent
+                // consumer is an error.
                 let next = tokio::time::timeout(READ_IDLE, messages.next()).await;
                 let message = match next {
                     Ok(Some(Ok(m))) => m,
@@ -642,7 +650,8 @@ impl Durable {
                     let entry = SavedEntry { key: key.to_string(), value: message.payload.clone(), revision, put };
                     entries.insert(entry.key.clone(), entry);
                 }
-                if pending == 0 {
+                delivered += 1;
+                if pending == 0 || revision >= last || delivered >= to_deliver {
                     break;
                 }
             }

@@ -309,3 +309,65 @@ async fn a_nats_outage_longer_than_the_worker_timeout_loses_no_worker_or_job() {
     assert!(!after.rejected.contains_key("unknown_worker"), "{:?}", after.rejected);
     drop(load);
 }
+
+/// A partition's takeover reads its jobs from the bucket while the other owners keep saving
+/// theirs, on a three-server cluster with three copies, as deployed: the read ends (it takes
+/// what the bucket held when it began instead of chasing the newer writes to the end of the
+/// stream) and finds each of the partition's jobs with its predictor.
+#[tokio::test]
+async fn a_takeovers_read_ends_while_other_owners_keep_saving() {
+    use slaq::bus::durable::{Durable, DurableSettings};
+    let nodes = NatsServer::start_cluster(3);
+    let c = client(&nodes[0].url).await;
+    let subjects = Subjects::new("slaq").unwrap();
+    let settings = DurableSettings { replicas: 3, ..DurableSettings::default() };
+    let formed = std::time::Instant::now();
+    let open = || async {
+        loop {
+            match Durable::open(&c, &subjects, &settings, slaq::bus::lease::Fence::unfenced()).await {
+                Ok(Some(d)) => return d,
+                other => assert!(formed.elapsed() < Duration::from_secs(60), "no JetStream cluster: {:?}", other.err()),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let (mine, others) = (open().await, open().await);
+    let theirs: Vec<String> = (0..5000).map(|i| format!("theirs-{i:04}")).collect();
+    for id in &theirs {
+        others.save_job(&JobSpec::new(id));
+    }
+    others.flush(Duration::from_secs(30)).await;
+    let ours: Vec<String> = (0..20).map(|i| format!("ours-{i:02}")).collect();
+    for id in &ours {
+        mine.save_job(&JobSpec::new(id));
+        mine.save_predictor(id, bytes::Bytes::from(format!("predictor of {id}")));
+    }
+    mine.flush(Duration::from_secs(30)).await;
+    // The other owners save their predictors without pause, through the whole read.
+    let saving = {
+        let kv = async_nats::jetstream::new(c.clone()).get_key_value("slaq_state").await.unwrap();
+        let theirs = theirs.clone();
+        Background::spawn(async move {
+            use futures_util::StreamExt;
+            for round in 0u64.. {
+                futures_util::stream::iter(&theirs)
+                    .for_each_concurrent(256, |id| {
+                        let kv = kv.clone();
+                        async move {
+                            let _ = kv.put(format!("pred.{id}"), format!("{id} round {round}").into()).await;
+                        }
+                    })
+                    .await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reader = open().await;
+    let read = tokio::time::timeout(Duration::from_secs(30), reader.load_jobs(|id| id.starts_with("ours-"))).await;
+    drop(saving);
+    let jobs = read.expect("the read never ended").expect("read");
+    let found: Vec<(String, Option<bytes::Bytes>)> = jobs.into_iter().map(|(s, p)| (s.job, p)).collect();
+    let expected: Vec<(String, Option<bytes::Bytes>)> =
+        ours.iter().map(|id| (id.clone(), Some(bytes::Bytes::from(format!("predictor of {id}"))))).collect();
+    assert_eq!(found, expected);
+}
