@@ -10,8 +10,11 @@
 //!   duplicate) is what de-duplicates.
 //! - Key-value bucket `<prefix>_state`: `job.<id>` (the `JobSpec`), `pred.<id>` (the job's
 //!   predictor, saved every few seconds), `plan.<id>` (its service and fairness-floor ledger,
-//!   saved about every 30 s when it changed), `worker.<id>` (the `WorkerSpec`) and
-//!   `assign.<id>` (the job a worker serves; empty: idle). Values are MessagePack.
+//!   saved about every 30 s when it changed) and `workers.<s>` for s < `WORKER_SHARDS` (the
+//!   `WorkerSpec`s and jobs of the workers in shard s, encoded when written, so that a burst of
+//!   hellos or moves costs a write per shard, not per worker). The earlier layout's
+//!   `worker.<id>` and `assign.<id>` are read too, moved into their shards, and deleted when
+//!   their worker is forgotten. Values are MessagePack.
 //!
 //! Writes never block an actor: they are queued (the latest per key) for one writer task. The
 //! writer is **fenced**: it writes only while the scheduler certainly holds its lease
@@ -23,7 +26,7 @@
 //! 2.9's pitfall: async-nats' `create_key_value` fails there, so the bucket's stream is created
 //! directly and bound with `get_key_value`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -133,6 +136,9 @@ enum Op {
     Delete,
     /// Purge a job's messages from the reports stream, those before this stream sequence.
     Purge(u64),
+    /// A shard of the workers (`workers.<s>`), encoded as it is when written: a burst of
+    /// changes to a shard costs one write.
+    Workers(u32),
 }
 
 #[derive(Debug)]
@@ -177,6 +183,33 @@ struct Inner {
     /// exist); keys in `stale` must be read again before they are written.
     revisions: std::sync::Mutex<(HashMap<String, u64>, HashSet<String>)>,
     wake: Arc<tokio::sync::Notify>,
+    /// The workers' specs and assignments by shard, as saved (`WORKER_SHARDS` keys).
+    workers: std::sync::Mutex<Vec<BTreeMap<String, SavedWorker>>>,
+    /// Workers with keys of the earlier layout (`worker.<id>`, `assign.<id>`): deleted when the
+    /// worker is forgotten, so that no later start finds it there.
+    legacy_workers: std::sync::Mutex<HashSet<String>>,
+}
+
+/// Shards of the workers' state: each is one key, `workers.<s>`, holding its workers' specs and
+/// assignments (one key per worker cost a million writes to register a million workers).
+pub const WORKER_SHARDS: u32 = 256;
+
+/// A worker as saved: its spec and the job it serves (`None`: idle).
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct SavedWorker {
+    pub spec: WorkerSpec,
+    #[serde(default)]
+    pub job: Option<String>,
+}
+
+/// The shard a worker is saved in.
+pub fn worker_shard(worker: &str) -> u32 {
+    crate::partition::of(worker, WORKER_SHARDS)
+}
+
+/// The workers a shard's value holds (`None`: it does not decode).
+pub fn decode_worker_shard(bytes: &[u8]) -> Option<Vec<SavedWorker>> {
+    decode(bytes)
 }
 
 /// Bucket writes in flight at once.
@@ -302,7 +335,29 @@ impl Inner {
         Ok(self.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.get(key).copied().unwrap_or(0))
     }
 
+    /// A shard of the workers as it is now: its value, or a delete once it is empty.
+    fn workers_value(&self, shard: u32) -> Op {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(saved) = workers.get(shard as usize).filter(|w| !w.is_empty()) else { return Op::Delete };
+        let list: Vec<&SavedWorker> = saved.values().collect();
+        match protocol::encode(Encoding::MsgPack, &list) {
+            Ok(bytes) => Op::Put(Bytes::from(bytes)),
+            Err(e) => {
+                warn!(shard, error = %e, "cannot encode a shard of the workers");
+                Op::Delete
+            }
+        }
+    }
+
     async fn apply(&self, key: &str, op: &Op) -> Outcome {
+        let resolved;
+        let op = match op {
+            Op::Workers(shard) => {
+                resolved = self.workers_value(*shard);
+                &resolved
+            }
+            op => op,
+        };
         if let Op::Purge(before) = op {
             let job = key.strip_prefix("purge.").unwrap_or(key);
             let result = tokio::time::timeout(WRITE_TIMEOUT, async {
@@ -463,6 +518,8 @@ impl Durable {
             in_flight: AtomicUsize::new(0),
             revisions: std::sync::Mutex::new((HashMap::new(), HashSet::new())),
             wake: Arc::new(tokio::sync::Notify::new()),
+            workers: std::sync::Mutex::new(vec![BTreeMap::new(); WORKER_SHARDS as usize]),
+            legacy_workers: std::sync::Mutex::default(),
         });
         tokio::spawn(writer(Arc::downgrade(&inner)));
         Ok(Some(Durable(inner)))
@@ -487,6 +544,8 @@ impl Durable {
     pub async fn load(&self) -> Result<SavedState, BusError> {
         let entries = self.entries(&[">"], |_| true).await?;
         let mut state = SavedState::default();
+        let (mut sharded, mut legacy) = (HashMap::<String, SavedWorker>::new(), HashMap::<String, SavedWorker>::new());
+        let mut legacy_jobs: HashMap<String, String> = HashMap::new();
         let mut predictors: HashMap<String, Bytes> = HashMap::new();
         let mut specs: Vec<JobSpec> = Vec::new();
         for entry in entries {
@@ -509,14 +568,33 @@ impl Durable {
                     }
                     None => state.undecodable += 1,
                 },
+                "workers" => match (id.parse::<u32>(), decode_worker_shard(&value)) {
+                    (Ok(shard), Some(list)) => {
+                        for w in list {
+                            let valid = worker_shard(&w.spec.worker) == shard
+                                && protocol::valid_id(&w.spec.worker)
+                                && w.job.as_deref().is_none_or(protocol::valid_id);
+                            if valid {
+                                sharded.insert(w.spec.worker.clone(), w);
+                            } else {
+                                state.undecodable += 1;
+                            }
+                        }
+                    }
+                    _ => state.undecodable += 1,
+                },
+                // The earlier layout, a key per worker: read, kept until the worker is forgotten,
+                // and written into its shard.
                 "worker" => match decode::<WorkerSpec>(&value) {
-                    Some(spec) if spec.worker == id => state.workers.push(spec),
+                    Some(spec) if spec.worker == id => {
+                        legacy.insert(id.to_string(), SavedWorker { spec, job: None });
+                    }
                     _ => state.undecodable += 1,
                 },
                 "assign" => match std::str::from_utf8(&value) {
                     Ok("") => {}
                     Ok(job) if protocol::valid_id(job) => {
-                        state.assignments.insert(id.to_string(), job.to_string());
+                        legacy_jobs.insert(id.to_string(), job.to_string());
                     }
                     _ => state.undecodable += 1,
                 },
@@ -533,11 +611,45 @@ impl Durable {
                 (s, predictor)
             })
             .collect();
-        state.workers.sort_by(|a, b| a.worker.cmp(&b.worker));
+        self.restore_workers(sharded, legacy, legacy_jobs, &mut state);
         if state.undecodable > 0 {
             warn!(undecodable = state.undecodable, "skipped state entries that did not decode");
         }
         Ok(state)
+    }
+
+    /// The workers read (`sharded`, and `legacy` keys of the earlier layout with their `jobs`)
+    /// into `state` and into the shards this handle writes; a worker found only in legacy keys
+    /// is written into its shard.
+    fn restore_workers(
+        &self,
+        mut sharded: HashMap<String, SavedWorker>,
+        legacy: HashMap<String, SavedWorker>,
+        mut legacy_jobs: HashMap<String, String>,
+        state: &mut SavedState,
+    ) {
+        let mut migrate = HashSet::new();
+        *self.0.legacy_workers.lock().unwrap_or_else(|p| p.into_inner()) = legacy.keys().cloned().collect();
+        for (id, mut w) in legacy {
+            w.job = legacy_jobs.remove(&id);
+            if let std::collections::hash_map::Entry::Vacant(slot) = sharded.entry(id) {
+                migrate.insert(worker_shard(slot.key()));
+                slot.insert(w);
+            }
+        }
+        let mut shards = vec![BTreeMap::new(); WORKER_SHARDS as usize];
+        for (id, w) in sharded {
+            if let Some(job) = &w.job {
+                state.assignments.insert(id.clone(), job.clone());
+            }
+            state.workers.push(w.spec.clone());
+            shards[worker_shard(&id) as usize].insert(id, w);
+        }
+        state.workers.sort_by(|a, b| a.worker.cmp(&b.worker));
+        *self.0.workers.lock().unwrap_or_else(|p| p.into_inner()) = shards;
+        for shard in migrate {
+            self.write(format!("workers.{shard}"), Op::Workers(shard));
+        }
     }
 
     /// Records that a scheduler starts on this state and returns the write's revision: it
@@ -810,17 +922,41 @@ impl Durable {
         self.write(format!("purge.{job}"), Op::Purge(before));
     }
 
+    /// Changes one worker in its shard and queues the shard's write.
+    fn change_worker(&self, worker: &str, change: impl FnOnce(&mut BTreeMap<String, SavedWorker>)) {
+        let shard = worker_shard(worker);
+        if let Some(saved) = self.0.workers.lock().unwrap_or_else(|p| p.into_inner()).get_mut(shard as usize) {
+            change(saved);
+        }
+        self.write(format!("workers.{shard}"), Op::Workers(shard));
+    }
+
     pub fn save_worker(&self, spec: &WorkerSpec) {
-        self.put(format!("worker.{}", spec.worker), spec);
+        self.change_worker(&spec.worker, |saved| match saved.get_mut(&spec.worker) {
+            Some(w) => w.spec = spec.clone(),
+            None => {
+                saved.insert(spec.worker.clone(), SavedWorker { spec: spec.clone(), job: None });
+            }
+        });
     }
 
     pub fn forget_worker(&self, worker: &str) {
-        self.write(format!("worker.{worker}"), Op::Delete);
-        self.write(format!("assign.{worker}"), Op::Delete);
+        self.change_worker(worker, |saved| {
+            saved.remove(worker);
+        });
+        if self.0.legacy_workers.lock().unwrap_or_else(|p| p.into_inner()).remove(worker) {
+            self.write(format!("worker.{worker}"), Op::Delete);
+            self.write(format!("assign.{worker}"), Op::Delete);
+        }
     }
 
+    /// A worker's job (`None`: idle). A worker not saved (never said hello) is not saved by it.
     pub fn save_assignment(&self, worker: &str, job: Option<&str>) {
-        self.write(format!("assign.{worker}"), Op::Put(Bytes::from(job.unwrap_or_default().to_string())));
+        self.change_worker(worker, |saved| {
+            if let Some(w) = saved.get_mut(worker) {
+                w.job = job.map(str::to_string);
+            }
+        });
     }
 }
 

@@ -184,8 +184,9 @@ async fn a_killed_scheduler_comes_back_with_its_jobs_workers_and_every_acknowled
             all_saved &= points == Some(30);
         }
         for w in st.workers.iter() {
-            let assigned = kv.get(format!("assign.{}", w.worker)).await.unwrap();
-            all_saved &= assigned.map(|v| String::from_utf8_lossy(&v).to_string()) == w.job.clone();
+            let shard = kv.get(format!("workers.{}", slaq::bus::durable::worker_shard(&w.worker))).await.unwrap();
+            let saved = shard.and_then(|v| slaq::bus::durable::decode_worker_shard(&v)).unwrap_or_default();
+            all_saved &= saved.iter().any(|s| s.spec.worker == w.worker && s.job == w.job);
         }
         if all_saved {
             break st;
@@ -370,4 +371,64 @@ async fn a_takeovers_read_ends_while_other_owners_keep_saving() {
     let expected: Vec<(String, Option<bytes::Bytes>)> =
         ours.iter().map(|id| (id.clone(), Some(bytes::Bytes::from(format!("predictor of {id}"))))).collect();
     assert_eq!(found, expected);
+}
+
+/// State saved in the earlier layout (a key per worker, `worker.<id>` and `assign.<id>`) is
+/// restored, each worker with its job, and moved into the workers' shards; a worker forgotten
+/// later leaves no key of either layout behind, so no restart brings it back.
+#[tokio::test]
+async fn workers_saved_a_key_each_are_restored_and_moved_into_their_shards() {
+    use slaq::bus::durable::{Durable, DurableSettings, decode_worker_shard, worker_shard};
+    let nats = NatsServer::start_jetstream();
+    let c = client(&nats.url).await;
+    let subjects = Subjects::new("slaq").unwrap();
+    let open = || async {
+        Durable::open(&c, &subjects, &DurableSettings::default(), slaq::bus::lease::Fence::unfenced())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let d = open().await;
+    let kv = async_nats::jetstream::new(c.clone()).get_key_value("slaq_state").await.unwrap();
+    let spec =
+        |w: &str| WorkerSpec { worker: w.into(), machine: Some("m".into()), slots: 1, kind: None, advertise: None };
+    let ids: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    for (i, w) in ids.iter().enumerate() {
+        let bytes = slaq::protocol::encode(Encoding::MsgPack, &spec(w)).unwrap();
+        kv.put(format!("worker.{w}"), bytes.into()).await.unwrap();
+        let job = if i % 2 == 0 { "job-a" } else { "" };
+        kv.put(format!("assign.{w}"), job.to_string().into()).await.unwrap();
+    }
+    let expected = |ids: &[String]| -> BTreeMap<String, Option<String>> {
+        ids.iter()
+            .map(|w| (w.clone(), (w[1..].parse::<u32>().unwrap() % 2 == 0).then(|| "job-a".to_string())))
+            .collect()
+    };
+    let restored = |state: &slaq::bus::durable::SavedState| -> BTreeMap<String, Option<String>> {
+        state.workers.iter().map(|w| (w.worker.clone(), state.assignments.get(&w.worker).cloned())).collect()
+    };
+    let state = d.load().await.unwrap();
+    assert_eq!(restored(&state), expected(&ids));
+    d.flush(Duration::from_secs(10)).await;
+    let in_shards = || async {
+        let mut all = BTreeMap::new();
+        for w in &ids {
+            let key = format!("workers.{}", worker_shard(w));
+            if let Some(v) = kv.get(&key).await.unwrap() {
+                for s in decode_worker_shard(&v).expect("a shard") {
+                    all.insert(s.spec.worker.clone(), s.job.clone());
+                }
+            }
+        }
+        all
+    };
+    assert_eq!(in_shards().await, expected(&ids), "moved into the shards");
+    // Forgotten: gone from both layouts, and from what a restart restores.
+    d.forget_worker("w3");
+    d.flush(Duration::from_secs(10)).await;
+    assert_eq!(kv.get("worker.w3").await.unwrap(), None);
+    assert_eq!(kv.get("assign.w3").await.unwrap(), None);
+    let rest: Vec<String> = ids.iter().filter(|w| *w != "w3").cloned().collect();
+    assert_eq!(in_shards().await, expected(&rest));
+    assert_eq!(restored(&open().await.load().await.unwrap()), expected(&rest));
 }

@@ -415,3 +415,16 @@ pub async fn wait_for_file(path: &Path, what: &str, check: impl Fn(&str) -> bool
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The workers saved in a state bucket's shards (`workers.<s>`), by id, from the bucket's
+/// values by key.
+pub fn saved_workers(
+    state: &std::collections::BTreeMap<String, bytes::Bytes>,
+) -> std::collections::BTreeMap<String, slaq::bus::durable::SavedWorker> {
+    state
+        .iter()
+        .filter(|(k, _)| k.starts_with("workers."))
+        .flat_map(|(k, v)| slaq::bus::durable::decode_worker_shard(v).unwrap_or_else(|| panic!("{k} does not decode")))
+        .map(|w| (w.spec.worker.clone(), w))
+        .collect()
+}

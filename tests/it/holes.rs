@@ -2,7 +2,7 @@
 //! real nats-server (the security ones with `deploy/nats/slaq-auth.conf`) and names the item of
 //! the issue it covers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -596,7 +596,7 @@ async fn kill_9_after_a_moving_epoch_leaves_no_agent_on_another_job() {
     .await;
     // Three moments to die at, in turn: at the first saved assignment of a moving epoch, at the
     // first published one, and when the epoch's summary is out.
-    let mut saved = c.subscribe("$KV.slaq_state.assign.>").await.unwrap();
+    let mut saved = c.subscribe("$KV.slaq_state.workers.>").await.unwrap();
     let mut epochs = c.subscribe(s().ctl_epoch()).await.unwrap();
     let mut mismatched_rounds = Vec::new();
     for round in 0..ROUNDS {
@@ -769,11 +769,11 @@ async fn a_paused_and_resumed_leader_writes_nothing_and_the_new_leader_keeps_eve
     .await;
     let js = async_nats::jetstream::new(c.clone());
     let state = bucket(&js, "slaq_state").await;
-    let saved_workers: BTreeSet<&str> = state.keys().filter_map(|k| k.strip_prefix("worker.")).collect();
-    assert_eq!(saved_workers.len(), 6, "saved workers after a resumed: {saved_workers:?}");
+    let saved = crate::harness::saved_workers(&state);
+    assert_eq!(saved.len(), 6, "saved workers after a resumed: {:?}", saved.keys());
     for w in &st.workers {
-        let saved = state.get(&format!("assign.{}", w.worker)).map(|v| String::from_utf8_lossy(v).to_string());
-        assert_eq!(saved.as_deref(), w.job.as_deref().or(Some("")), "assign.{} differs from b's view", w.worker);
+        let job = saved.get(&w.worker).map(|s| s.job.clone());
+        assert_eq!(job, Some(w.job.clone()), "{}'s saved job differs from b's view", w.worker);
     }
     drop(reporters);
 }
@@ -796,11 +796,13 @@ async fn the_state_writer_writes_only_under_its_lease_and_never_over_another_wri
     c.flush().await.unwrap();
     let spec =
         |w: &str| WorkerSpec { worker: w.into(), machine: Some("m".into()), slots: 1, kind: None, advertise: None };
+    let shard_key = |w: &str| format!("workers.{}", slaq::bus::durable::worker_shard(w));
     let saved = |w: &'static str| {
-        let kv = kv.clone();
+        let (kv, key) = (kv.clone(), shard_key(w));
         async move {
-            let value = kv.get(format!("worker.{w}")).await.unwrap();
-            value.map(|v| protocol::decode::<WorkerSpec>(Encoding::MsgPack, &v, "worker").unwrap())
+            let value = kv.get(key).await.unwrap()?;
+            let shard = slaq::bus::durable::decode_worker_shard(&value).expect("a shard");
+            shard.into_iter().find(|s| s.spec.worker == w).map(|s| s.spec)
         }
     };
     // Under the lease: written, with the writer's term.
@@ -822,14 +824,15 @@ async fn the_state_writer_writes_only_under_its_lease_and_never_over_another_wri
     wait_until("w2 written after the renewal", || async { saved("w2").await.is_some() }).await;
     // Someone else writes w1: this writer's next write of it is a conflict, not an overwrite,
     // until the lease is renewed after it; then it reads the key again and writes.
-    kv.put("worker.w1", protocol::encode(Encoding::MsgPack, &spec("intruder")).unwrap().into()).await.unwrap();
+    let intruder = vec![slaq::bus::durable::SavedWorker { spec: WorkerSpec { slots: 9, ..spec("w1") }, job: None }];
+    kv.put(shard_key("w1"), protocol::encode(Encoding::MsgPack, &intruder).unwrap().into()).await.unwrap();
     fence.renewed(Instant::now(), Duration::from_secs(5));
     d.save_worker(&WorkerSpec { slots: 2, ..spec("w1") });
     let conflicts = || async { counters.conflicts.load(std::sync::atomic::Ordering::Relaxed) >= 1 };
     wait_until("the write conflicts", conflicts).await;
     // Past any backoff, still not written over: the lease was not renewed since.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(saved("w1").await.map(|s| s.worker), Some("intruder".to_string()), "written over another writer");
+    assert_eq!(saved("w1").await.map(|s| s.slots), Some(9), "written over another writer");
     fence.renewed(Instant::now(), lease);
     wait_until("written once the lease is renewed", || async { saved("w1").await.map(|s| s.slots) == Some(2) }).await;
     // Deposed: the queue is dropped, and so is every later write.
@@ -911,14 +914,11 @@ async fn state_writes_that_fail_in_a_nats_restart_are_retried() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let st = wait_status(&c, &s()).await;
-        let state = bucket(&js, "slaq_state").await;
+        let saved = crate::harness::saved_workers(&bucket(&js, "slaq_state").await);
         let stale: Vec<&str> = st
             .workers
             .iter()
-            .filter(|w| {
-                state.get(&format!("assign.{}", w.worker)).map(|v| String::from_utf8_lossy(v).to_string())
-                    != Some(w.job.clone().unwrap_or_default())
-            })
+            .filter(|w| saved.get(&w.worker).map(|s| s.job.clone()) != Some(w.job.clone()))
             .map(|w| w.worker.as_str())
             .collect();
         if stale.is_empty() && st.num_workers == WORKERS {
