@@ -784,8 +784,13 @@ impl AllocatorActor {
         (gains.jobs > 0).then_some(gains)
     }
 
-    fn snapshot(&self) -> StatusSnapshot {
+    /// The status, with the jobs whose id starts with `filter.jobs` and their workers (all
+    /// without it), at most `filter.limit` + 1 of each (one past the limit says it was cut):
+    /// at a million workers, listing all to answer for a few took seconds.
+    fn snapshot(&self, filter: &GetStatus) -> StatusSnapshot {
         let now_s = self.now_s();
+        let wanted = |job: &str| filter.jobs.as_deref().is_none_or(|prefix| job.starts_with(prefix));
+        let at_most = filter.limit.map_or(usize::MAX, |l| l.saturating_add(1));
         StatusSnapshot {
             term: self.settings.term,
             leader: self.settings.replica.clone(),
@@ -795,6 +800,8 @@ impl AllocatorActor {
             jobs: self
                 .jobs
                 .iter()
+                .filter(|(id, _)| wanted(id))
+                .take(at_most)
                 .map(|(id, e)| JobStatus {
                     job: id.clone(),
                     last_iter: e.bid.as_ref().and_then(|b| b.last_iter),
@@ -813,6 +820,8 @@ impl AllocatorActor {
             workers: self
                 .registry
                 .iter()
+                .filter(|(_, w)| filter.jobs.is_none() || w.job.as_ref().is_some_and(|j| wanted(&j.id)))
+                .take(at_most)
                 .map(|(id, w)| WorkerStatus {
                     worker: id.clone(),
                     job: w.job.as_ref().map(|j| j.id.clone()),
@@ -828,7 +837,7 @@ impl AllocatorActor {
             num_jobs: self.jobs.len(),
             num_workers: self.registry.len(),
             truncated: false,
-            ended: self.ended.iter().cloned().collect(),
+            ended: self.ended.iter().filter(|o| wanted(&o.job)).cloned().collect(),
         }
     }
 }
@@ -1240,14 +1249,19 @@ impl Handler<StopAllocator> for AllocatorActor {
     }
 }
 
-#[derive(Message)]
+/// The status: the jobs whose id starts with `jobs` (all: `None`) and their workers, at most
+/// `limit` + 1 of each.
+#[derive(Message, Default)]
 #[rtype(result = "StatusSnapshot")]
-pub struct GetStatus;
+pub struct GetStatus {
+    pub jobs: Option<String>,
+    pub limit: Option<usize>,
+}
 
 impl Handler<GetStatus> for AllocatorActor {
     type Result = MessageResult<GetStatus>;
-    fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.snapshot())
+    fn handle(&mut self, filter: GetStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.snapshot(&filter))
     }
 }
 

@@ -421,8 +421,8 @@ fn fit_status(
     encoding: Encoding,
     max_payload: usize,
 ) -> StatusSnapshot {
-    snapshot.num_jobs = snapshot.jobs.len();
-    snapshot.num_workers = snapshot.workers.len();
+    // The allocator sent the totals and, when asked for some jobs, only those (and at most one
+    // past the limit); filtered again here all the same.
     if let Some(prefix) = &request.jobs {
         snapshot.jobs.retain(|j| j.job.starts_with(prefix.as_str()));
         snapshot.workers.retain(|w| w.job.as_deref().is_some_and(|j| j.starts_with(prefix.as_str())));
@@ -777,7 +777,8 @@ impl Ingest {
         let max_payload = self.client.server_info().max_payload.max(4096);
         // Answered off the ingest loop: the allocator may be mid-epoch.
         actix::spawn(async move {
-            let Ok(mut snapshot) = allocator.send(GetStatus).await else { return };
+            let filter = GetStatus { jobs: request.jobs.clone(), limit: request.limit };
+            let Ok(mut snapshot) = allocator.send(filter).await else { return };
             if let Some((state, count)) = shared {
                 match crate::bus::partitions::owners(&state, &prefix, count).await {
                     Ok(owners) => snapshot.owners = owners,
