@@ -1251,7 +1251,7 @@ impl Handler<StopAllocator> for AllocatorActor {
 
 /// The status: the jobs whose id starts with `jobs` (all: `None`) and their workers, at most
 /// `limit` + 1 of each.
-#[derive(Message, Default)]
+#[derive(Message)]
 #[rtype(result = "StatusSnapshot")]
 pub struct GetStatus {
     pub jobs: Option<String>,

@@ -183,8 +183,9 @@ struct Inner {
     /// exist); keys in `stale` must be read again before they are written.
     revisions: std::sync::Mutex<(HashMap<String, u64>, HashSet<String>)>,
     wake: Arc<tokio::sync::Notify>,
-    /// The workers' specs and assignments by shard, as saved (`WORKER_SHARDS` keys).
-    workers: std::sync::Mutex<Vec<BTreeMap<String, SavedWorker>>>,
+    /// The workers' specs and assignments by shard, as saved (`WORKER_SHARDS` keys), each
+    /// locked on its own: the writer encodes one while the allocator changes others.
+    workers: Vec<std::sync::Mutex<BTreeMap<String, SavedWorker>>>,
     /// Workers with keys of the earlier layout (`worker.<id>`, `assign.<id>`): deleted when the
     /// worker is forgotten, so that no later start finds it there.
     legacy_workers: std::sync::Mutex<HashSet<String>>,
@@ -337,8 +338,11 @@ impl Inner {
 
     /// A shard of the workers as it is now: its value, or a delete once it is empty.
     fn workers_value(&self, shard: u32) -> Op {
-        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(saved) = workers.get(shard as usize).filter(|w| !w.is_empty()) else { return Op::Delete };
+        let Some(saved) = self.workers.get(shard as usize) else { return Op::Delete };
+        let saved = saved.lock().unwrap_or_else(|p| p.into_inner());
+        if saved.is_empty() {
+            return Op::Delete;
+        }
         let list: Vec<&SavedWorker> = saved.values().collect();
         match protocol::encode(Encoding::MsgPack, &list) {
             Ok(bytes) => Op::Put(Bytes::from(bytes)),
@@ -518,7 +522,7 @@ impl Durable {
             in_flight: AtomicUsize::new(0),
             revisions: std::sync::Mutex::new((HashMap::new(), HashSet::new())),
             wake: Arc::new(tokio::sync::Notify::new()),
-            workers: std::sync::Mutex::new(vec![BTreeMap::new(); WORKER_SHARDS as usize]),
+            workers: (0..WORKER_SHARDS).map(|_| std::sync::Mutex::default()).collect(),
             legacy_workers: std::sync::Mutex::default(),
         });
         tokio::spawn(writer(Arc::downgrade(&inner)));
@@ -637,16 +641,19 @@ impl Durable {
                 slot.insert(w);
             }
         }
-        let mut shards = vec![BTreeMap::new(); WORKER_SHARDS as usize];
+        for shard in &self.0.workers {
+            shard.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
         for (id, w) in sharded {
             if let Some(job) = &w.job {
                 state.assignments.insert(id.clone(), job.clone());
             }
             state.workers.push(w.spec.clone());
-            shards[worker_shard(&id) as usize].insert(id, w);
+            if let Some(shard) = self.0.workers.get(worker_shard(&id) as usize) {
+                shard.lock().unwrap_or_else(|p| p.into_inner()).insert(id, w);
+            }
         }
         state.workers.sort_by(|a, b| a.worker.cmp(&b.worker));
-        *self.0.workers.lock().unwrap_or_else(|p| p.into_inner()) = shards;
         for shard in migrate {
             self.write(format!("workers.{shard}"), Op::Workers(shard));
         }
@@ -922,28 +929,32 @@ impl Durable {
         self.write(format!("purge.{job}"), Op::Purge(before));
     }
 
-    /// Changes one worker in its shard and queues the shard's write.
-    fn change_worker(&self, worker: &str, change: impl FnOnce(&mut BTreeMap<String, SavedWorker>)) {
+    /// Changes one worker in its shard and, if `change` says it changed anything, queues the
+    /// shard's write.
+    fn change_worker(&self, worker: &str, change: impl FnOnce(&mut BTreeMap<String, SavedWorker>) -> bool) {
         let shard = worker_shard(worker);
-        if let Some(saved) = self.0.workers.lock().unwrap_or_else(|p| p.into_inner()).get_mut(shard as usize) {
-            change(saved);
+        let Some(saved) = self.0.workers.get(shard as usize) else { return };
+        if change(&mut saved.lock().unwrap_or_else(|p| p.into_inner())) {
+            self.write(format!("workers.{shard}"), Op::Workers(shard));
         }
-        self.write(format!("workers.{shard}"), Op::Workers(shard));
     }
 
     pub fn save_worker(&self, spec: &WorkerSpec) {
         self.change_worker(&spec.worker, |saved| match saved.get_mut(&spec.worker) {
-            Some(w) => w.spec = spec.clone(),
+            Some(w) if w.spec == *spec => false,
+            Some(w) => {
+                w.spec = spec.clone();
+                true
+            }
             None => {
                 saved.insert(spec.worker.clone(), SavedWorker { spec: spec.clone(), job: None });
+                true
             }
         });
     }
 
     pub fn forget_worker(&self, worker: &str) {
-        self.change_worker(worker, |saved| {
-            saved.remove(worker);
-        });
+        self.change_worker(worker, |saved| saved.remove(worker).is_some());
         if self.0.legacy_workers.lock().unwrap_or_else(|p| p.into_inner()).remove(worker) {
             self.write(format!("worker.{worker}"), Op::Delete);
             self.write(format!("assign.{worker}"), Op::Delete);
@@ -952,10 +963,12 @@ impl Durable {
 
     /// A worker's job (`None`: idle). A worker not saved (never said hello) is not saved by it.
     pub fn save_assignment(&self, worker: &str, job: Option<&str>) {
-        self.change_worker(worker, |saved| {
-            if let Some(w) = saved.get_mut(worker) {
+        self.change_worker(worker, |saved| match saved.get_mut(worker) {
+            Some(w) if w.job.as_deref() != job => {
                 w.job = job.map(str::to_string);
+                true
             }
+            _ => false,
         });
     }
 }

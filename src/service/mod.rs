@@ -412,22 +412,23 @@ impl Route {
     }
 }
 
-/// A status answer that fits in one NATS message: the jobs (and workers) that match the
-/// request, in id order, cut at `limit` or where the encoded answer would exceed the server's
-/// payload limit; `truncated` says so.
+/// Answers a request; a failure is logged.
+async fn send_reply<T: serde::Serialize>(client: &async_nats::Client, reply: String, encoding: Encoding, message: &T) {
+    if let Err(e) = crate::bus::publish(client, reply, encoding, message).await {
+        warn!(error = %e, "cannot send a reply");
+    }
+}
+
+/// A status answer that fits in one NATS message: the jobs (and workers) the allocator listed
+/// for the request, in id order, cut at `limit` or where the encoded answer would exceed the
+/// server's payload limit; `truncated` says so.
 fn fit_status(
     mut snapshot: StatusSnapshot,
     request: &StatusRequest,
     encoding: Encoding,
     max_payload: usize,
 ) -> StatusSnapshot {
-    // The allocator sent the totals and, when asked for some jobs, only those (and at most one
-    // past the limit); filtered again here all the same.
-    if let Some(prefix) = &request.jobs {
-        snapshot.jobs.retain(|j| j.job.starts_with(prefix.as_str()));
-        snapshot.workers.retain(|w| w.job.as_deref().is_some_and(|j| j.starts_with(prefix.as_str())));
-        snapshot.ended.retain(|o| o.job.starts_with(prefix.as_str()));
-    }
+    // The allocator sent the totals and only the jobs asked for, at most one past the limit.
     let limit = request.limit.unwrap_or(usize::MAX);
     if snapshot.jobs.len() > limit || snapshot.workers.len() > limit {
         snapshot.jobs.truncate(limit);
@@ -577,9 +578,7 @@ impl Ingest {
     }
 
     async fn reply<T: serde::Serialize>(&self, reply: &str, encoding: Encoding, message: &T) {
-        if let Err(e) = crate::bus::publish(&self.client, reply.to_string(), encoding, message).await {
-            warn!(error = %e, "cannot send a reply");
-        }
+        send_reply(&self.client, reply.to_string(), encoding, message).await;
     }
 
     /// A partition owner's bids (`[cluster] shared`): merged, then handed to the allocator;
@@ -731,10 +730,8 @@ impl Ingest {
                 let saved = d.save_job_acked(&spec);
                 let (client, reply) = (self.client.clone(), reply.to_string());
                 tokio::spawn(async move {
-                    if let Ok(Ok(())) = tokio::time::timeout(HELLO_SAVE_WAIT, saved).await
-                        && let Err(e) = crate::bus::publish(&client, reply, encoding, &ack).await
-                    {
-                        warn!(error = %e, "cannot send a reply");
+                    if let Ok(Ok(())) = tokio::time::timeout(HELLO_SAVE_WAIT, saved).await {
+                        send_reply(&client, reply, encoding, &ack).await;
                     }
                 });
             }

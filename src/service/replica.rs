@@ -120,10 +120,7 @@ async fn lead(
                 warn!(error = %e, "the scheduler failed; giving the lease back");
             }
             fence.depose();
-            let _ = stop_renewing.send(());
-            if let Ok(Some(held)) = renewer.await {
-                lease.release(held).await;
-            }
+            give_back(lease, stop_renewing, renewer).await;
             tokio::time::sleep(lease.ttl()).await;
             return Led::Failed;
         }
@@ -138,12 +135,21 @@ async fn lead(
         warn!(error = %e, "the scheduler stopped with an error");
     }
     if matches!(led, Led::Stopped) {
-        let _ = stop_renewing.send(());
-        if let Ok(Some(held)) = renewer.await {
-            lease.release(held).await;
-        }
+        give_back(lease, stop_renewing, renewer).await;
     }
     led
+}
+
+/// Stops the renewals and gives the lease back, if they still held it.
+async fn give_back(
+    lease: &Lease,
+    stop_renewing: tokio::sync::oneshot::Sender<()>,
+    renewer: tokio::task::JoinHandle<Option<Held>>,
+) {
+    let _ = stop_renewing.send(());
+    if let Ok(Some(held)) = renewer.await {
+        lease.release(held).await;
+    }
 }
 
 /// Renews the leader's lease every quarter lease until `stop` (then returns the lease still
