@@ -45,6 +45,9 @@ pub struct AgentConfig {
     pub nats_url: Option<String>,
 }
 
+/// How long a hello waits for the scheduler's answer before it is sent again, by default.
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl AgentConfig {
     pub fn new(subjects: Subjects, spec: WorkerSpec) -> Self {
         AgentConfig {
@@ -53,7 +56,7 @@ impl AgentConfig {
             beat_every: Duration::from_secs(2),
             exec: None,
             stop_grace: Duration::from_secs(30),
-            hello_timeout: Duration::from_secs(5),
+            hello_timeout: DEFAULT_HELLO_TIMEOUT,
             allow_command: Vec::new(),
             nats_url: None,
         }

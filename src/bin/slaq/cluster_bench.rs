@@ -80,7 +80,7 @@ fn start_replica(args: &BenchClusterArgs, id: &str, dir: &std::path::Path) -> an
 
 /// The status of every job, read in pages by id prefix (an answer must fit in one message).
 /// Registers the workers and the jobs as their processes would: each hello is a request,
-/// sent again when not answered in 5 s (the agent's `hello_timeout`), with at most
+/// sent again when not answered within the agent's default `hello_timeout`, with at most
 /// `HELLOS_IN_FLIGHT` waiting at once. Returns how many were sent again.
 async fn register(client: &async_nats::Client, s: &Subjects, workers: usize, jobs: usize) -> anyhow::Result<u64> {
     let retried = AtomicU64::new(0);
@@ -100,7 +100,11 @@ async fn register(client: &async_nats::Client, s: &Subjects, workers: usize, job
             let (subject, bytes) = hello?;
             let bytes = bytes::Bytes::from(bytes);
             loop {
-                let answer = tokio::time::timeout(HELLO_TIMEOUT, client.request(subject.clone(), bytes.clone())).await;
+                let answer = tokio::time::timeout(
+                    slaq::agent::DEFAULT_HELLO_TIMEOUT,
+                    client.request(subject.clone(), bytes.clone()),
+                )
+                .await;
                 if matches!(answer, Ok(Ok(_))) {
                     return Ok::<_, anyhow::Error>(());
                 }
@@ -117,8 +121,6 @@ async fn register(client: &async_nats::Client, s: &Subjects, workers: usize, job
     Ok(retried.load(Ordering::Relaxed))
 }
 
-/// How long one hello waits for its answer (the agent's default).
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Hellos waiting for their answers at once.
 const HELLOS_IN_FLIGHT: usize = 4096;
 
