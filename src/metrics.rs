@@ -32,6 +32,12 @@ pub struct Metrics {
     pub gain_epoch_jobs: IntGauge,
     /// Jobs forgotten because they were silent for the idle timeout.
     pub jobs_expired: IntCounter,
+    /// Reports stream messages the server skipped on the scheduler's consumer (a gap in the
+    /// stream sequences that a read at the gap's start found filled): each is read and
+    /// handled anyway.
+    pub stream_skipped: IntCounter,
+    /// Gaps in the reports stream's sequences that could not be checked (the read failed).
+    pub stream_gaps_unchecked: IntCounter,
     /// Submitted jobs' generations restarted after a failure or a stall.
     pub job_restarts: IntCounter,
     /// Submitted jobs ended as failed (their restarts used up).
@@ -135,6 +141,16 @@ impl Metrics {
                 "Jobs forgotten after sending nothing for the idle timeout",
             )
             .expect("valid metric"),
+            stream_skipped: IntCounter::new(
+                "slaq_stream_skipped_total",
+                "Reports stream messages the server skipped on the scheduler's consumer, read and handled by sequence",
+            )
+            .expect("valid metric"),
+            stream_gaps_unchecked: IntCounter::new(
+                "slaq_stream_gaps_unchecked_total",
+                "Gaps in the reports stream's sequences the scheduler could not check (the read failed)",
+            )
+            .expect("valid metric"),
             job_restarts: IntCounter::new(
                 "slaq_job_restarts_total",
                 "Generations of submitted jobs restarted after a process failed or the job stalled",
@@ -231,6 +247,8 @@ impl Metrics {
             Box::new(self.realised_gain_total.clone()),
             Box::new(self.gain_epoch_jobs.clone()),
             Box::new(self.jobs_expired.clone()),
+            Box::new(self.stream_skipped.clone()),
+            Box::new(self.stream_gaps_unchecked.clone()),
             Box::new(self.job_restarts.clone()),
             Box::new(self.jobs_failed.clone()),
             Box::new(self.agent_refusals.clone()),

@@ -789,7 +789,11 @@ impl AllocatorActor {
     /// at a million workers, listing all to answer for a few took seconds.
     fn snapshot(&self, filter: &GetStatus) -> StatusSnapshot {
         let now_s = self.now_s();
-        let wanted = |job: &str| filter.jobs.as_deref().is_none_or(|prefix| job.starts_with(prefix));
+        let wanted = |job: &str| match filter.jobs.as_deref() {
+            None => true,
+            Some(id) if filter.own => job == id,
+            Some(prefix) => job.starts_with(prefix),
+        };
         let at_most = filter.limit.map_or(usize::MAX, |l| l.saturating_add(1));
         StatusSnapshot {
             term: self.settings.term,
@@ -832,10 +836,10 @@ impl AllocatorActor {
                 })
                 .collect(),
             // The message counters live in the metrics registry (one source for both).
-            accepted: self.metrics.accepted_counts(),
-            rejected: self.metrics.rejected_counts(),
-            num_jobs: self.jobs.len(),
-            num_workers: self.registry.len(),
+            accepted: if filter.own { Default::default() } else { self.metrics.accepted_counts() },
+            rejected: if filter.own { Default::default() } else { self.metrics.rejected_counts() },
+            num_jobs: if filter.own { 0 } else { self.jobs.len() },
+            num_workers: if filter.own { 0 } else { self.registry.len() },
             truncated: false,
             ended: self.ended.iter().filter(|o| wanted(&o.job)).cloned().collect(),
         }
@@ -1256,6 +1260,9 @@ impl Handler<StopAllocator> for AllocatorActor {
 pub struct GetStatus {
     pub jobs: Option<String>,
     pub limit: Option<usize>,
+    /// A job asks for itself: `jobs` is its exact id, and the answer holds that job, its
+    /// workers and its outcome only (no counters, no totals, no other job).
+    pub own: bool,
 }
 
 impl Handler<GetStatus> for AllocatorActor {

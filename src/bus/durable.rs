@@ -48,6 +48,10 @@ use crate::protocol::{self, Encoding, JobSpec, Subjects, WorkerSpec};
 pub struct DurableSettings {
     /// Loss reports kept per job (enough for the reports between two predictor saves).
     pub report_history: i64,
+    /// How long the stream keeps a report or bye (`max_age`): what a scheduler down for longer
+    /// missed is gone. Nothing else removes a message: slaq never purges part of the stream
+    /// (see the module's documentation).
+    pub report_retention: Duration,
     /// The largest message the reports stream keeps (the scheduler's `max_payload_bytes`).
     pub max_message_bytes: usize,
     /// Copies of the stream and the bucket in a cluster.
@@ -63,6 +67,7 @@ impl Default for DurableSettings {
     fn default() -> Self {
         DurableSettings {
             report_history: 512,
+            report_retention: Duration::from_secs(15 * 60),
             max_message_bytes: 64 * 1024,
             replicas: 1,
             timeout: Duration::from_secs(5),
@@ -134,8 +139,6 @@ pub struct Durable(Arc<Inner>);
 enum Op {
     Put(Bytes),
     Delete,
-    /// Purge a job's messages from the reports stream, those before this stream sequence.
-    Purge(u64),
     /// A shard of the workers (`workers.<s>`), encoded as it is when written: a burst of
     /// changes to a shard costs one write.
     Workers(u32),
@@ -167,13 +170,13 @@ struct Inner {
     bucket: String,
     stream: String,
     subjects: Subjects,
-    /// `DurableSettings::partitions`: where a job's messages are purged.
+    /// `DurableSettings::partitions`: where a job's bye goes when the leader ends it.
     partitions: Option<u32>,
     fence: Fence,
     /// The term written in every write's header (0: none yet).
     term: AtomicU64,
     counters: Arc<DurableCounters>,
-    /// Writes not yet made, latest per key (purges under `purge.<job>`). One writer task
+    /// Writes not yet made, latest per key . One writer task
     /// drains it, a bounded number at a time, so a burst (200,000 jobs registering) costs one
     /// value per key, not one task per write.
     pending: std::sync::Mutex<HashMap<String, Pending>>,
@@ -362,29 +365,6 @@ impl Inner {
             }
             op => op,
         };
-        if let Op::Purge(before) = op {
-            let job = key.strip_prefix("purge.").unwrap_or(key);
-            let result = tokio::time::timeout(WRITE_TIMEOUT, async {
-                let stream = self.js.get_stream(&self.stream).await.map_err(|e| e.to_string())?;
-                let subjects = match self.partitions {
-                    None => [self.subjects.job_loss(job), self.subjects.job_bye(job)],
-                    Some(n) => {
-                        let p = crate::partition::of(job, n);
-                        [self.subjects.part_job_loss(p, job), self.subjects.part_job_bye(p, job)]
-                    }
-                };
-                for subject in subjects {
-                    stream.purge().filter(subject).sequence(*before).await.map_err(|e| e.to_string())?;
-                }
-                Ok::<_, String>(())
-            })
-            .await;
-            return match result {
-                Ok(Ok(())) => Outcome::Written,
-                Ok(Err(e)) => Outcome::Failed(e),
-                Err(_) => Outcome::Failed("timed out".into()),
-            };
-        }
         let expected = match self.expected_revision(key).await {
             Ok(r) => r,
             Err(e) => return Outcome::Failed(e),
@@ -454,6 +434,7 @@ fn reports_stream(subjects: &Subjects, settings: &DurableSettings) -> stream::Co
             Some(_) => vec![format!("{prefix}.v1.part.*.job.*.*")],
         },
         max_messages_per_subject: settings.report_history,
+        max_age: settings.report_retention,
         max_message_size: i32::try_from(settings.max_message_bytes).unwrap_or(i32::MAX),
         storage: stream::StorageType::File,
         num_replicas: settings.replicas.max(1),
@@ -495,6 +476,7 @@ impl Durable {
         if current.subjects != config.subjects
             || current.max_message_size != config.max_message_size
             || current.max_messages_per_subject != config.max_messages_per_subject
+            || current.max_age != config.max_age
             || current.duplicate_window != config.duplicate_window
         {
             let updated = stream::Config { num_replicas: current.num_replicas, ..config };
@@ -675,6 +657,50 @@ impl Durable {
     /// they come.
     pub async fn reports(&self) -> Result<consumer::push::Ordered, BusError> {
         self.ordered("the reports stream".into(), String::new(), None).await
+    }
+
+    /// The reports stream's last sequence now: a consumer started after this call replays up
+    /// to it (what a restarted scheduler missed), then reads what comes.
+    pub async fn last_sequence(&self) -> Result<u64, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "the reports stream".into(),
+            detail: e.to_string(),
+        };
+        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
+        Ok(stream.get_info().await.map_err(|e| err(&e))?.state.last_sequence)
+    }
+
+    /// The last bye the reports stream holds for `job` (without `[cluster] shared`), and its
+    /// sequence. A hello of a running job asks: a bye the consumer has not read yet means the
+    /// hello is a new job of the same id, sent after its predecessor's bye.
+    pub async fn last_bye(&self, job: &str) -> Result<Option<(async_nats::Message, u64)>, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "the reports stream".into(),
+            detail: e.to_string(),
+        };
+        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
+        match stream.get_last_raw_message_by_subject(&self.0.subjects.job_bye(job)).await {
+            Ok(m) => Ok(Some(stream_message(m))),
+            Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => Ok(None),
+            Err(e) => Err(err(&e)),
+        }
+    }
+
+    /// The first message the reports stream holds at or after sequence `from`, as a consumer
+    /// would have delivered it, and its sequence (`None`: there is none). Checks a gap in the
+    /// sequences a consumer received: a message found inside the gap was skipped by the server.
+    pub async fn message_from(&self, from: u64) -> Result<Option<(async_nats::Message, u64)>, BusError> {
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
+            what: "the reports stream".into(),
+            detail: e.to_string(),
+        };
+        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
+        let filter = format!("{}.v1.>", self.0.subjects.prefix());
+        match stream.raw_message_builder().sequence(from).next_by_subject(filter).send().await {
+            Ok(m) => Ok(Some(stream_message(m))),
+            Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => Ok(None),
+            Err(e) => Err(err(&e)),
+        }
     }
 
     /// The reports and byes of partition `p` (`[cluster] shared`), oldest first, as
@@ -912,21 +938,13 @@ impl Durable {
         self.put(format!("plan.{job}"), &(attained_service, ledger));
     }
 
-    /// A job left: its spec, predictor and plan go, and so do its reports and byes up to the
-    /// stream sequence `before` (exclusive; what a later incarnation of the job sends stays).
-    pub fn forget_job(&self, job: &str, before: u64) {
+    /// A job left: its spec, predictor and plan go. Its reports and byes stay in the stream
+    /// until `report_retention` (a purge of one job's subjects skips other jobs' messages on
+    /// nats-server before 2.10.11); a replay drops them by the job's `ended_before`.
+    pub fn forget_job(&self, job: &str) {
         self.write(format!("job.{job}"), Op::Delete);
         self.write(format!("pred.{job}"), Op::Delete);
         self.write(format!("plan.{job}"), Op::Delete);
-        if before > 0 {
-            self.write(format!("purge.{job}"), Op::Purge(before));
-        }
-    }
-
-    /// Purges a job's reports and byes before the stream sequence `before` (a job already
-    /// gone whose bye was read again).
-    pub fn purge_job(&self, job: &str, before: u64) {
-        self.write(format!("purge.{job}"), Op::Purge(before));
     }
 
     /// Changes one worker in its shard and, if `change` says it changed anything, queues the
@@ -971,6 +989,21 @@ impl Durable {
             _ => false,
         });
     }
+}
+
+/// A message read by sequence or subject, as a consumer would have delivered it.
+fn stream_message(m: async_nats::jetstream::message::StreamMessage) -> (async_nats::Message, u64) {
+    let length = m.payload.len();
+    let message = async_nats::Message {
+        subject: m.subject,
+        reply: None,
+        payload: m.payload,
+        headers: Some(m.headers),
+        status: None,
+        description: None,
+        length,
+    };
+    (message, m.sequence)
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {

@@ -19,6 +19,9 @@ pub enum RejectCause {
     RateLimited,
     /// A reply subject that is not an inbox (see `valid_reply`): never answered.
     BadReply,
+    /// A report or bye of a job that has ended (its bye was read), or of an earlier job of the
+    /// same id: it never brings the job back; only a new hello does.
+    Ended,
 }
 
 impl RejectCause {
@@ -39,6 +42,7 @@ impl RejectCause {
             RejectCause::Overloaded => "overloaded",
             RejectCause::RateLimited => "rate_limited",
             RejectCause::BadReply => "bad_reply",
+            RejectCause::Ended => "ended",
         }
     }
 }

@@ -24,6 +24,10 @@ pub enum Inbound<'a> {
     },
     /// A status request (any payload; a `StatusRequest` narrows it).
     Status(StatusRequest),
+    /// A job's request for its own status (`job.<id>.status`, any payload).
+    JobStatus {
+        job: &'a str,
+    },
 }
 
 impl Inbound<'_> {
@@ -35,7 +39,7 @@ impl Inbound<'_> {
             Inbound::JobBye(_) => "job_bye",
             Inbound::WorkerHello(_) => "worker_hello",
             Inbound::WorkerBeat { .. } => "worker_beat",
-            Inbound::Status(_) => "status",
+            Inbound::Status(_) | Inbound::JobStatus { .. } => "status",
         }
     }
 }
@@ -65,8 +69,10 @@ pub fn inbound<'a>(
             Inbound::JobLoss { job: id, point: report.validate(id)? }
         }
         Kind::JobHello => {
-            let spec: JobSpec = decode(encoding, payload, "job spec")?;
+            let mut spec: JobSpec = decode(encoding, payload, "job spec")?;
             spec.validate(id)?;
+            // The scheduler's own field: a job cannot hide its predecessor's messages.
+            spec.ended_before = None;
             if spec.min_workers > limits.max_min_workers {
                 return Err(ProtocolError::Invalid(
                     "min_workers above scheduler.max_min_workers",
@@ -91,6 +97,8 @@ pub fn inbound<'a>(
             Inbound::WorkerBeat { worker: id, running: beat.running }
         }
         Kind::CtlStatus => Inbound::Status(decode(encoding, payload, "status request").unwrap_or_default()),
+        // Whatever the payload: the job's own status, nothing else.
+        Kind::JobStatus => Inbound::JobStatus { job: id },
         // What the scheduler itself publishes is not for it to receive.
         Kind::JobAlloc | Kind::WorkerAssign | Kind::CtlEpoch => return Err(ProtocolError::UnknownSubject),
     })

@@ -64,6 +64,12 @@ pub struct JobSpec {
     /// The only worker counts the job may run at (e.g. powers of two), besides none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_counts: Option<Vec<u32>>,
+    /// Scheduler-owned, never read from a hello: the reports stream's sequence at which an
+    /// earlier job of the same id ended (its bye). The scheduler saves it with the spec, and
+    /// drops stream messages of the job at or below it, so a restarted scheduler's replay
+    /// never feeds this job its predecessor's reports or ends it with its predecessor's bye.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_before: Option<u64>,
 }
 
 /// Largest total size of a command's arguments, environment and paths, in bytes.
@@ -166,6 +172,7 @@ impl JobSpec {
             max_local_batch: None,
             command: None,
             worker_counts: None,
+            ended_before: None,
         }
     }
 }

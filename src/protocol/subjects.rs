@@ -46,6 +46,9 @@ pub enum Kind {
     JobLoss,
     JobBye,
     JobAlloc,
+    /// A job's own status request: only that job is answered (a job user may ask it under
+    /// `deploy/nats/slaq-auth.conf`, where `ctl.status` is the operators').
+    JobStatus,
     WorkerHello,
     WorkerBeat,
     WorkerAssign,
@@ -92,6 +95,9 @@ impl Subjects {
     }
     pub fn job_alloc(&self, job: &str) -> String {
         self.job(job, "alloc")
+    }
+    pub fn job_status(&self, job: &str) -> String {
+        self.job(job, "status")
     }
     pub fn worker_hello(&self, worker: &str) -> String {
         self.worker(worker, "hello")
@@ -145,9 +151,10 @@ impl Subjects {
     }
 
     /// The wildcard subscriptions of the scheduler: one per message kind, not one per job.
-    pub fn scheduler_subscriptions(&self) -> [String; 5] {
+    pub fn scheduler_subscriptions(&self) -> [String; 6] {
         [
             format!("{}.v1.job.*.hello", self.prefix),
+            format!("{}.v1.job.*.status", self.prefix),
             format!("{}.v1.job.*.loss", self.prefix),
             format!("{}.v1.job.*.bye", self.prefix),
             format!("{}.v1.worker.*.hello", self.prefix),
@@ -174,6 +181,7 @@ impl Subjects {
             ("job", "loss") => Kind::JobLoss,
             ("job", "bye") => Kind::JobBye,
             ("job", "alloc") => Kind::JobAlloc,
+            ("job", "status") => Kind::JobStatus,
             ("worker", "hello") => Kind::WorkerHello,
             ("worker", "beat") => Kind::WorkerBeat,
             ("worker", "assign") => Kind::WorkerAssign,

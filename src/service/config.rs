@@ -77,6 +77,9 @@ pub struct RawState {
     pub mode: String,
     /// Loss reports the stream keeps per job.
     pub report_history: i64,
+    /// Seconds the stream keeps a report or bye (what a scheduler down for longer missed is
+    /// gone; ended jobs' messages leave the stream this way, never by a purge).
+    pub report_retention_s: u64,
     /// A job saves its predictor at most this often (when it has new points).
     pub snapshot_ms: u64,
     /// Copies of the stream and buckets in a NATS cluster (1, or 3 to survive a node).
@@ -85,7 +88,7 @@ pub struct RawState {
 
 impl Default for RawState {
     fn default() -> Self {
-        RawState { mode: "auto".into(), report_history: 512, snapshot_ms: 2_000, replicas: 1 }
+        RawState { mode: "auto".into(), report_history: 512, report_retention_s: 900, snapshot_ms: 2_000, replicas: 1 }
     }
 }
 
@@ -515,8 +518,14 @@ impl RawConfig {
             "none" => StateMode::None,
             other => return invalid(&format!("state.mode {other:?}: expected auto, jetstream or none")),
         };
-        if self.state.report_history < 1 || self.state.snapshot_ms == 0 || self.state.replicas == 0 {
-            return invalid("state.report_history, state.snapshot_ms and state.replicas must be positive");
+        if self.state.report_history < 1
+            || self.state.snapshot_ms == 0
+            || self.state.replicas == 0
+            || self.state.report_retention_s == 0
+        {
+            return invalid(
+                "state.report_history, state.report_retention_s, state.snapshot_ms and state.replicas must be positive",
+            );
         }
         let ha = if self.ha.enabled {
             if state_mode == StateMode::None {
@@ -566,6 +575,7 @@ impl RawConfig {
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,
+                report_retention: Duration::from_secs(self.state.report_retention_s),
                 max_message_bytes: s.max_payload_bytes,
                 replicas: self.state.replicas,
                 partitions,

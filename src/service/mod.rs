@@ -9,6 +9,7 @@
 //! subject, and dropped. The loop is the only owner of the job routing table.
 
 pub mod config;
+pub mod ended;
 mod http;
 
 mod replica;
@@ -90,6 +91,14 @@ impl Connections {
         };
         Ok(Connections { bus, state, lease, counters })
     }
+}
+
+/// At most this many ended jobs are remembered (see `ended`).
+const ENDED_CAP: usize = 1_000_000;
+
+/// How long an ended job is remembered: as long as the stream keeps its messages.
+fn ingest_ended_keep(config: &ServeConfig) -> Duration {
+    config.durable.report_retention.max(Duration::from_secs(60))
 }
 
 /// How long a job's hello waits for its spec to be saved before it goes unanswered (the job
@@ -191,6 +200,11 @@ pub async fn run(
     }
 
     let ingest_intake = config.durable.partitions.map(shard::Intake::new);
+    // What the stream held before this start: read again (a replay), it registers no job.
+    let replay_until = match &durable {
+        Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,
+        _ => 0,
+    };
     let (mut losses, mut messages) = subscribe(&client, &config, durable.as_ref()).await?;
     // With shared work the owners' bids come on the state connection (their account), and a
     // new leader asks for all of them at once.
@@ -237,6 +251,8 @@ pub async fn run(
         term,
         own_inboxes,
         last_stream_seq: 0,
+        replay_until,
+        ended: ended::Ended::new(ingest_ended_keep(&config), ENDED_CAP),
         was_disconnected: false,
         config,
         allocator: allocator.clone(),
@@ -262,7 +278,7 @@ pub async fn run(
             _ = sweep.tick() => ingest.sweep(),
             Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
             message = losses.next() => match message {
-                Some((message, seq)) => ingest.handle(message, seq).await,
+                Some((message, seq)) => ingest.stream_message(message, seq).await,
                 None => break,
             },
             message = messages.next() => match message {
@@ -337,6 +353,9 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
     }
 }
 
+/// How long a read that checks a gap in the reports stream may take.
+const GAP_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A message and, when it came from the reports stream, its stream sequence.
 type Kept = (async_nats::Message, Option<u64>);
 
@@ -355,7 +374,7 @@ async fn subscribe(
     config: &ServeConfig,
     durable: Option<&Durable>,
 ) -> Result<Inputs, ServiceError> {
-    let [hello, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
+    let [hello, job_status, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
     let subscribe = |subject: String| {
         let client = client.clone();
         async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
@@ -381,7 +400,7 @@ async fn subscribe(
             Box::pin(subscribe(loss).await?.map(|m| (m, None)))
         }
     };
-    for subject in [hello, worker_hello, worker_beat, config.subjects.ctl_status()] {
+    for subject in [hello, job_status, worker_hello, worker_beat, config.subjects.ctl_status()] {
         subscriptions.push(subscribe(subject).await?);
     }
     Ok((losses, futures_util::stream::select_all(subscriptions)))
@@ -402,13 +421,16 @@ struct Route {
     /// A submitted job's command: kept when a later hello has none; such a job is supervised
     /// (restarted when it fails or stalls), not forgotten for silence.
     command: Option<JobCommand>,
+    /// The stream sequence its predecessor of the same id ended at (`JobSpec::ended_before`):
+    /// stream messages up to it are not its own.
+    ended_before: Option<u64>,
 }
 
 impl Route {
     /// A job just heard from.
     fn new(addr: Option<Addr<JobActor>>, command: Option<JobCommand>, quota: governor::Quota) -> Route {
         let limiter = governor::RateLimiter::direct(quota);
-        Route { addr, limiter, dropped: 0, last_heard: Instant::now(), quiet: false, command }
+        Route { addr, limiter, dropped: 0, last_heard: Instant::now(), quiet: false, command, ended_before: None }
     }
 }
 
@@ -461,6 +483,11 @@ struct Ingest {
     own_inboxes: Vec<String>,
     /// The last stream sequence read from the reports stream.
     last_stream_seq: u64,
+    /// The stream's last sequence when this scheduler started: up to it, the stream is read
+    /// again (a replay), and a report of an unknown job registers none.
+    replay_until: u64,
+    /// Jobs that said bye: their later reports bring none back (see `ended`).
+    ended: ended::Ended,
     /// NATS was unreachable at the last sweep: silence then is nobody's fault.
     was_disconnected: bool,
     config: ServeConfig,
@@ -540,6 +567,39 @@ impl Ingest {
             });
             info!(jobs = restored, workers = num_workers, "restored from JetStream");
         }
+    }
+
+    /// A message of the reports stream. The consumer reads the whole stream, so past the
+    /// replay its sequences follow one another; a gap is checked with a read at the gap's start,
+    /// and a message found there (the server skipped it: nats-server 2.9 did after a purge of
+    /// one subject) is counted, logged and handled before this one.
+    async fn stream_message(&mut self, message: async_nats::Message, seq: Option<u64>) {
+        if let (Some(seq), Some(d)) = (seq, self.durable.clone()) {
+            let mut next = self.last_stream_seq + 1;
+            while self.last_stream_seq >= self.replay_until && self.last_stream_seq > 0 && next < seq {
+                match tokio::time::timeout(GAP_READ_TIMEOUT, d.message_from(next)).await {
+                    Ok(Ok(Some((skipped, at)))) if at < seq => {
+                        self.metrics.stream_skipped.inc();
+                        warn!(sequence = at, subject = %skipped.subject, "the reports stream skipped a message on this consumer: read and handled by sequence");
+                        self.handle(skipped, Some(at)).await;
+                        next = at + 1;
+                    }
+                    // The gap holds nothing: its messages were removed (limits, retention).
+                    Ok(Ok(_)) => break,
+                    Ok(Err(e)) => {
+                        self.metrics.stream_gaps_unchecked.inc();
+                        warn!(from = next, to = seq, error = %e, "cannot check a gap in the reports stream");
+                        break;
+                    }
+                    Err(_) => {
+                        self.metrics.stream_gaps_unchecked.inc();
+                        warn!(from = next, to = seq, "cannot check a gap in the reports stream: timed out");
+                        break;
+                    }
+                }
+            }
+        }
+        self.handle(message, seq).await;
     }
 
     /// Handles one message; `seq` is its sequence in the reports stream if it came from there
@@ -636,7 +696,7 @@ impl Ingest {
         // heartbeat by the allocator, which knows whether the worker is.
         let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
         match message {
-            Inbound::JobLoss { job, point } => self.report(job, point)?,
+            Inbound::JobLoss { job, point } => self.report(job, point, seq)?,
             Inbound::JobHello(spec) => self.job_hello(spec, reply, encoding).await?,
             Inbound::JobBye(end) => self.job_bye(end, seq)?,
             Inbound::WorkerHello(spec) => {
@@ -651,7 +711,13 @@ impl Ingest {
             Inbound::Status(request) => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
-                self.status(request, reply, encoding);
+                self.status(request, false, reply, encoding);
+            }
+            Inbound::JobStatus { job } => {
+                let reply =
+                    reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
+                let request = StatusRequest { jobs: Some(job.to_string()), limit: None };
+                self.status(request, true, reply, encoding);
             }
         }
         Ok(kind)
@@ -659,7 +725,20 @@ impl Ingest {
 
     /// A loss report to its job's actor (a job unknown so far is registered, if allowed). A job
     /// flooding reports loses its own excess, never another job's reports.
-    fn report(&mut self, id: &str, point: crate::protocol::LossPoint) -> Result<(), ProtocolError> {
+    fn report(&mut self, id: &str, point: crate::protocol::LossPoint, seq: Option<u64>) -> Result<(), ProtocolError> {
+        match self.jobs.get(id) {
+            Some(route) if !ended::ours(route.ended_before, seq) => {
+                return Err(ProtocolError::Invalid("a report of an earlier job of this id", RejectCause::Ended));
+            }
+            Some(_) => {}
+            None if self.ended.get(id).is_some() => {
+                return Err(ProtocolError::Invalid("a report after the job's bye", RejectCause::Ended));
+            }
+            None if seq.is_some_and(|s| s <= self.replay_until) => {
+                return Err(ProtocolError::Invalid("a kept report of a job no longer known", RejectCause::UnknownJob));
+            }
+            None => {}
+        }
         if !self.jobs.contains_key(id) {
             if !self.config.register_on_report {
                 return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob));
@@ -702,6 +781,7 @@ impl Ingest {
         encoding: Encoding,
     ) -> Result<(), ProtocolError> {
         let id = spec.job.clone();
+        self.bye_before_hello(&id).await;
         match self.jobs.get_mut(&id) {
             Some(route) => {
                 // The submitted command stays when the job's own process says hello.
@@ -712,12 +792,17 @@ impl Ingest {
                     let (job, addr, command) = (id.clone(), route.addr.clone(), spec.command.clone());
                     self.allocator.do_send(JobStarted { job, addr, command });
                 }
+                spec.ended_before = route.ended_before;
                 if let Some(addr) = &route.addr {
                     addr.do_send(UpdateSpec(spec.clone()));
                 }
             }
             None => {
+                // A new job of an id that ended: what the stream holds now is its predecessor's
+                // (its bye, and any report sent after it), not its own.
+                spec.ended_before = self.predecessor_end(&id).await;
                 self.start_job(spec.clone(), None)?;
+                self.ended.hello(&id);
             }
         }
         self.heard(&id);
@@ -742,24 +827,68 @@ impl Ingest {
         Ok(())
     }
 
-    /// A job's bye: the job ends. A bye kept by the stream for a job already gone is purged.
+    /// A hello of a running job may follow its own bye that the consumer has not read yet (a
+    /// job that ended and started again at once): that bye ends the running job now, so the
+    /// hello starts a new one, and the bye, read later, ends nothing.
+    async fn bye_before_hello(&mut self, id: &str) {
+        let Some(d) = self.durable.clone().filter(|_| self.intake.is_none()) else { return };
+        if !self.jobs.contains_key(id) {
+            return;
+        }
+        let bye = match tokio::time::timeout(GAP_READ_TIMEOUT, d.last_bye(id)).await {
+            Ok(Ok(bye)) => bye,
+            Ok(Err(e)) => return warn!(job = id, error = %e, "cannot read the job's last bye"),
+            Err(_) => return warn!(job = id, "cannot read the job's last bye: timed out"),
+        };
+        let Some((message, seq)) = bye.filter(|(_, seq)| *seq > self.last_stream_seq) else { return };
+        let limits = InboundLimits {
+            max_payload_bytes: self.config.max_payload_bytes,
+            max_min_workers: self.config.max_min_workers,
+        };
+        let encoding = crate::bus::encoding_of(&message);
+        if let Ok(Inbound::JobBye(end)) =
+            protocol::inbound(&self.config.subjects, message.subject.as_str(), &message.payload, encoding, &limits)
+            && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
+        {
+            self.end_job(id, end.reason, Some(seq));
+        }
+    }
+
+    /// Where the messages of an ended job's predecessor end in the stream, for its successor's
+    /// hello: the stream's last sequence now (the predecessor's late reports included), or
+    /// at least its bye and what the consumer has read. `None`: no predecessor is known.
+    async fn predecessor_end(&self, id: &str) -> Option<u64> {
+        let end = self.ended.get(id)?.max(self.last_stream_seq);
+        let last = match &self.durable {
+            Some(d) => tokio::time::timeout(GAP_READ_TIMEOUT, d.last_sequence()).await.ok().and_then(Result::ok),
+            None => None,
+        };
+        Some(last.map_or(end, |l| l.max(end)))
+    }
+
+    /// A job's bye: the job ends. A bye of a job already gone (read again in a replay) is
+    /// remembered as its end; one of an earlier job of the same id ends nothing.
     fn job_bye(&mut self, end: crate::protocol::JobEnd, seq: Option<u64>) -> Result<(), ProtocolError> {
         let id = end.job.as_str();
-        if !self.jobs.contains_key(id) {
-            // A bye kept by the stream for a job already gone (its purge was cut short
-            // by a restart): purged now, so it is not read again at every start.
-            if let (Some(d), Some(seq)) = (&self.durable, seq) {
-                d.purge_job(id, seq + 1);
-            }
-            return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
+        let Some(route) = self.jobs.get(id) else {
+            let known = self.ended.get(id).is_some();
+            self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now());
+            return Err(match known {
+                true => ProtocolError::Invalid("a bye of a job that ended", RejectCause::Ended),
+                false => ProtocolError::Invalid("no such job", RejectCause::UnknownJob),
+            });
         };
+        if !ended::ours(route.ended_before, seq) {
+            return Err(ProtocolError::Invalid("a bye of an earlier job of this id", RejectCause::Ended));
+        }
         self.end_job(id, end.reason, seq);
         Ok(())
     }
 
     /// A status request, answered off the ingest loop (the allocator may be mid-epoch), cut to
-    /// fit one message.
-    fn status(&mut self, request: StatusRequest, reply: &str, encoding: Encoding) {
+    /// fit one message. `own`: a job's request for itself (only that id, and nothing of the
+    /// cluster's).
+    fn status(&mut self, request: StatusRequest, own: bool, reply: &str, encoding: Encoding) {
         self.metrics.sync_bus(&self.bus);
         if let Some(d) = &self.durable {
             self.metrics.sync_state(&d.counters(), d.pending());
@@ -768,13 +897,13 @@ impl Ingest {
             self.jobs.iter().filter(|(_, r)| r.dropped > 0).map(|(id, r)| (id.clone(), r.dropped)).collect();
         let allocator = self.allocator.clone();
         let client = self.client.clone();
-        let shared = self.intake.as_ref().map(|i| (self.state_client.clone(), i.partitions()));
+        let shared = self.intake.as_ref().filter(|_| !own).map(|i| (self.state_client.clone(), i.partitions()));
         let prefix = self.config.subjects.prefix().to_string();
         let reply = reply.to_string();
         let max_payload = self.client.server_info().max_payload.max(4096);
         // Answered off the ingest loop: the allocator may be mid-epoch.
         actix::spawn(async move {
-            let filter = GetStatus { jobs: request.jobs.clone(), limit: request.limit };
+            let filter = GetStatus { jobs: request.jobs.clone(), limit: request.limit, own };
             let Ok(mut snapshot) = allocator.send(filter).await else { return };
             if let Some((state, count)) = shared {
                 match crate::bus::partitions::owners(&state, &prefix, count).await {
@@ -796,6 +925,7 @@ impl Ingest {
     /// its actor stops, its kept messages up to `seq` go, and its workers go to others.
     fn end_job(&mut self, id: &str, reason: EndReason, seq: Option<u64>) {
         let Some(route) = self.jobs.remove(id) else { return };
+        self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now());
         if let Some(addr) = route.addr {
             addr.do_send(Stop);
         } else if let Some(d) = &self.durable {
@@ -803,8 +933,7 @@ impl Ingest {
             d.end_in_stream(id, reason);
         }
         if let Some(d) = &self.durable {
-            // Its messages up to the bye go; a later incarnation's stay.
-            d.forget_job(id, seq.unwrap_or(self.last_stream_seq) + 1);
+            d.forget_job(id);
         }
         let outcome = match reason {
             EndReason::Finished => "finished",
@@ -830,6 +959,7 @@ impl Ingest {
             return;
         }
         let now = Instant::now();
+        self.ended.expire(now);
         if std::mem::take(&mut self.was_disconnected) {
             self.jobs.values_mut().for_each(|r| r.last_heard = now);
             return;
@@ -848,7 +978,7 @@ impl Ingest {
                     addr.do_send(Stop);
                 }
                 if let Some(d) = &self.durable {
-                    d.forget_job(id, self.last_stream_seq + 1);
+                    d.forget_job(id);
                 }
                 self.allocator.do_send(JobStopped { job: id.clone(), outcome: "expired" });
             }
@@ -873,6 +1003,7 @@ impl Ingest {
         }
         let id = spec.job.clone();
         let command = spec.command.clone();
+        let ended_before = spec.ended_before;
         // With shared work the job's actor runs on its partition's owner (`shard`).
         let addr = match self.intake {
             Some(_) => None,
@@ -888,7 +1019,9 @@ impl Ingest {
                 Some(job.spawn(arbiter, spec, saved))
             }
         };
-        self.jobs.insert(id.clone(), Route::new(addr.clone(), command.clone(), self.config.report_quota));
+        let mut route = Route::new(addr.clone(), command.clone(), self.config.report_quota);
+        route.ended_before = ended_before;
+        self.jobs.insert(id.clone(), route);
         self.allocator.do_send(JobStarted { job: id.clone(), addr, command });
         // Per job, so debug: at 100,000 jobs this line would be the log.
         debug!(job = id, "job joined");

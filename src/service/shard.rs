@@ -174,6 +174,8 @@ struct OwnedJob {
     last_heard: Instant,
     quiet: bool,
     command: Option<protocol::JobCommand>,
+    /// `JobSpec::ended_before`: stream messages up to it are its predecessor's.
+    ended_before: Option<u64>,
 }
 
 /// Forwards the job actors' bids to the owner loop.
@@ -213,6 +215,8 @@ pub struct Owner {
     gone: HashMap<u32, Vec<(String, String)>>,
     quiet: HashMap<u32, Vec<(String, bool)>>,
     last_seq: HashMap<u32, u64>,
+    /// Jobs that said bye here: their later reports bring none back (see `super::ended`).
+    ended: super::ended::Ended,
     flushes: u64,
     full_next: bool,
     arbiters: Vec<ArbiterHandle>,
@@ -296,6 +300,7 @@ pub async fn run_owner(
         gone: HashMap::new(),
         quiet: HashMap::new(),
         last_seq: HashMap::new(),
+        ended: super::ended::Ended::new(config.durable.report_retention.max(Duration::from_secs(60)), 1_000_000),
         flushes: 0,
         full_next: false,
         arbiters,
@@ -395,6 +400,7 @@ impl Owner {
         let id = spec.job.clone();
         let partition = partition::of(&id, self.partitions);
         let command = spec.command.clone();
+        let ended_before = spec.ended_before;
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let setup = JobSetup {
@@ -405,7 +411,8 @@ impl Owner {
         };
         let addr = setup.spawn(arbiter, spec, saved);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let job = OwnedJob { addr, partition, limiter, last_heard: Instant::now(), quiet: false, command };
+        let job =
+            OwnedJob { addr, partition, limiter, last_heard: Instant::now(), quiet: false, command, ended_before };
         debug!(job = %id, partition, "job actor started");
         self.jobs.insert(id, job);
     }
@@ -579,8 +586,18 @@ impl Owner {
         }
         match inbound {
             Inbound::JobLoss { job, point } => {
-                if !self.jobs.contains_key(job) {
-                    self.adopt(job).await?;
+                match self.jobs.get(job) {
+                    Some(owned) if !super::ended::ours(owned.ended_before, seq) => {
+                        return Err(ProtocolError::Invalid(
+                            "a report of an earlier job of this id",
+                            RejectCause::Ended,
+                        ));
+                    }
+                    Some(_) => {}
+                    None if self.ended.get(job).is_some() => {
+                        return Err(ProtocolError::Invalid("a report after the job's bye", RejectCause::Ended));
+                    }
+                    None => self.adopt(job).await?,
                 }
                 let Some(owned) = self.jobs.get_mut(job) else { return Err(ProtocolError::UnknownSubject) };
                 if owned.limiter.check().is_err() {
@@ -602,6 +619,11 @@ impl Owner {
                     protocol::EndReason::Cancelled => "cancelled",
                     protocol::EndReason::Failed => "failed",
                 };
+                if let Some(owned) = self.jobs.get(&end.job)
+                    && !super::ended::ours(owned.ended_before, seq)
+                {
+                    return Err(ProtocolError::Invalid("a bye of an earlier job of this id", RejectCause::Ended));
+                }
                 self.end_job(&end.job, how, seq);
                 Ok(())
             }
@@ -637,12 +659,13 @@ impl Owner {
     /// still have it.
     fn end_job(&mut self, job: &str, how: &str, seq: Option<u64>) {
         let p = partition::of(job, self.partitions);
+        let at = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0));
         if let Some(owned) = self.jobs.remove(job) {
             owned.addr.do_send(Stop);
-            let before = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0)) + 1;
-            self.durable.forget_job(job, before);
-        } else if let Some(seq) = seq {
-            self.durable.purge_job(job, seq + 1);
+            self.durable.forget_job(job);
+        }
+        if how != "expired" {
+            self.ended.end(job, at, Instant::now());
         }
         self.latest.remove(job);
         self.changed.remove(job);
@@ -679,7 +702,11 @@ impl Owner {
                 owned.last_heard = Instant::now();
                 owned.addr.do_send(UpdateSpec(spec));
             }
-            None => self.start_job(spec, None),
+            None => {
+                let mut spec = spec;
+                spec.ended_before = self.ended.hello(&spec.job);
+                self.start_job(spec, None)
+            }
         }
     }
 
@@ -701,6 +728,7 @@ impl Owner {
             return;
         }
         let now = Instant::now();
+        self.ended.expire(now);
         if let Some(timeout) = self.config.idle_job_timeout {
             let idle: Vec<String> = self
                 .jobs

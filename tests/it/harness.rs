@@ -178,7 +178,7 @@ impl Scheduler {
         let config = dir.join("slaq.toml");
         std::fs::write(&config, settings).expect("config");
         let log = dir.join("serve.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slaq"));
+        let mut cmd = Command::new(slaq_bin());
         cmd.args(["serve", "--nats", url, "--config"]).arg(&config).env("RUST_LOG", "slaq=debug");
         for (k, v) in env {
             cmd.env(k, v);
@@ -427,4 +427,19 @@ pub fn saved_workers(
         .flat_map(|(k, v)| slaq::bus::durable::decode_worker_shard(v).unwrap_or_else(|| panic!("{k} does not decode")))
         .map(|w| (w.spec.worker.clone(), w))
         .collect()
+}
+
+/// The version of the `nats-server` on the PATH, as the tests' figures name it.
+pub fn nats_version() -> String {
+    Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "an unknown nats-server".into())
+}
+
+/// The `slaq` binary the tests run: this build's, or `SLAQ_BIN` (to run a regression test
+/// against an earlier build and see it fail).
+pub fn slaq_bin() -> std::path::PathBuf {
+    std::env::var_os("SLAQ_BIN").map_or_else(|| env!("CARGO_BIN_EXE_slaq").into(), Into::into)
 }

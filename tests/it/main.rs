@@ -5,6 +5,7 @@ mod cli;
 mod durable;
 mod harness;
 mod holes;
+mod holes3;
 mod isolate;
 mod layout;
 mod live;

@@ -245,6 +245,14 @@ pub(crate) struct CancelArgs {
     pub(crate) bus: NatsArgs,
 }
 
+/// A job id as the wire contract allows it.
+fn job_id(s: &str) -> Result<String, String> {
+    match slaq::protocol::valid_id(s) {
+        true => Ok(s.to_string()),
+        false => Err("a job id is 1-64 characters from [A-Za-z0-9_-]".into()),
+    }
+}
+
 fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
     Ok((k.to_string(), v.to_string()))
@@ -291,8 +299,12 @@ pub(crate) struct StatusArgs {
     #[arg(long, default_value_t = 5.0)]
     pub(crate) timeout: f64,
     /// Only jobs whose id starts with this (and the workers serving them).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "job")]
     pub(crate) jobs: Option<String>,
+    /// One job's own status, asked on `<prefix>.v1.job.<ID>.status`: what that job's NATS user
+    /// may ask (the whole status, `ctl.status`, is the operators').
+    #[arg(long, value_name = "ID", value_parser = job_id)]
+    pub(crate) job: Option<String>,
     /// At most this many jobs and workers (the answer is always cut to fit one NATS message).
     #[arg(long)]
     pub(crate) limit: Option<usize>,

@@ -180,7 +180,8 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Polls the scheduler's status until `job` has ended: 0 if it finished, 1 if it failed or was
+/// Polls the job's own status (`job.<id>.status`, which the job's NATS user may ask under
+/// `deploy/nats/slaq-auth.conf`) until `job` has ended: 0 if it finished, 1 if it failed or was
 /// cancelled, 3 if the scheduler no longer knows it and has no outcome for it.
 async fn wait_for_outcome(
     client: &async_nats::Client,
@@ -191,9 +192,7 @@ async fn wait_for_outcome(
     // Polls in a row that found neither the job nor its outcome.
     let mut missing = 0;
     loop {
-        let request = StatusRequest { jobs: Some(job.to_string()), limit: None };
-        match bus::request::<_, StatusSnapshot>(client, subjects.ctl_status(), Encoding::MsgPack, &request, timeout)
-            .await
+        match bus::request::<_, StatusSnapshot>(client, subjects.job_status(job), Encoding::MsgPack, &(), timeout).await
         {
             Ok(status) => {
                 if let Some(outcome) = status.ended.iter().rev().find(|o| o.job == job) {
@@ -253,7 +252,13 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let snapshot: StatusSnapshot = runtime.block_on(async {
         let (client, _) = bus::connect_with(&args.bus.nats, "slaq-status", 16, &args.bus.auth.to_auth()).await?;
         let request = StatusRequest { jobs: args.jobs.clone(), limit: args.limit };
-        bus::request(&client, subjects.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs_f64(args.timeout))
+        // One job's own status: the subject its job user may ask; the whole status is the
+        // operators'.
+        let subject = match &args.job {
+            Some(job) => subjects.job_status(job),
+            None => subjects.ctl_status(),
+        };
+        bus::request(&client, subject, Encoding::MsgPack, &request, Duration::from_secs_f64(args.timeout))
             .await
             .context("asking the scheduler for its status (is `slaq serve` running?)")
     })?;
