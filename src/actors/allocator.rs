@@ -89,6 +89,11 @@ const PRICED_TABLE_LEN: usize = 16 * DEFAULT_TABLE_LEN;
 /// Ended jobs kept for `status` (and `slaq submit --wait`).
 const ENDED_KEPT: usize = 256;
 
+/// Ended jobs whose last generation is remembered, so that a job of the same id started again
+/// counts on from it (an agent still running the old one ignores a generation lower than its
+/// own as stale).
+const PAST_GENERATIONS_KEPT: usize = 100_000;
+
 /// Where a submitted job's current generation stands.
 #[derive(Clone, Debug, Default)]
 struct Supervision {
@@ -224,6 +229,9 @@ pub struct AllocatorActor {
     ports: PortBook,
     /// Jobs that ended lately (for `status`).
     ended: VecDeque<JobOutcome>,
+    /// The last generation of jobs that ended (at most `PAST_GENERATIONS_KEPT`, oldest out).
+    past_generations: HashMap<String, u64>,
+    past_order: VecDeque<String>,
     /// Jobs with a command (supervised): without any, an epoch skips their checks.
     submitted: usize,
     /// Where a submitted job whose restarts are used up is sent to be ended (the service's
@@ -256,6 +264,8 @@ impl AllocatorActor {
             ports: PortBook::default(),
             skipped: 0,
             ended: VecDeque::new(),
+            past_generations: HashMap::new(),
+            past_order: VecDeque::new(),
             submitted: 0,
             ending: None,
         }
@@ -932,6 +942,9 @@ impl AllocatorActor {
                 self.next_key += 1;
                 let mut entry = JobEntry::new(self.next_key, addr, now_s);
                 entry.supervision.progress_s = now_s;
+                // Generations are monotonic per job id: a job that ended and started again
+                // counts on from its predecessor.
+                entry.generation = self.past_generations.remove(v.key()).unwrap_or(0);
                 v.insert(entry)
             }
         }
@@ -1051,6 +1064,15 @@ impl AllocatorActor {
     /// reassigns them.
     fn stop_job(&mut self, job: String, outcome: &'static str) {
         if let Some(entry) = self.jobs.remove(&job) {
+            if entry.generation > 0 {
+                if self.past_order.len() >= PAST_GENERATIONS_KEPT
+                    && let Some(oldest) = self.past_order.pop_front()
+                {
+                    self.past_generations.remove(&oldest);
+                }
+                self.past_generations.insert(job.clone(), entry.generation);
+                self.past_order.push_back(job.clone());
+            }
             let now_s = self.now_s();
             self.ports.release(entry.key, now_s);
             if entry.command.is_some() {
@@ -1169,6 +1191,16 @@ impl AllocatorActor {
 }
 
 impl AllocatorActor {
+    /// A restored scheduler does not know its jobs' generations; their agents say which they
+    /// run: a job's generation is never below what an agent of its workers runs.
+    fn learn_generation(&mut self, worker: &str, running: &Running) {
+        let (Some(job), Some(generation)) = (running.job.as_deref(), running.generation) else { return };
+        let serves = self.registry.get(worker).and_then(|w| w.job.as_ref()).is_some_and(|j| j.id == job);
+        if let Some(entry) = self.jobs.get_mut(job).filter(|_| serves) {
+            entry.generation = entry.generation.max(generation);
+        }
+    }
+
     /// A heartbeat says the process of the generation the worker should run exited non-zero
     /// by itself: the generation failed.
     /// Rank 0's process exiting 0 by itself ends the job as finished (as under torchrun: a
@@ -1206,6 +1238,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
         if self.registry.beat(&worker, now) {
             self.metrics.accepted("worker_beat").inc();
             if let Some(running) = &running {
+                self.learn_generation(&worker, running);
                 self.reconcile(&worker, running, now);
                 self.exited(&worker, running);
                 if let Some(w) = self.registry.get_mut(&worker)

@@ -227,6 +227,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 enum Outcome {
     Written,
     Conflict,
+    /// The key's last write was this scheduler's own (one that timed out here but landed), with
+    /// another value: written again at once, nobody else's doing.
+    Again,
     Failed(String),
 }
 
@@ -294,6 +297,7 @@ async fn writer(inner: std::sync::Weak<Inner>) {
                     pending.after_renewal = Some(this.fence.renewals());
                     pending
                 }
+                Outcome::Again => pending,
                 Outcome::Failed(e) => {
                     this.counters.failed.fetch_add(1, Ordering::Relaxed);
                     if !logged {
@@ -321,6 +325,31 @@ async fn writer(inner: std::sync::Weak<Inner>) {
 }
 
 impl Inner {
+    /// After a conflict: the key's last write, if this scheduler made it under its current
+    /// term (a write that timed out here but landed): its revision, and whether it holds what
+    /// `op` writes.
+    async fn own_last_write(&self, key: &str, op: &Op) -> Option<(u64, bool)> {
+        let term = self.term.load(Ordering::Relaxed);
+        if term == 0 {
+            return None;
+        }
+        let stream = self.js.get_stream_no_info(format!("KV_{}", self.bucket)).await.ok()?;
+        let subject = format!("$KV.{}.{key}", self.bucket);
+        let last =
+            tokio::time::timeout(WRITE_TIMEOUT, stream.get_last_raw_message_by_subject(&subject)).await.ok()?.ok()?;
+        let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_string());
+        if header(TERM_HEADER)?.parse::<u64>().ok()? != term {
+            return None;
+        }
+        let deleted = header("KV-Operation").is_some_and(|o| o == "DEL" || o == "PURGE");
+        let same = match op {
+            Op::Put(bytes) => !deleted && last.payload == *bytes,
+            Op::Delete => deleted,
+            Op::Workers(_) => false,
+        };
+        Some((last.sequence, same))
+    }
+
     fn is_conflict(kind: PublishErrorKind) -> bool {
         matches!(kind, PublishErrorKind::WrongLastSequence)
     }
@@ -393,6 +422,13 @@ impl Inner {
                 Outcome::Written
             }
             Ok(Err(e)) if Self::is_conflict(e.kind()) => {
+                if let Some((revision, same)) = self.own_last_write(key, op).await {
+                    let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
+                    revisions.1.remove(key);
+                    revisions.0.insert(key.to_string(), revision);
+                    debug!(key, same, "a write of this scheduler that timed out had landed");
+                    return if same { Outcome::Written } else { Outcome::Again };
+                }
                 let mut revisions = self.revisions.lock().unwrap_or_else(|p| p.into_inner());
                 revisions.0.remove(key);
                 revisions.1.insert(key.to_string());

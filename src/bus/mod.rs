@@ -76,6 +76,17 @@ pub struct NatsAuth {
     pub ignore_discovered_servers: bool,
 }
 
+/// Whether a client connecting to `urls` with `auth` authenticates (a user, token, NKey or
+/// credentials file, in the settings or in a URL).
+pub fn carries_credentials(auth: &NatsAuth, urls: &[String]) -> bool {
+    auth.user.is_some()
+        || auth.token.is_some()
+        || auth.nkey_seed_file.is_some()
+        || auth.credentials_file.is_some()
+        || auth.tls_cert_file.is_some()
+        || split_url_credentials(urls).map_or(true, |(_, found)| found.is_some())
+}
+
 /// A user and password, or a token alone, found in a URL.
 type UrlCredentials = (String, Option<String>);
 

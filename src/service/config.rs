@@ -26,7 +26,7 @@ pub struct RawConfig {
 
 /// `[cluster]`: replicas that share the work (issue #19). With `shared`, the jobs are split
 /// into `partitions` by id (the server's subject mapping `{{partition(partitions,1)}}`, see
-/// `deploy/nats/slaq-cluster.conf`); every replica runs the job actors of the partitions it
+/// `deploy/nats/slaq-shared.conf`); every replica runs the job actors of the partitions it
 /// holds (`bus::partitions`) and sends their bids to the leader, which alone allocates. Needs
 /// `[ha] enabled` and the server's mapping with the same number of partitions.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]

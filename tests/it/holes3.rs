@@ -276,3 +276,334 @@ async fn reports_the_server_skips_are_read_by_sequence() {
     );
     assert_eq!(lost, 0, "reports lost");
 }
+
+/// A `slaq worker` child with `args`, its log in `dir`.
+fn agent(dir: &std::path::Path, url: &str, id: &str, args: &[&str]) -> crate::harness::ChildGuard {
+    std::process::Command::new(crate::harness::slaq_bin())
+        .args(["worker", "--id", id, "--nats", url, "--beat-ms", "200", "--stop-grace-s", "2"])
+        .args(args)
+        .stderr(std::fs::File::create(dir.join(format!("{id}.log"))).unwrap())
+        .spawn()
+        .map(crate::harness::ChildGuard)
+        .unwrap()
+}
+
+/// Submits `command` as job `job` and waits for its outcome.
+async fn run_to_the_end(c: &async_nats::Client, job: &str, command: slaq::protocol::JobCommand) -> String {
+    let spec =
+        JobSpec { command: Some(slaq::protocol::JobCommand { max_restarts: 0, ..command }), ..JobSpec::new(job) };
+    let ack: Ack = bus::request(c, s().job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok, "{job}: {ack:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = status_of(c, job, None).await.expect("status");
+        if let Some(o) = st.ended.iter().find(|o| o.job == job) {
+            return o.outcome.clone();
+        }
+        assert!(Instant::now() < deadline, "{job} never ended: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// #33.2: `--allow-command "python3 DIR/"` ran `python3 DIR/../evil.py`, and a submitted
+/// `PYTHONPATH` made the allowed script import the submitter's `sitecustomize.py`. Each way
+/// out of the list (a path that climbs out, a link out, a relative path from another
+/// directory, `-c`, `-m`, the loader's and the interpreter's variables, another `PATH`) is
+/// tried on a real agent with real processes: none runs (the job fails, refused), and the
+/// allowed script runs.
+#[tokio::test]
+async fn the_allow_list_holds_against_paths_options_and_the_environment() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    let dir = crate::harness::temp_dir("allow");
+    let (train, elsewhere) = (dir.join("train"), dir.join("elsewhere"));
+    std::fs::create_dir_all(&train).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let evil_marker = dir.join("evil-ran");
+    let evil = format!("open({:?}, 'a').write('ran\\n')\n", evil_marker.to_string_lossy());
+    std::fs::write(dir.join("evil.py"), &evil).unwrap();
+    std::fs::write(elsewhere.join("evil.py"), &evil).unwrap();
+    std::fs::write(elsewhere.join("evilmod.py"), &evil).unwrap();
+    std::fs::write(elsewhere.join("sitecustomize.py"), &evil).unwrap();
+    std::os::unix::fs::symlink(dir.join("evil.py"), train.join("link.py")).unwrap();
+    let ok_marker = dir.join("ok-ran");
+    std::fs::write(train.join("ok.py"), format!("open({:?}, 'a').write('ok\\n')\n", ok_marker.to_string_lossy()))
+        .unwrap();
+    let fake_bin = dir.join("bin");
+    std::fs::create_dir_all(&fake_bin).unwrap();
+    let fake = fake_bin.join("python3");
+    std::fs::write(&fake, format!("#!/bin/sh\necho ran >> {}\n", evil_marker.display())).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    let allowed = format!("python3 {}/", train.display());
+    let _agent = agent(&dir, &nats.url, "guard", &["--allow-command", &allowed]);
+    let (t, d, e) = (train.display().to_string(), dir.display().to_string(), elsewhere.to_string_lossy().to_string());
+    let cmd = |argv: &[&str], cwd: Option<&str>, env: &[(&str, &str)]| slaq::protocol::JobCommand {
+        cwd: cwd.map(str::to_string),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..slaq::protocol::JobCommand::new(argv.iter().map(|a| a.to_string()).collect())
+    };
+    let ok = format!("{t}/ok.py");
+    let refused = [
+        ("climbs-out", cmd(&["python3", &format!("{t}/../evil.py")], None, &[])),
+        ("link-out", cmd(&["python3", &format!("{t}/link.py")], None, &[])),
+        ("relative", cmd(&["python3", "evil.py"], Some(&e), &[])),
+        ("relative-up", cmd(&["python3", "../evil.py"], Some(&t), &[])),
+        ("dash-c", cmd(&["python3", "-c", &evil], None, &[])),
+        ("dash-m", cmd(&["python3", "-m", "evilmod", &ok], Some(&e), &[])),
+        ("pythonpath", cmd(&["python3", &ok], None, &[("PYTHONPATH", &e)])),
+        ("pythonstartup", cmd(&["python3", &ok], None, &[("PYTHONSTARTUP", &format!("{d}/evil.py"))])),
+        ("ld-preload", cmd(&["python3", &ok], None, &[("LD_PRELOAD", &format!("{d}/evil.so"))])),
+        ("path", cmd(&["python3", &ok], None, &[("PATH", &fake_bin.to_string_lossy())])),
+        ("bash-env", cmd(&["python3", &ok], None, &[("BASH_ENV", &format!("{d}/evil.py"))])),
+        ("other-program", cmd(&[&fake.to_string_lossy(), &ok], None, &[])),
+    ];
+    for (job, command) in refused {
+        assert_eq!(run_to_the_end(&c, job, command).await, "failed", "{job} was not refused");
+    }
+    assert!(!evil_marker.exists(), "code outside the list ran: {:?}", std::fs::read_to_string(&evil_marker));
+    assert!(!ok_marker.exists(), "a refused command ran the allowed script");
+    // What the list allows runs, by a relative path from its directory too.
+    assert_eq!(
+        run_to_the_end(&c, "allowed", cmd(&["python3", &ok, "--lr", "0.1"], None, &[("LR", "0.1")])).await,
+        "finished"
+    );
+    assert_eq!(run_to_the_end(&c, "allowed-relative", cmd(&["python3", "ok.py"], Some(&t), &[])).await, "finished");
+    assert_eq!(std::fs::read_to_string(&ok_marker).unwrap().lines().count(), 2);
+    assert!(!evil_marker.exists());
+}
+
+/// #33.2 and #33.3 under `deploy/nats/slaq-auth.conf`: `slaq submit --wait` as a job user
+/// polled `ctl.status`, which job users may not ask (a permission violation every 6 s, for
+/// ever); now it asks its own job's status and returns with the outcome. And an agent that
+/// connects with credentials runs a submitted command only when told it may
+/// (`--allow-any-command` here): without it, the job is refused and fails.
+#[tokio::test]
+async fn submit_wait_returns_for_a_job_user_and_an_agent_with_credentials_runs_nothing_unasked() {
+    let conf = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf"));
+    let nats = NatsServer::start_with_config(conf);
+    let settings = format!("{}{}", fast_settings("min_generation_ms = 0\n"), crate::holes::SCHEDULER_AUTH);
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let operator = crate::holes::connect_as(&nats.url, "operator").await;
+    wait_status(&operator, &s()).await;
+    let dir = crate::harness::temp_dir("auth-submit");
+    let creds = |user: &str| {
+        vec![
+            "--nats-user".to_string(),
+            user.to_string(),
+            "--nats-password".to_string(),
+            format!("{user}-example-password"),
+            "--nats-inbox-prefix".to_string(),
+            format!("_INBOX.{user}"),
+        ]
+    };
+    let submit = |job: &str, marker: &std::path::Path| {
+        let mut cmd = tokio::process::Command::new(crate::harness::slaq_bin());
+        cmd.kill_on_drop(true);
+        cmd.args(["submit", "--job", job, "--nats", &nats.url, "--max-restarts", "0", "--wait"])
+            .args(creds(job))
+            .args(["--", "sh", "-c", &format!("echo ran > {}", marker.display())]);
+        cmd
+    };
+    let w1_args = [creds("w1"), vec!["--allow-any-command".to_string()]].concat();
+    let w1 = agent(&dir, &nats.url, "w1", &w1_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let ran_a = dir.join("a-ran");
+    let out = submit("job-a", &ran_a).output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out).await.expect("submit --wait returned").unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("job-a: finished"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ran_a.exists());
+    // The job user's own status, and nothing of anyone else's.
+    let mut status = std::process::Command::new(crate::harness::slaq_bin());
+    status.args(["status", "--json", "--job", "job-a", "--nats", &nats.url]).args(creds("job-a"));
+    let out = tokio::task::spawn_blocking(move || status.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: StatusSnapshot = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(st.ended.iter().all(|o| o.job == "job-a") && st.ended.iter().any(|o| o.outcome == "finished"));
+    assert!(st.workers.iter().all(|w| w.job.as_deref() == Some("job-a")) && st.num_workers == 0);
+    drop(w1);
+    // An agent with credentials and no allow flag: refused, the job fails, nothing ran.
+    let _w2 = agent(&dir, &nats.url, "w2", &creds("w2").iter().map(String::as_str).collect::<Vec<_>>());
+    let ran_b = dir.join("b-ran");
+    let out = submit("job-b", &ran_b).output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out).await.expect("submit --wait returned").unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!ran_b.exists(), "an agent with credentials ran a command it was not told it may");
+}
+
+/// The processes whose environment marks them as started by agent `worker` on `url` (what
+/// every job process inherits), with their command lines.
+fn processes_of(worker: &str, url: &str) -> Vec<(i32, String)> {
+    let wanted = [format!("SLAQ_WORKER={worker}"), format!("SLAQ_NATS={url}")];
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if !zombie && wanted.iter().all(|w| vars.contains(&w.as_bytes())) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            out.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+async fn wait_for_processes(
+    what: &str,
+    check: impl Fn(&[(i32, String)]) -> bool,
+    worker: &str,
+    url: &str,
+) -> Vec<(i32, String)> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found = processes_of(worker, url);
+        if check(&found) {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what}: never; processes now {found:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// #33.4: kill -9 of an agent killed the job's direct child but not what it had started (a
+/// grandchild of `sh -c '...; true'`, a background process, one that called `setsid`, one whose
+/// parent exited), which ran on after the job moved. Now every one is gone within a few
+/// seconds of the agent's death; and when the job's guard dies with the agent, the agent that
+/// starts again stops what they left.
+#[tokio::test]
+async fn no_process_outlives_its_agent() {
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    let dir = crate::harness::temp_dir("orphans");
+    let script = "sleep 1001 & setsid sleep 1002 & (sleep 1003 &); sh -c 'sleep 1004; true'; true";
+    let command = slaq::protocol::JobCommand::new(vec!["sh".into(), "-c".into(), script.into()]);
+    let spec = JobSpec { command: Some(command), ..JobSpec::new("forks") };
+    let ack: Ack =
+        bus::request(&c, s().job_hello("forks"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok);
+    let sleeps = |p: &[(i32, String)]| p.iter().filter(|(_, cmd)| cmd.starts_with("sleep 100")).count();
+    let mut agent1 = agent(&dir, &nats.url, "orphan-w", &[]);
+    let before = wait_for_processes("the job's four sleeps run", |p| sleeps(p) == 4, "orphan-w", &nats.url).await;
+    let killed_at = Instant::now();
+    agent1.0.kill().unwrap();
+    let _ = agent1.0.wait();
+    let left = wait_for_processes("every process of the job is gone", |p| p.is_empty(), "orphan-w", &nats.url).await;
+    eprintln!("agent killed: {} processes of its job gone in {:?} ({before:?})", before.len(), killed_at.elapsed());
+    assert!(left.is_empty());
+    assert!(killed_at.elapsed() < Duration::from_secs(5), "took {:?}", killed_at.elapsed());
+
+    // The agent again; this time its job's guard is killed with it: what the job started
+    // is left to init, and the next start of the agent stops it.
+    let mut agent2 = agent(&dir, &nats.url, "orphan-w", &[]);
+    let running = wait_for_processes("the job runs again", |p| sleeps(p) == 4, "orphan-w", &nats.url).await;
+    let guard: Vec<i32> = running.iter().filter(|(_, cmd)| cmd.contains("job-guard")).map(|(p, _)| *p).collect();
+    assert_eq!(guard.len(), 1, "one guard: {running:?}");
+    agent2.0.kill().unwrap();
+    // SAFETY: kill(2) of a process this test found.
+    unsafe {
+        libc::kill(guard[0], libc::SIGKILL);
+    }
+    let _ = agent2.0.wait();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let orphans: Vec<i32> = processes_of("orphan-w", &nats.url).iter().map(|(p, _)| *p).collect();
+    assert!(!orphans.is_empty(), "with the guard killed too, the job's processes are left");
+    let _agent3 = agent(&dir, &nats.url, "orphan-w", &[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while orphans.iter().any(|p| {
+        std::path::Path::new(&format!("/proc/{p}/environ")).exists()
+            && processes_of("orphan-w", &nats.url).iter().any(|(q, _)| q == p)
+    }) {
+        assert!(Instant::now() < deadline, "the restarted agent left its predecessor's processes: {orphans:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The generation in the environment of agent `worker`'s job process running `marker`.
+fn generation_running(worker: &str, url: &str, marker: &str) -> Option<u64> {
+    processes_of(worker, url).iter().filter(|(_, cmd)| cmd.contains(marker) && !cmd.contains("job-guard")).find_map(
+        |(pid, _)| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .find_map(|v| std::str::from_utf8(v.strip_prefix(b"SLAQ_GENERATION=")?).ok()?.parse().ok())
+        },
+    )
+}
+
+/// #33.5: a job id that said bye and hello again in the same term got generation 1, which the
+/// agent still running its predecessor (generation 9) refused as stale, three times, and then
+/// held a worker with no process; and after a scheduler restart every job's generation showed
+/// 0. Now generations count on per job id, across a bye and hello and across a restart.
+#[tokio::test]
+async fn generations_count_on_across_bye_hello_and_restarts() {
+    let nats = NatsServer::start_jetstream();
+    let settings = fast_settings("min_generation_ms = 0\n\n[state]\nmode = \"jetstream\"\nsnapshot_ms = 100\n");
+    let scheduler = Scheduler::start(&nats.url, &settings);
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    let dir = crate::harness::temp_dir("generations");
+    let mark = dir.join("failed-once");
+    // Fails once (a new generation), then runs: its generation is 2 when it says bye.
+    let script = format!("test -e {m} || {{ touch {m}; exit 1; }}; exec sleep 1077", m = mark.display());
+    let command = slaq::protocol::JobCommand {
+        max_restarts: 3,
+        ..slaq::protocol::JobCommand::new(vec!["sh".into(), "-c".into(), script])
+    };
+    let spec = JobSpec { command: Some(command), ..JobSpec::new("again") };
+    let _agent = agent(&dir, &nats.url, "gen-w", &[]);
+    let hello = |spec: JobSpec| {
+        let c = c.clone();
+        async move {
+            let ack: Ack = bus::request(&c, s().job_hello("again"), Encoding::MsgPack, &spec, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(ack.ok);
+        }
+    };
+    hello(spec.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        if let Some(g) = generation_running("gen-w", &nats.url, "sleep 1077").filter(|g| *g >= 2) {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "the job never ran its second generation");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Bye and hello at once: the agent still runs the old job's generation.
+    bye(&c, "again").await;
+    hello(spec).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let second = loop {
+        let st = status_of(&c, "again", None).await.unwrap();
+        let refused = st.workers.iter().find(|w| w.worker == "gen-w").map_or(0, |w| w.refused);
+        assert_eq!(refused, 0, "the agent refused the new job's assignment");
+        if let Some(g) = generation_running("gen-w", &nats.url, "sleep 1077").filter(|g| *g > first) {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "the new job never ran: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // A restarted scheduler shows the generation the agent runs, and counts on from it.
+    scheduler.kill();
+    let _again = Scheduler::start(&nats.url, &settings);
+    wait_status(&c, &s()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = status_of(&c, "again", None).await.unwrap();
+        if st.jobs.iter().any(|j| j.job == "again" && j.generation >= second) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after a restart, the generation shown is not the one running: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("generations: {first} before the bye, {second} after the hello again, {second} shown after a restart");
+}

@@ -279,8 +279,11 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
     .await;
     drop(plain);
 
-    // An agent that may run only /opt/slaq-jobs/...: refused, exit 126, the job fails.
-    let strict = agent("ag2", &["--allow-command", "/opt/slaq-jobs/"]);
+    // An agent that may run only scripts in its jobs directory: refused, exit 126, the job fails.
+    let jobs_dir = dir.join("jobs");
+    std::fs::create_dir_all(&jobs_dir).unwrap();
+    let only = format!("sh {}/", jobs_dir.display());
+    let strict = agent("ag2", &["--allow-command", &only]);
     assert!(hello(&c, &s, &JobSpec { command: Some(command.clone()), ..JobSpec::new("refused") }).await.ok);
     eventually(&c, &s, Duration::from_secs(10), "the refused job failed", |st| {
         st.ended.iter().any(|o| o.job == "refused" && o.outcome == "failed")

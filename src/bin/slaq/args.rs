@@ -14,6 +14,10 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
+    /// Runs a job's command under a guard that stops everything it starts when the agent stops
+    /// it or dies (started by `slaq worker`; see `slaq::agent::guard`).
+    #[command(name = "job-guard", hide = true)]
+    JobGuard(JobGuardArgs),
     /// Replay loss curves and report how well the loss `horizon` iterations ahead is predicted.
     Predict(PredictArgs),
     /// Simulate a workload of jobs replaying real loss curves under several policies.
@@ -154,6 +158,15 @@ pub(crate) struct NatsArgs {
 }
 
 #[derive(clap::Args)]
+pub(crate) struct JobGuardArgs {
+    /// Milliseconds between SIGTERM and SIGKILL when the job is stopped.
+    #[arg(long, default_value_t = 30_000)]
+    pub(crate) grace_ms: u64,
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(clap::Args)]
 pub(crate) struct WorkerArgs {
     /// This worker's id (1-64 characters from [A-Za-z0-9_-]).
     #[arg(long, env = "SLAQ_WORKER_ID")]
@@ -185,12 +198,25 @@ pub(crate) struct WorkerArgs {
     /// here. Default: this host's name.
     #[arg(long, env = "SLAQ_WORKER_ADVERTISE")]
     pub(crate) advertise: Option<String>,
-    /// Run a submitted command only if its arguments, joined by spaces, start with this
-    /// (repeatable; e.g. `/opt/venv/bin/python /srv/train/`). Without it any submitted command
-    /// runs, as this agent's user. Ignored with --exec, which then receives the job's arguments
-    /// as "$@".
-    #[arg(long = "allow-command")]
+    /// Run a submitted command only if this entry allows it (repeatable; e.g.
+    /// `/opt/venv/bin/python /srv/train/`): the program is compared by its canonical path, and
+    /// each further word with one argument (ending in `/`: a file under that directory once
+    /// `..`, links and relative paths are resolved; with a `/`: that file; else that word).
+    /// Without it, and without credentials, any submitted command runs as this agent's user;
+    /// with credentials, none (see --allow-any-command). Ignored with --exec, which then
+    /// receives the job's arguments as "$@".
+    #[arg(long = "allow-command", conflicts_with = "allow_any_command")]
     pub(crate) allow_command: Vec<String>,
+    /// Run any submitted command, as this agent's user, though the agent connects with
+    /// credentials (where, without it or --allow-command, none runs).
+    #[arg(long = "allow-any-command")]
+    pub(crate) allow_any_command: bool,
+    /// A variable a submitted job's environment may set (repeatable; `NAME` or `PREFIX*`).
+    /// With any, only those named pass; without, all but the loader's and interpreters' (LD_*,
+    /// PYTHON*, PERL5*, NODE_OPTIONS, BASH_ENV, PATH ...). A command that sets another is
+    /// refused (exit 126).
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub(crate) allow_env: Vec<String>,
 }
 
 #[derive(clap::Args)]

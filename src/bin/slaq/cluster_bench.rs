@@ -2,7 +2,7 @@
 //!
 //! Starts `--replicas` `slaq serve` processes with `[cluster] shared` against `--nats` (a
 //! server or cluster whose account maps the reports to `--partitions` partitions: see
-//! `deploy/nats/slaq-cluster.conf` and `deploy/bench-cluster.sh`), registers the workers and
+//! `deploy/nats/slaq-shared.conf` and `deploy/bench-cluster.sh`), registers the workers and
 //! the jobs, and has every job report `--reports-per-s` times a second from a thread of its own.
 //! After the warm-up it measures, over `--measure-s`: the leader's epochs (from `ctl.epoch`),
 //! and each replica's CPU seconds (`/proc/<pid>/stat`) against the reports its partitions

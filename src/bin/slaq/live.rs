@@ -85,14 +85,29 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let subjects = Subjects::new(&args.bus.prefix)?;
     // Where the other members of a job reach this machine: the flag, else this host's name.
     let advertise = args.advertise.clone().or_else(|| host_name().filter(|h| protocol::valid_host(h)));
+    // Secure by default: an agent with credentials runs submitted commands only when told which.
+    let commands = if !args.allow_command.is_empty() {
+        let entries = args.allow_command.iter().map(|e| agent::allow::Entry::parse(e)).collect::<Result<_, _>>()?;
+        agent::allow::Commands::Allowed(entries)
+    } else if args.allow_any_command || !bus::carries_credentials(&args.bus.auth.to_auth(), &args.bus.nats) {
+        agent::allow::Commands::Any
+    } else {
+        tracing::info!(
+            "connecting with credentials: submitted commands run only with --allow-command or --allow-any-command"
+        );
+        agent::allow::Commands::Refused
+    };
+    let env_allowed = agent::allow::EnvAllowed::new(&args.allow_env)?;
     let configs: Vec<AgentConfig> = ids
         .iter()
         .map(|id| AgentConfig {
             beat_every: Duration::from_millis(args.beat_ms),
             exec: args.exec.clone(),
             stop_grace: Duration::from_secs_f64(args.stop_grace_s),
-            allow_command: args.allow_command.clone(),
+            commands: commands.clone(),
+            env_allowed: env_allowed.clone(),
             nats_url: args.bus.nats.first().cloned(),
+            guard: std::env::current_exe().ok(),
             ..AgentConfig::new(
                 subjects.clone(),
                 WorkerSpec {

@@ -58,6 +58,10 @@ fn run() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Cluster(args)) => cluster_bench::cluster(args),
         Command::Serve(args) => live::serve(args),
         Command::Worker(args) => live::worker(args),
+        Command::JobGuard(args) => {
+            let code = slaq::agent::guard::run(&args.command, std::time::Duration::from_millis(args.grace_ms));
+            std::process::exit(code)
+        }
         Command::Status(args) => live::status(args),
         Command::Submit(args) => live::submit(*args),
         Command::Cancel(args) => live::cancel(args),

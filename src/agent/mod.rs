@@ -16,6 +16,9 @@
 //! them); or, for a job without a command, `exec` alone. A process that ends by itself is
 //! reported in the heartbeats (`Running::exit`): the scheduler restarts a failed generation.
 
+pub mod allow;
+pub mod guard;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -38,11 +41,18 @@ pub struct AgentConfig {
     pub stop_grace: Duration,
     /// How long one hello waits for the scheduler's answer before it is sent again.
     pub hello_timeout: Duration,
-    /// If not empty, a submitted command runs (without `exec`) only if its arguments, joined
-    /// by spaces, start with one of these; any other is refused (exit 126, counted).
-    pub allow_command: Vec<String>,
+    /// Which submitted commands run without `exec` (see [`allow`]); any other is refused
+    /// (exit 126, counted).
+    pub commands: allow::Commands,
+    /// Which variables a submitted job's environment may set (see [`allow`]); a command whose
+    /// environment sets another is refused.
+    pub env_allowed: allow::EnvAllowed,
     /// Given to the job's processes as `SLAQ_NATS` (where to report; no credentials).
     pub nats_url: Option<String>,
+    /// The `slaq` binary whose `job-guard` runs each job's command (see [`guard`]): no
+    /// process of the job outlives the agent. `None` (an agent in a test process): the
+    /// command is the agent's child, stopped with the agent only by the parent-death signal.
+    pub guard: Option<std::path::PathBuf>,
 }
 
 /// How long a hello waits for the scheduler's answer before it is sent again, by default.
@@ -57,8 +67,10 @@ impl AgentConfig {
             exec: None,
             stop_grace: Duration::from_secs(30),
             hello_timeout: DEFAULT_HELLO_TIMEOUT,
-            allow_command: Vec::new(),
+            commands: allow::Commands::Any,
+            env_allowed: allow::EnvAllowed::default(),
             nats_url: None,
+            guard: None,
         }
     }
 }
@@ -152,14 +164,19 @@ fn program(config: &AgentConfig, assignment: &WorkerAssignment) -> Result<Option
     let Some(command) = &assignment.command else {
         return Ok(config.exec.as_deref().map(|e| Program { argv: shell(e, &[]), env: Vec::new(), cwd: None }));
     };
+    // The submitter's environment reaches a launcher too (`BASH_ENV` runs code in `sh`).
+    if command.env.keys().any(|k| !protocol::reserved_env(k) && !config.env_allowed.allows(k)) {
+        return Err("the command's environment sets a variable this agent does not allow (--allow-env)");
+    }
     let argv = match &config.exec {
         Some(launcher) => shell(launcher, &command.argv),
         None => {
-            let line = command.argv.join(" ");
-            if !config.allow_command.is_empty() && !config.allow_command.iter().any(|p| line.starts_with(p.as_str())) {
-                return Err("the command is not in --allow-command");
-            }
-            command.argv.clone()
+            let cwd = command.cwd.as_deref().map(std::path::Path::new);
+            let program = config.commands.check(&command.argv, cwd)?;
+            // The program as checked, not its name looked up again.
+            let mut argv = command.argv.clone();
+            argv[0] = program.to_string_lossy().into_owned();
+            argv
         }
     };
     let mut env: Vec<(String, String)> =
@@ -175,6 +192,8 @@ struct Process {
     child: tokio::process::Child,
     /// The group's id (the leader's pid), kept: once the leader is reaped the child forgets it.
     pgid: Option<i32>,
+    /// The leader is the job's guard, which stops what the job started itself.
+    guarded: bool,
 }
 
 /// An exit status as one code: the exit code, or 128 + the signal.
@@ -191,8 +210,20 @@ impl Process {
         job: &str,
     ) -> std::io::Result<Process> {
         let me = config.spec.worker.as_str();
-        let mut command = tokio::process::Command::new(&program.argv[0]);
-        command.args(&program.argv[1..]).envs(program.env.iter().map(|(k, v)| (k, v)));
+        let mut command = match &config.guard {
+            Some(slaq) => {
+                let mut c = tokio::process::Command::new(slaq);
+                let grace_ms = config.stop_grace.as_millis().to_string();
+                c.args([guard::SUBCOMMAND, "--grace-ms", &grace_ms, "--"]).args(&program.argv);
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new(&program.argv[0]);
+                c.args(&program.argv[1..]);
+                c
+            }
+        };
+        command.envs(program.env.iter().map(|(k, v)| (k, v)));
         if let Some(dir) = &program.cwd {
             command.current_dir(dir);
         }
@@ -210,13 +241,15 @@ impl Process {
             .process_group(0)
             .kill_on_drop(true);
         // If the agent dies (even by SIGKILL), so does the process: a job's process must not
-        // go on in a world the scheduler has given to others.
+        // go on in a world the scheduler has given to others. The guard gets SIGTERM and stops
+        // everything the job started; a bare command gets SIGKILL.
+        let death = if config.guard.is_some() { libc::SIGTERM } else { libc::SIGKILL };
         #[cfg(target_os = "linux")]
         // SAFETY: the closure runs in the child between fork and exec, and calls only prctl(2),
         // which is async-signal-safe.
         unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, death) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -238,7 +271,7 @@ impl Process {
         }
         let child = command.spawn()?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        Ok(Process { child, pgid })
+        Ok(Process { child, pgid, guarded: config.guard.is_some() })
     }
 
     /// Sends `signal` to the whole process group.
@@ -257,7 +290,9 @@ impl Process {
     /// once it has (the group is killed either way, so nothing it started lingers).
     async fn stop(mut self, grace: Duration) {
         self.signal(libc::SIGTERM);
-        let exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        // A guard takes the grace itself, then kills what is left (outside the group too).
+        let wait = if self.guarded { grace + Duration::from_secs(2) } else { grace };
+        let exited = tokio::time::timeout(wait, self.child.wait()).await.is_ok();
         if !exited {
             warn!(grace_s = grace.as_secs_f64(), "a job's process ignored SIGTERM: killed");
         }
@@ -275,6 +310,13 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let me = config.spec.worker.clone();
     config.spec.validate(&me)?;
+    // What an earlier run of this agent left (its guards killed with it) goes first.
+    if let Some(url) = &config.nats_url {
+        let stopped = guard::stop_leftovers(&me, config.subjects.prefix(), url);
+        if stopped > 0 {
+            warn!(worker = %me, processes = stopped, "stopped processes an earlier run of this agent left");
+        }
+    }
     let assign_subject = config.subjects.worker_assign(&me);
     let mut assignments = client
         .subscribe(assign_subject.clone())
@@ -611,22 +653,40 @@ mod tests {
         let command = protocol::JobCommand {
             env: [("LR".to_string(), "0.1".to_string()), ("RANK".to_string(), "7".to_string())].into(),
             checkpoint_dir: Some("/ckpt".into()),
-            ..protocol::JobCommand::new(vec!["python".into(), "train.py".into(), "a b".into()])
+            ..protocol::JobCommand::new(vec!["sh".into(), "-e".into(), "a b".into()])
         };
-        let submitted = WorkerAssignment { command: Some(command), ..assignment("w1", 3, Some("j")) };
-        // As given, never through a shell; reserved names dropped even if a sender slipped them in.
+        let submitted = WorkerAssignment { command: Some(command.clone()), ..assignment("w1", 3, Some("j")) };
+        // As given, never through a shell, its program resolved on the agent's PATH; reserved
+        // names dropped even if a sender slipped them in.
         let p = program(&config, &submitted).unwrap().unwrap();
-        assert_eq!(p.argv, ["python", "train.py", "a b"]);
+        assert!(p.argv[0].starts_with('/') && p.argv[0].ends_with("/sh"), "{:?}", p.argv);
+        assert_eq!(p.argv[1..], ["-e", "a b"]);
         assert_eq!(p.env, [("LR".to_string(), "0.1".to_string()), ("SLAQ_CHECKPOINT_DIR".into(), "/ckpt".into())]);
-        // Allowed prefixes: on the whole command line.
-        let strict = AgentConfig { allow_command: vec!["python train".into()], ..config.clone() };
+        // An allow list: the program and the entry's words.
+        let list = |entries: &[&str]| {
+            allow::Commands::Allowed(entries.iter().map(|e| allow::Entry::parse(e).unwrap()).collect())
+        };
+        let strict = AgentConfig { commands: list(&["sh -e"]), ..config.clone() };
         assert!(program(&strict, &submitted).unwrap().is_some());
-        let other = AgentConfig { allow_command: vec!["/opt/jobs/".into()], ..config.clone() };
+        let other = AgentConfig { commands: list(&["sh /"]), ..config.clone() };
         assert!(program(&other, &submitted).is_err());
+        // A loader's variable is refused unless named, whatever runs.
+        let preload = protocol::JobCommand {
+            env: [("LD_PRELOAD".to_string(), "/tmp/x.so".to_string())].into(),
+            ..command.clone()
+        };
+        let preloaded = WorkerAssignment { command: Some(preload), ..assignment("w1", 3, Some("j")) };
+        assert!(program(&config, &preloaded).is_err());
+        let named =
+            AgentConfig { env_allowed: allow::EnvAllowed::new(&["LD_PRELOAD".into()]).unwrap(), ..config.clone() };
+        assert!(program(&named, &preloaded).is_err(), "with a list, LR is not named");
+        let both = allow::EnvAllowed::new(&["LD_PRELOAD".into(), "LR".into()]).unwrap();
+        assert!(program(&AgentConfig { env_allowed: both, ..config.clone() }, &preloaded).unwrap().is_some());
         // A launcher gets the arguments as "$@" (and the allow list is its business).
         let launcher = AgentConfig { exec: Some("exec sandbox \"$@\"".into()), ..other };
+        assert!(program(&launcher, &preloaded).is_err(), "the environment reaches a launcher too");
         let p = program(&launcher, &submitted).unwrap().unwrap();
-        assert_eq!(p.argv, ["sh", "-c", "exec sandbox \"$@\"", "slaq-job", "python", "train.py", "a b"]);
+        assert_eq!(p.argv, ["sh", "-c", "exec sandbox \"$@\"", "slaq-job", "sh", "-e", "a b"]);
         // No command: the agent's own --exec, or nothing; idle: nothing.
         assert_eq!(program(&launcher, &assignment("w1", 3, Some("j"))).unwrap().unwrap().argv.len(), 4);
         assert!(program(&config, &assignment("w1", 3, Some("j"))).unwrap().is_none());
