@@ -38,6 +38,10 @@ pub struct Metrics {
     pub stream_skipped: IntCounter,
     /// Gaps in the reports stream's sequences that could not be checked (the read failed).
     pub stream_gaps_unchecked: IntCounter,
+    /// Rendezvous ports held or cooling at the address whose ports are most used.
+    pub rendezvous_ports_busy: IntGauge,
+    /// Generations that ran without ranks: every rendezvous port at their address was busy.
+    pub generations_without_ranks: IntCounter,
     /// Submitted jobs' generations restarted after a failure or a stall.
     pub job_restarts: IntCounter,
     /// Submitted jobs ended as failed (their restarts used up).
@@ -151,6 +155,16 @@ impl Metrics {
                 "Gaps in the reports stream's sequences the scheduler could not check (the read failed)",
             )
             .expect("valid metric"),
+            rendezvous_ports_busy: IntGauge::new(
+                "slaq_rendezvous_ports_busy",
+                "Rendezvous ports held or cooling at the address whose ports are most used (of 1,000 per address)",
+            )
+            .expect("valid metric"),
+            generations_without_ranks: IntCounter::new(
+                "slaq_generations_without_ranks_total",
+                "Job generations started without ranks: every rendezvous port at the rank-0 worker's address was busy",
+            )
+            .expect("valid metric"),
             job_restarts: IntCounter::new(
                 "slaq_job_restarts_total",
                 "Generations of submitted jobs restarted after a process failed or the job stalled",
@@ -249,6 +263,8 @@ impl Metrics {
             Box::new(self.jobs_expired.clone()),
             Box::new(self.stream_skipped.clone()),
             Box::new(self.stream_gaps_unchecked.clone()),
+            Box::new(self.rendezvous_ports_busy.clone()),
+            Box::new(self.generations_without_ranks.clone()),
             Box::new(self.job_restarts.clone()),
             Box::new(self.jobs_failed.clone()),
             Box::new(self.agent_refusals.clone()),

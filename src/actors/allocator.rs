@@ -20,8 +20,8 @@ use crate::metrics::Metrics;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::{
-    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause, Role,
-    Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause,
+    RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::quality::GainCurve;
 use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, PlanSettings};
@@ -232,6 +232,8 @@ pub struct AllocatorActor {
     /// The last generation of jobs that ended (at most `PAST_GENERATIONS_KEPT`, oldest out).
     past_generations: HashMap<String, u64>,
     past_order: VecDeque<String>,
+    /// Generations started without ranks (no free rendezvous port), since this start.
+    without_ranks: u64,
     /// Jobs with a command (supervised): without any, an epoch skips their checks.
     submitted: usize,
     /// Where a submitted job whose restarts are used up is sent to be ended (the service's
@@ -266,6 +268,7 @@ impl AllocatorActor {
             ended: VecDeque::new(),
             past_generations: HashMap::new(),
             past_order: VecDeque::new(),
+            without_ranks: 0,
             submitted: 0,
             ending: None,
         }
@@ -686,6 +689,11 @@ impl AllocatorActor {
                 entry.workers = message.workers;
             }
         }
+        self.without_ranks += without_ranks_count as u64;
+        self.metrics.generations_without_ranks.inc_by(without_ranks_count as u64);
+        if let Some((_, busy)) = self.ports.busiest(now_s) {
+            self.metrics.rendezvous_ports_busy.set(busy as i64);
+        }
         if let Some(first) = without_ranks {
             warn!(
                 jobs = without_ranks_count,
@@ -809,6 +817,12 @@ impl AllocatorActor {
             term: self.settings.term,
             leader: self.settings.replica.clone(),
             owners: Default::default(),
+            rendezvous: self.ports.busiest(now_s).filter(|_| !filter.own).map(|(address, busy)| RendezvousUse {
+                address: address.to_string(),
+                busy,
+                ports: self.ports.span(),
+                without_ranks: self.without_ranks,
+            }),
             epoch: self.epoch,
             policy: format!("{:?}", self.settings.policy).to_lowercase(),
             jobs: self
@@ -1022,7 +1036,7 @@ fn launches(
     // Ports are booked per address, not per machine name: machines that advertise one
     // address share its ports (several agents on one host).
     let master_addr = specs[first].map_or("127.0.0.1", WorkerSpec::address).to_string();
-    let Some(port) = ports.take(entry.key, &master_addr, now_s) else {
+    let Some(port) = ports.take(entry.key, &master_addr, &workers[first], now_s) else {
         debug!(address = %master_addr, "every rendezvous port at the address is taken: the job's processes get no ranks");
         return vec![None; workers.len()];
     };

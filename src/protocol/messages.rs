@@ -739,6 +739,22 @@ pub struct StatusSnapshot {
     /// partitions it holds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<String, Vec<u32>>,
+    /// Rendezvous ports (`MASTER_PORT`) at the address whose ports are most used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<RendezvousUse>,
+}
+
+/// How many of an address's rendezvous ports are held by jobs' rank 0 or cooling after a
+/// rank 0 moved (see the README: agents that share one `--advertise` address share them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RendezvousUse {
+    pub address: String,
+    pub busy: usize,
+    /// Ports per address.
+    pub ports: u16,
+    /// Generations that ran without ranks because every port at their address was busy, since
+    /// this scheduler started.
+    pub without_ranks: u64,
 }
 
 /// What a status request may ask (any other payload: everything that fits).

@@ -209,13 +209,13 @@ pub(crate) struct WorkerArgs {
     pub(crate) allow_command: Vec<String>,
     /// Run any submitted command, as this agent's user, though the agent connects with
     /// credentials (where, without it or --allow-command, none runs).
-    #[arg(long = "allow-any-command")]
+    #[arg(long = "allow-any-command", env = "SLAQ_WORKER_ALLOW_ANY_COMMAND")]
     pub(crate) allow_any_command: bool,
     /// A variable a submitted job's environment may set (repeatable; `NAME` or `PREFIX*`).
     /// With any, only those named pass; without, all but the loader's and interpreters' (LD_*,
     /// PYTHON*, PERL5*, NODE_OPTIONS, BASH_ENV, PATH ...). A command that sets another is
     /// refused (exit 126).
-    #[arg(long = "allow-env", value_name = "NAME")]
+    #[arg(long = "allow-env", value_name = "NAME", env = "SLAQ_WORKER_ALLOW_ENV", value_delimiter = ',')]
     pub(crate) allow_env: Vec<String>,
 }
 
