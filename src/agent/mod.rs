@@ -672,7 +672,7 @@ mod tests {
         assert!(program(&other, &submitted).is_err());
         // A loader's variable is refused unless named, whatever runs.
         let preload = protocol::JobCommand {
-            env: [("LD_PRELOAD".to_string(), "/tmp/x.so".to_string())].into(),
+            env: [("LD_PRELOAD".to_string(), "/tmp/x.so".to_string()), ("LR".to_string(), "0.1".to_string())].into(),
             ..command.clone()
         };
         let preloaded = WorkerAssignment { command: Some(preload), ..assignment("w1", 3, Some("j")) };

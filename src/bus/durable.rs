@@ -952,6 +952,13 @@ impl Durable {
         }
     }
 
+    /// Makes this handle believe `key`'s last revision is `revision`: what a write whose
+    /// acknowledgement was lost (it timed out here, and landed) leaves behind. For tests.
+    #[doc(hidden)]
+    pub fn assume_revision(&self, key: &str, revision: u64) {
+        self.0.revisions.lock().unwrap_or_else(|p| p.into_inner()).0.insert(key.to_string(), revision);
+    }
+
     pub fn save_job(&self, spec: &JobSpec) {
         self.put(format!("job.{}", spec.job), spec);
     }

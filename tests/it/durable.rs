@@ -432,3 +432,48 @@ async fn workers_saved_a_key_each_are_restored_and_moved_into_their_shards() {
     assert_eq!(in_shards().await, expected(&rest));
     assert_eq!(restored(&open().await.load().await.unwrap()), expected(&rest));
 }
+
+/// #33.7: "a state key was written by someone else" was logged (and counted as a conflict)
+/// when the other writer was the scheduler itself: a write that timed out here but landed,
+/// retried with the revision from before it. Now the key's last write is read after a
+/// conflict: under this scheduler's term it is its own (written if it holds the value, written
+/// again at once if not); only another writer's write is a conflict.
+#[tokio::test]
+async fn a_write_that_timed_out_but_landed_is_no_conflict() {
+    use slaq::bus::durable::{Durable, DurableSettings};
+    use std::sync::atomic::Ordering;
+    let nats = NatsServer::start_jetstream();
+    let c = client(&nats.url).await;
+    let subjects = Subjects::new("slaq").unwrap();
+    let d = Durable::open(&c, &subjects, &DurableSettings::default(), slaq::bus::lease::Fence::unfenced())
+        .await
+        .unwrap()
+        .unwrap();
+    d.set_term(7);
+    let kv = async_nats::jetstream::new(c.clone()).get_key_value("slaq_state").await.unwrap();
+    let spec = JobSpec { weight: 2.0, ..JobSpec::new("own") };
+    d.save_job(&spec);
+    d.flush(Duration::from_secs(10)).await;
+    let counters = d.counters();
+    assert_eq!(counters.conflicts.load(Ordering::Relaxed), 0);
+    // The acknowledgement was lost: the same value again, then a new one.
+    d.assume_revision("job.own", 0);
+    d.save_job(&spec);
+    d.flush(Duration::from_secs(10)).await;
+    d.assume_revision("job.own", 0);
+    let newer = JobSpec { weight: 3.0, ..JobSpec::new("own") };
+    d.save_job(&newer);
+    d.flush(Duration::from_secs(10)).await;
+    assert_eq!(counters.conflicts.load(Ordering::Relaxed), 0, "its own writes are no conflict");
+    let saved: JobSpec =
+        slaq::protocol::decode(Encoding::MsgPack, &kv.get("job.own").await.unwrap().unwrap(), "spec").unwrap();
+    assert_eq!(saved, newer);
+    // Someone else's write is still a conflict.
+    kv.put("job.own", slaq::protocol::encode(Encoding::MsgPack, &spec).unwrap().into()).await.unwrap();
+    d.save_job(&JobSpec { weight: 4.0, ..JobSpec::new("own") });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counters.conflicts.load(Ordering::Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "another writer's write was not a conflict");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

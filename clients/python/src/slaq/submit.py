@@ -34,7 +34,8 @@ async def submit_async(job: str, argv: Sequence[str], nats_url: str = "nats://12
         missing = 0
         while True:
             try:
-                reply = await nc.request(subjects.status, codec.encode({"jobs": job}), timeout=timeout)
+                # The job's own status subject: a job user may ask it (not ctl.status).
+                reply = await nc.request(subjects.status, codec.encode({}), timeout=timeout)
                 status = codec.decode(reply.data)
             except (asyncio.TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 status = None

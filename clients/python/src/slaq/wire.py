@@ -36,7 +36,10 @@ class Subjects:
         self.loss = f"{base}.loss"
         self.bye = f"{base}.bye"
         self.alloc = f"{base}.alloc"
-        self.status = f"{prefix}.v1.ctl.status"
+        #: The job's own status (what the job's NATS user may ask under slaq-auth.conf).
+        self.status = f"{base}.status"
+        #: The whole status (the operators').
+        self.ctl_status = f"{prefix}.v1.ctl.status"
 
 
 class Codec:
