@@ -50,6 +50,8 @@ pub struct AllocatorSettings {
     /// A submitted job keeps its workers for at least this long after each change (see
     /// `min_generation_ms`).
     pub min_generation: Duration,
+    /// First rendezvous port, ports per address, and how long a port given back cools.
+    pub rendezvous: (u16, u16, Duration),
     /// ... and at least this many times its measured restart cost.
     pub restart_amortisation: f64,
     /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
@@ -248,6 +250,8 @@ impl AllocatorActor {
         metrics: Arc<Metrics>,
         durable: Option<Durable>,
     ) -> Self {
+        let (base, span, cooldown) = settings.rendezvous;
+        let ports = PortBook::new(base, span, cooldown.as_secs_f64());
         AllocatorActor {
             settings,
             publisher,
@@ -263,7 +267,7 @@ impl AllocatorActor {
             next_key: 0,
             default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
             tell_all: true,
-            ports: PortBook::default(),
+            ports,
             skipped: 0,
             ended: VecDeque::new(),
             past_generations: HashMap::new(),
@@ -1036,7 +1040,7 @@ fn launches(
     // Ports are booked per address, not per machine name: machines that advertise one
     // address share its ports (several agents on one host).
     let master_addr = specs[first].map_or("127.0.0.1", WorkerSpec::address).to_string();
-    let Some(port) = ports.take(entry.key, &master_addr, &workers[first], now_s) else {
+    let Some(port) = ports.take(entry.key, &master_addr, now_s) else {
         debug!(address = %master_addr, "every rendezvous port at the address is taken: the job's processes get no ranks");
         return vec![None; workers.len()];
     };

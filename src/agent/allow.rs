@@ -165,9 +165,16 @@ impl Commands {
 /// or find programs elsewhere: refused in a submitted job's environment unless `--allow-env`
 /// names them.
 pub fn risky_env(name: &str) -> bool {
-    const PREFIXES: [&str; 9] = ["LD_", "PYTHON", "PERL5", "PERL_", "RUBY", "NODE_", "JAVA_", "DYLD_", "MALLOC_"];
-    const NAMES: [&str; 16] = [
+    const PREFIXES: [&str; 12] =
+        ["LD_", "PYTHON", "PERL5", "PERL_", "RUBY", "NODE_", "JAVA_", "DYLD_", "MALLOC_", "LUA_", "GIT_", "OPENSSL_"];
+    const NAMES: [&str; 22] = [
         "PATH",
+        "ZDOTDIR",
+        "TCLLIBPATH",
+        "CUDA_INJECTION64_PATH",
+        "NLSPATH",
+        "HOSTALIASES",
+        "PROMPT_COMMAND",
         "BASH_ENV",
         "ENV",
         "SHELLOPTS",

@@ -242,6 +242,11 @@ pub struct RawScheduler {
     pub restart_amortisation: f64,
     /// The largest `min_workers` a job may ask for (a larger one is refused as `invalid_spec`).
     pub max_min_workers: u32,
+    /// The rendezvous ports (`MASTER_PORT`), `FIRST-LAST`: each address's jobs share them, one
+    /// per running generation whose rank 0 is there, and one per generation that ended there
+    /// within `rendezvous_cooldown_ms` (its processes may still be stopping).
+    pub rendezvous_ports: String,
+    pub rendezvous_cooldown_ms: u64,
     /// What moving a job to other machines costs it (a restart, seconds), and the horizon over
     /// which a move must pay for it (placement; `schedule::place`).
     pub restart_s: f64,
@@ -288,6 +293,8 @@ impl Default for RawScheduler {
             min_generation_ms: 30_000,
             restart_amortisation: 4.0,
             max_min_workers: 1_024,
+            rendezvous_ports: "29500-30499".into(),
+            rendezvous_cooldown_ms: 60_000,
             restart_s: 30.0,
             move_horizon_s: 120.0,
         }
@@ -329,6 +336,8 @@ pub struct ServeConfig {
     pub min_generation: Duration,
     pub restart_amortisation: f64,
     pub max_min_workers: u32,
+    /// First rendezvous port, ports per address, and how long a port given back cools.
+    pub rendezvous: (u16, u16, Duration),
     pub durable: crate::bus::durable::DurableSettings,
     pub snapshot_interval: Duration,
     /// Replicas with a leader lease, if enabled.
@@ -488,6 +497,15 @@ impl RawConfig {
         if s.epoch_ms == 0 || s.worker_timeout_ms == 0 {
             return invalid("epoch_ms and worker_timeout_ms must be positive");
         }
+        let ports = s
+            .rendezvous_ports
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)));
+        let Some((first_port, last_port)) = ports.filter(|(a, b)| *a >= 1024 && a <= b) else {
+            return invalid(
+                "rendezvous_ports must be FIRST-LAST, 1024 <= FIRST <= LAST <= 65535 (e.g. \"29500-30499\")",
+            );
+        };
         if !(s.horizon_s.is_finite() && s.horizon_s > 0.0) {
             return invalid("horizon_s must be positive");
         }
@@ -572,6 +590,7 @@ impl RawConfig {
             min_generation: Duration::from_millis(s.min_generation_ms),
             restart_amortisation: s.restart_amortisation,
             max_min_workers: s.max_min_workers,
+            rendezvous: (first_port, last_port - first_port + 1, Duration::from_millis(s.rendezvous_cooldown_ms)),
             state_mode,
             durable: crate::bus::durable::DurableSettings {
                 report_history: self.state.report_history,

@@ -345,6 +345,7 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
         stale_job: config.stale_job,
         stall_timeout: config.stall_timeout,
         min_generation: config.min_generation,
+        rendezvous: config.rendezvous,
         restart_amortisation: config.restart_amortisation,
         bid_horizon_s: config.horizon_s,
         term,

@@ -607,3 +607,54 @@ async fn generations_count_on_across_bye_hello_and_restarts() {
     }
     eprintln!("generations: {first} before the bye, {second} after the hello again, {second} shown after a restart");
 }
+
+/// #33.6: rendezvous ports ran out under churn with no sign but a log line. The limit is
+/// stated (README) and shown: with an address's ports all held, a generation runs without
+/// ranks, and `status` (and the metrics) say how many ports of the busiest address are in use
+/// and how many generations went without.
+#[tokio::test]
+async fn rendezvous_ports_in_use_are_shown_and_running_out_is_counted() {
+    let nats = NatsServer::start();
+    let settings =
+        fast_settings("policy = \"fair\"\nrendezvous_ports = \"40000-40001\"\nrendezvous_cooldown_ms = 600000\n");
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    let workers: Vec<String> = (0..3).map(|i| format!("pw{i}")).collect();
+    for w in &workers {
+        let spec =
+            slaq::protocol::WorkerSpec { worker: w.clone(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(&c, s().worker_hello(w), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok);
+    }
+    let beats = {
+        let (c, workers) = (c.clone(), workers.clone());
+        tokio::spawn(async move {
+            loop {
+                for w in &workers {
+                    let _ = bus::publish(&c, s().worker_beat(w), Encoding::MsgPack, &slaq::protocol::Heartbeat::new(w))
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    for job in ["pj0", "pj1", "pj2"] {
+        let spec = JobSpec { max_workers: Some(1), ..JobSpec::new(job) };
+        let ack: Ack =
+            bus::request(&c, s().job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shown = loop {
+        let st = status_of(&c, "pj", None).await.unwrap();
+        if let Some(r) = st.rendezvous.clone().filter(|r| r.without_ranks >= 1) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "never shown: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((shown.address.as_str(), shown.busy, shown.ports), ("127.0.0.1", 2, 2), "{shown:?}");
+    beats.abort();
+}
