@@ -269,8 +269,11 @@ async fn reports_the_server_skips_are_read_by_sequence() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let recovered = scheduler.log_text().matches("skipped a message on this consumer").count();
+    let duplicates =
+        status_of(&c, "gap", Some(0)).await.map_or(0, |st| st.rejected.get("duplicate").copied().unwrap_or(0));
     eprintln!(
-        "purges by another party on {}: {lost} of {} reports lost, {recovered} skipped by the server and read by sequence",
+        "purges by another party on {}: {lost} of {} reports lost, {recovered} skipped by the server and read by \
+         sequence, {duplicates} duplicates",
         crate::harness::nats_version(),
         per_job * jobs.len() as u64
     );
