@@ -110,6 +110,22 @@ mod tests {
     use crate::protocol::{JobSpec, encode};
 
     #[test]
+    fn a_jobs_own_status_and_a_hello_cannot_set_the_schedulers_fields() {
+        let subjects = Subjects::new("slaq").unwrap();
+        let limits = InboundLimits { max_payload_bytes: 1 << 16, max_min_workers: 4 };
+        let status = inbound(&subjects, "slaq.v1.job.j-1.status", b"\xc1anything", Encoding::MsgPack, &limits);
+        assert_eq!(status.unwrap(), Inbound::JobStatus { job: "j-1" });
+        let bad = inbound(&subjects, "slaq.v1.job.a.b.status", b"", Encoding::MsgPack, &limits);
+        assert_eq!(bad.err().map(|e| e.cause()), Some(RejectCause::InvalidId));
+        let forged = JobSpec { ended_before: Some(u64::MAX), ..JobSpec::new("j") };
+        let payload = encode(Encoding::MsgPack, &forged).unwrap();
+        match inbound(&subjects, "slaq.v1.job.j.hello", &payload, Encoding::MsgPack, &limits) {
+            Ok(Inbound::JobHello(spec)) => assert_eq!(spec.ended_before, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn the_limits_are_inclusive() {
         let subjects = Subjects::new("slaq").unwrap();
         let spec = |min| encode(Encoding::MsgPack, &JobSpec { min_workers: min, ..JobSpec::new("j") }).unwrap();

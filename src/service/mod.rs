@@ -93,11 +93,11 @@ impl Connections {
     }
 }
 
-/// At most this many ended jobs are remembered (see `ended`).
-const ENDED_CAP: usize = 1_000_000;
+/// At most this many ended jobs are remembered (see `ended`), the oldest forgotten first.
+pub(crate) const ENDED_CAP: usize = 200_000;
 
 /// How long an ended job is remembered: as long as the stream keeps its messages.
-fn ingest_ended_keep(config: &ServeConfig) -> Duration {
+pub(crate) fn ended_keep(config: &ServeConfig) -> Duration {
     config.durable.report_retention.max(Duration::from_secs(60))
 }
 
@@ -252,7 +252,7 @@ pub async fn run(
         own_inboxes,
         last_stream_seq: 0,
         replay_until,
-        ended: ended::Ended::new(ingest_ended_keep(&config), ENDED_CAP),
+        ended: ended::Ended::new(ended_keep(&config), ENDED_CAP),
         was_disconnected: false,
         config,
         allocator: allocator.clone(),

@@ -300,7 +300,7 @@ pub async fn run_owner(
         gone: HashMap::new(),
         quiet: HashMap::new(),
         last_seq: HashMap::new(),
-        ended: super::ended::Ended::new(config.durable.report_retention.max(Duration::from_secs(60)), 1_000_000),
+        ended: super::ended::Ended::new(super::ended_keep(&config), super::ENDED_CAP),
         flushes: 0,
         full_next: false,
         arbiters,
