@@ -706,16 +706,21 @@ impl Durable {
         Ok(stream.get_info().await.map_err(|e| err(&e))?.state.last_sequence)
     }
 
-    /// The last bye the reports stream holds for `job` (without `[cluster] shared`), and its
-    /// sequence. A hello of a running job asks: a bye the consumer has not read yet means the
-    /// hello is a new job of the same id, sent after its predecessor's bye.
+    /// The last bye the reports stream holds for `job` (on its partition's subject with
+    /// `[cluster] shared`), and its sequence. A hello of a running job asks: a bye the consumer
+    /// has not read yet means the hello is a new job of the same id, sent after its
+    /// predecessor's bye.
     pub async fn last_bye(&self, job: &str) -> Result<Option<(async_nats::Message, u64)>, BusError> {
         let err = |e: &dyn std::fmt::Display| BusError::JetStream {
             what: "the reports stream".into(),
             detail: e.to_string(),
         };
         let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
-        match stream.get_last_raw_message_by_subject(&self.0.subjects.job_bye(job)).await {
+        let subject = match self.0.partitions {
+            None => self.0.subjects.job_bye(job),
+            Some(n) => self.0.subjects.part_job_bye(crate::partition::of(job, n), job),
+        };
+        match stream.get_last_raw_message_by_subject(&subject).await {
             Ok(m) => Ok(Some(stream_message(m))),
             Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => Ok(None),
             Err(e) => Err(err(&e)),

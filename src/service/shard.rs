@@ -96,6 +96,15 @@ impl PartitionBids {
 }
 
 /// How a job ended, as the allocator records it.
+/// What a bye's reason is called in the ends sent to the leader.
+fn ended_how(reason: protocol::EndReason) -> &'static str {
+    match reason {
+        protocol::EndReason::Finished => "finished",
+        protocol::EndReason::Cancelled => "cancelled",
+        protocol::EndReason::Failed => "failed",
+    }
+}
+
 fn outcome(s: &str) -> &'static str {
     match s {
         "finished" => "finished",
@@ -332,7 +341,7 @@ pub async fn run_owner(
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
             Some((p, message, seq)) = from_stream.recv() => owner.read(p, message, seq).await,
-            Some(message) = hellos.next() => owner.hello(message),
+            Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
             _ = sweep.tick() => owner.sweep(),
@@ -614,11 +623,7 @@ impl Owner {
                 Ok(())
             }
             Inbound::JobBye(end) => {
-                let how = match end.reason {
-                    protocol::EndReason::Finished => "finished",
-                    protocol::EndReason::Cancelled => "cancelled",
-                    protocol::EndReason::Failed => "failed",
-                };
+                let how = ended_how(end.reason);
                 if let Some(owned) = self.jobs.get(&end.job)
                     && !super::ended::ours(owned.ended_before, seq)
                 {
@@ -674,7 +679,7 @@ impl Owner {
     }
 
     /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
-    fn hello(&mut self, message: async_nats::Message) {
+    async fn hello(&mut self, message: async_nats::Message) {
         let encoding = crate::bus::encoding_of(&message);
         let limits = self.limits();
         let spec = match protocol::inbound(
@@ -692,6 +697,9 @@ impl Owner {
         if !self.held.contains_key(&p) && !self.gaining.contains_key(&p) {
             return;
         }
+        if self.jobs.contains_key(&spec.job) {
+            self.bye_before_hello(&spec.job, p).await;
+        }
         match self.jobs.get_mut(&spec.job) {
             Some(owned) => {
                 let mut spec = spec;
@@ -704,10 +712,37 @@ impl Owner {
             }
             None => {
                 let mut spec = spec;
-                spec.ended_before = self.ended.hello(&spec.job);
+                spec.ended_before = self.predecessor_end(&spec.job, p);
+                self.ended.hello(&spec.job);
                 self.start_job(spec, None)
             }
         }
+    }
+
+    /// As the leader's ingest loop does without shared work: a hello of a running job that
+    /// follows its own bye not read yet ends the running job first, so the hello starts a new
+    /// one and the bye, read later, ends nothing.
+    async fn bye_before_hello(&mut self, job: &str, p: u32) {
+        let read = self.last_seq.get(&p).copied().unwrap_or(0);
+        let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.last_bye(job)).await {
+            Ok(Ok(bye)) => bye,
+            _ => return warn!(job, "cannot read the job's last bye"),
+        };
+        let Some((message, seq)) = bye.filter(|(_, seq)| *seq > read) else { return };
+        let ours = self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)));
+        let encoding = crate::bus::encoding_of(&message);
+        let end: Option<protocol::JobEnd> = protocol::decode(encoding, &message.payload, "job end").ok();
+        if let Some(end) = end.filter(|_| ours) {
+            self.end_job(job, ended_how(end.reason), Some(seq));
+        }
+    }
+
+    /// Where the messages of an ended job's predecessor end, for its successor's hello: its
+    /// bye, or what this owner has read of the partition. Not the stream's end, as the ingest
+    /// loop takes it: the leader answers the hello while this owner reads it, so the new job's
+    /// first reports may be in the stream already.
+    fn predecessor_end(&self, job: &str, p: u32) -> Option<u64> {
+        Some(self.ended.get(job)?.max(self.last_seq.get(&p).copied().unwrap_or(0)))
     }
 
     /// An allocation the leader sent a job: its actor learns its worker count.
