@@ -669,6 +669,11 @@ impl Ingest {
         }
     }
 
+    /// What the scheduler accepts of a message (`[scheduler]` limits).
+    fn limits(&self) -> InboundLimits {
+        InboundLimits { max_payload_bytes: self.config.max_payload_bytes, max_min_workers: self.config.max_min_workers }
+    }
+
     /// A job was heard from: its silence ends.
     fn heard(&mut self, id: &str) {
         if let Some(route) = self.jobs.get_mut(id) {
@@ -688,11 +693,7 @@ impl Ingest {
         reply: Option<&str>,
         seq: Option<u64>,
     ) -> Result<Option<&'static str>, ProtocolError> {
-        let limits = InboundLimits {
-            max_payload_bytes: self.config.max_payload_bytes,
-            max_min_workers: self.config.max_min_workers,
-        };
-        let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &limits)?;
+        let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &self.limits())?;
         // A report is counted by its job's actor, which knows whether it is new, and a
         // heartbeat by the allocator, which knows whether the worker is.
         let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
@@ -842,14 +843,14 @@ impl Ingest {
             Err(_) => return warn!(job = id, "cannot read the job's last bye: timed out"),
         };
         let Some((message, seq)) = bye.filter(|(_, seq)| *seq > self.last_stream_seq) else { return };
-        let limits = InboundLimits {
-            max_payload_bytes: self.config.max_payload_bytes,
-            max_min_workers: self.config.max_min_workers,
-        };
         let encoding = crate::bus::encoding_of(&message);
-        if let Ok(Inbound::JobBye(end)) =
-            protocol::inbound(&self.config.subjects, message.subject.as_str(), &message.payload, encoding, &limits)
-            && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
+        if let Ok(Inbound::JobBye(end)) = protocol::inbound(
+            &self.config.subjects,
+            message.subject.as_str(),
+            &message.payload,
+            encoding,
+            &self.limits(),
+        ) && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
         {
             self.end_job(id, end.reason, Some(seq));
         }
