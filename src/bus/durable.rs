@@ -695,52 +695,50 @@ impl Durable {
         self.ordered("the reports stream".into(), String::new(), None).await
     }
 
+    /// The reports stream's handle, for reads by sequence or subject.
+    async fn reports_stream(&self) -> Result<stream::Stream<()>, BusError> {
+        self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| reports_error(&e))
+    }
+
     /// The reports stream's last sequence now: a consumer started after this call replays up
     /// to it (what a restarted scheduler missed), then reads what comes.
     pub async fn last_sequence(&self) -> Result<u64, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: "the reports stream".into(),
-            detail: e.to_string(),
-        };
-        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
-        Ok(stream.get_info().await.map_err(|e| err(&e))?.state.last_sequence)
+        let stream = self.reports_stream().await?;
+        Ok(stream.get_info().await.map_err(|e| reports_error(&e))?.state.last_sequence)
     }
 
     /// The last bye the reports stream holds for `job` (on its partition's subject with
-    /// `[cluster] shared`), and its sequence. A hello of a running job asks: a bye the consumer
-    /// has not read yet means the hello is a new job of the same id, sent after its
-    /// predecessor's bye.
-    pub async fn last_bye(&self, job: &str) -> Result<Option<(async_nats::Message, u64)>, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: "the reports stream".into(),
-            detail: e.to_string(),
-        };
-        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
+    /// `[cluster] shared`), decoded, with its sequence, if it is past `read` (the consumer has
+    /// not delivered it yet). A hello of a running job asks: such a bye means the hello is a
+    /// new job of the same id, sent after its predecessor's bye.
+    pub async fn unread_bye(&self, job: &str, read: u64) -> Result<Option<(protocol::JobEnd, u64)>, BusError> {
         let subject = match self.0.partitions {
             None => self.0.subjects.job_bye(job),
             Some(n) => self.0.subjects.part_job_bye(crate::partition::of(job, n), job),
         };
-        match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(m) => Ok(Some(stream_message(m))),
-            Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => Ok(None),
-            Err(e) => Err(err(&e)),
+        let last = match self.reports_stream().await?.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => stream_message(m),
+            Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => return Ok(None),
+            Err(e) => return Err(reports_error(&e)),
+        };
+        let (message, seq) = last;
+        if seq <= read {
+            return Ok(None);
         }
+        let encoding = super::encoding_of(&message);
+        let end: Option<protocol::JobEnd> = protocol::decode(encoding, &message.payload, "job end").ok();
+        Ok(end.filter(|e| e.validate(job).is_ok()).map(|e| (e, seq)))
     }
 
     /// The first message the reports stream holds at or after sequence `from`, as a consumer
     /// would have delivered it, and its sequence (`None`: there is none). Checks a gap in the
     /// sequences a consumer received: a message found inside the gap was skipped by the server.
     pub async fn message_from(&self, from: u64) -> Result<Option<(async_nats::Message, u64)>, BusError> {
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream {
-            what: "the reports stream".into(),
-            detail: e.to_string(),
-        };
-        let stream = self.0.js.get_stream_no_info(&self.0.stream).await.map_err(|e| err(&e))?;
         let filter = format!("{}.v1.>", self.0.subjects.prefix());
-        match stream.raw_message_builder().sequence(from).next_by_subject(filter).send().await {
+        match self.reports_stream().await?.raw_message_builder().sequence(from).next_by_subject(filter).send().await {
             Ok(m) => Ok(Some(stream_message(m))),
             Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => Ok(None),
-            Err(e) => Err(err(&e)),
+            Err(e) => Err(reports_error(&e)),
         }
     }
 
@@ -1037,6 +1035,10 @@ impl Durable {
             _ => false,
         });
     }
+}
+
+fn reports_error(e: &dyn std::fmt::Display) -> BusError {
+    BusError::JetStream { what: "the reports stream".into(), detail: e.to_string() }
 }
 
 /// A message read by sequence or subject, as a consumer would have delivered it.

@@ -837,20 +837,13 @@ impl Ingest {
         if !self.jobs.contains_key(id) {
             return;
         }
-        let bye = match tokio::time::timeout(GAP_READ_TIMEOUT, d.last_bye(id)).await {
+        let bye = match tokio::time::timeout(GAP_READ_TIMEOUT, d.unread_bye(id, self.last_stream_seq)).await {
             Ok(Ok(bye)) => bye,
             Ok(Err(e)) => return warn!(job = id, error = %e, "cannot read the job's last bye"),
             Err(_) => return warn!(job = id, "cannot read the job's last bye: timed out"),
         };
-        let Some((message, seq)) = bye.filter(|(_, seq)| *seq > self.last_stream_seq) else { return };
-        let encoding = crate::bus::encoding_of(&message);
-        if let Ok(Inbound::JobBye(end)) = protocol::inbound(
-            &self.config.subjects,
-            message.subject.as_str(),
-            &message.payload,
-            encoding,
-            &self.limits(),
-        ) && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
+        if let Some((end, seq)) = bye
+            && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
         {
             self.end_job(id, end.reason, Some(seq));
         }

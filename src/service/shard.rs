@@ -724,15 +724,13 @@ impl Owner {
     /// one and the bye, read later, ends nothing.
     async fn bye_before_hello(&mut self, job: &str, p: u32) {
         let read = self.last_seq.get(&p).copied().unwrap_or(0);
-        let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.last_bye(job)).await {
+        let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.unread_bye(job, read)).await {
             Ok(Ok(bye)) => bye,
             _ => return warn!(job, "cannot read the job's last bye"),
         };
-        let Some((message, seq)) = bye.filter(|(_, seq)| *seq > read) else { return };
-        let ours = self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)));
-        let encoding = crate::bus::encoding_of(&message);
-        let end: Option<protocol::JobEnd> = protocol::decode(encoding, &message.payload, "job end").ok();
-        if let Some(end) = end.filter(|_| ours) {
+        if let Some((end, seq)) = bye
+            && self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)))
+        {
             self.end_job(job, ended_how(end.reason), Some(seq));
         }
     }
