@@ -772,6 +772,7 @@ impl AllocatorActor {
                     own_minimum: own.is_some(),
                     sizes: own.and_then(|b| b.sizes.as_deref()),
                     model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
+                    pace: None,
                 }
             })
             .collect()

@@ -16,6 +16,8 @@ use std::collections::VecDeque;
 
 use crate::policy::{Allocation, ByRef, GainFn, JobBid, PolicyKind, Problem};
 
+use super::slowdown::{Pace, PaceLedger, slowdown_floors, water_level};
+
 /// How the planner decides.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -24,6 +26,9 @@ pub struct PlanSettings {
     pub floor: f64,
     /// Epochs in the floor's sliding window.
     pub floor_window: usize,
+    /// The finish-time bound `K` (see `schedule::slowdown`): no job with a known pace is planned
+    /// to finish more than `K` times later than under fair sharing. 0: off.
+    pub max_slowdown: f64,
 }
 
 /// The default floor, 0.5, was chosen before any held-out result was seen: it bounds a job's
@@ -33,9 +38,12 @@ pub struct PlanSettings {
 /// a nearly converged job be parked for a minute at a time.
 pub const DEFAULT_FLOOR: f64 = 0.5;
 
+/// The default finish-time bound: off until chosen on the public curves (seeds 1–3).
+pub const DEFAULT_MAX_SLOWDOWN: f64 = 0.0;
+
 impl Default for PlanSettings {
     fn default() -> Self {
-        PlanSettings { floor: DEFAULT_FLOOR, floor_window: 24 }
+        PlanSettings { floor: DEFAULT_FLOOR, floor_window: 24, max_slowdown: DEFAULT_MAX_SLOWDOWN }
     }
 }
 
@@ -47,7 +55,15 @@ impl PlanSettings {
         if self.floor_window == 0 {
             return Err("floor_window must be at least 1 epoch");
         }
+        if !(self.max_slowdown == 0.0 || self.max_slowdown >= 1.0) || self.max_slowdown.is_nan() {
+            return Err("max_slowdown must be 0 (off) or at least 1");
+        }
         Ok(())
+    }
+
+    /// The finish-time bound, infinite when off.
+    pub fn slowdown_bound(&self) -> f64 {
+        if self.max_slowdown >= 1.0 { self.max_slowdown } else { f64::INFINITY }
     }
 }
 
@@ -61,6 +77,15 @@ pub struct FloorLedger {
     /// Records since the sums were last recomputed from the window.
     #[serde(default)]
     since_sum: usize,
+    /// The job's fair clock, for the finish-time bound.
+    #[serde(default)]
+    pace: PaceLedger,
+}
+
+impl AsMut<PaceLedger> for FloorLedger {
+    fn as_mut(&mut self) -> &mut PaceLedger {
+        &mut self.pace
+    }
 }
 
 impl FloorLedger {
@@ -111,14 +136,7 @@ pub fn fair_shares<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<f64> {
             (f64::from(b.min_workers).min(max), max)
         })
         .collect();
-    let capacity = f64::from(num_workers);
-    let total = |level: f64| bounds.iter().map(|&(lo, hi)| level.clamp(lo, hi)).sum::<f64>();
-    let (mut lo, mut hi) = (0.0, capacity.max(1.0));
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if total(mid) <= capacity { lo = mid } else { hi = mid }
-    }
-    bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
+    water_level(f64::from(num_workers), &bounds)
 }
 
 /// Holds jobs that may run only at some sizes (`JobSpec::worker_counts`) to those sizes: each
@@ -171,22 +189,39 @@ pub fn honoured_minimums<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<u32> {
         .collect()
 }
 
-/// Worker counts for this epoch: the floor first, then `policy`; books every job's entitlement
-/// and grant in `ledgers` (one per bid, same order). Fair sharing needs no floor (it is the
-/// floor at 1); its ledgers are kept all the same.
+/// Worker counts for this epoch: the finish-time bound first (for the jobs with a `pace`, one per
+/// bid or none at all), then the service floor, then `policy`; books every job's entitlement and
+/// grant in `ledgers` (one per bid, same order). Fair sharing needs no floor (it is the floor at
+/// 1); its ledgers are kept all the same.
 pub fn plan<G: GainFn>(
     policy: PolicyKind,
     settings: &PlanSettings,
     num_workers: u32,
     bids: &[JobBid<G>],
+    paces: &[Option<Pace<'_>>],
     ledgers: &mut [FloorLedger],
 ) -> Allocation {
     debug_assert_eq!(bids.len(), ledgers.len());
     let fair = fair_shares(num_workers, bids);
-    let allocation = if policy == PolicyKind::Fair || settings.floor <= 0.0 {
+    let bound = settings.slowdown_bound();
+    let allocation = if policy == PolicyKind::Fair || (settings.floor <= 0.0 && !bound.is_finite()) {
+        if !paces.is_empty() {
+            // The fair clocks are kept all the same.
+            let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
+            slowdown_floors(f64::INFINITY, num_workers, &max, &fair, paces, ledgers);
+        }
         policy.allocate(&Problem { num_workers, jobs: bids })
     } else {
-        let floors = floor_workers(settings.floor, num_workers, bids, ledgers, &fair);
+        let mut floors = if paces.is_empty() {
+            vec![0; bids.len()]
+        } else {
+            debug_assert_eq!(paces.len(), bids.len());
+            let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
+            slowdown_floors(bound, num_workers, &max, &fair, paces, ledgers)
+        };
+        if settings.floor > 0.0 {
+            floor_workers(settings.floor, num_workers, bids, ledgers, &fair, &mut floors);
+        }
         let raised: Vec<JobBid<ByRef<'_, G>>> = bids
             .iter()
             .zip(&floors)
@@ -205,15 +240,17 @@ pub fn plan<G: GainFn>(
     allocation
 }
 
-/// The workers each job must get this epoch to stay at or above the floor, granted in order of
-/// how far behind the jobs are while the cluster lasts.
+/// Raises `floors` (what each job already has, from the finish-time bound) to the workers each
+/// job must get this epoch to stay at or above the service floor, granted in order of how far
+/// behind the jobs are while the cluster lasts.
 fn floor_workers<G>(
     floor: f64,
     num_workers: u32,
     bids: &[JobBid<G>],
     ledgers: &[FloorLedger],
     fair: &[f64],
-) -> Vec<u32> {
+    floors: &mut [u32],
+) {
     let want: Vec<u32> = ledgers
         .iter()
         .zip(fair)
@@ -224,18 +261,18 @@ fn floor_workers<G>(
             let deficit = ledger.deficit(floor, share).min(share);
             if deficit <= 1e-9 { 0 } else { (deficit - 1e-9).ceil().min(f64::from(bid.max_workers)) as u32 }
         })
+        .zip(floors.iter())
+        .map(|(w, &already)| w.saturating_sub(already))
         .collect();
     let mut order: Vec<usize> = (0..bids.len()).filter(|&j| want[j] > 0).collect();
     let behind = |j: usize| ledgers[j].granted / (ledgers[j].entitled + fair[j]).max(1e-12);
     order.sort_by(|&a, &b| behind(a).total_cmp(&behind(b)).then(a.cmp(&b)));
-    let mut floors = vec![0; bids.len()];
-    let mut left = num_workers;
+    let mut left = num_workers.saturating_sub(floors.iter().sum());
     for j in order {
         let w = want[j].min(left);
-        floors[j] = w;
+        floors[j] += w;
         left -= w;
     }
-    floors
 }
 
 #[cfg(test)]
@@ -244,6 +281,12 @@ mod tests {
     use proptest::prelude::*;
 
     type Gain = fn(u32) -> f64;
+
+    fn service_floors(floor: f64, n: u32, b: &[JobBid<Gain>], l: &[FloorLedger], fair: &[f64]) -> Vec<u32> {
+        let mut floors = vec![0; b.len()];
+        floor_workers(floor, n, b, l, fair, &mut floors);
+        floors
+    }
 
     #[test]
     fn restricted_sizes_round_down_and_the_rest_goes_where_it_fits() {
@@ -305,11 +348,11 @@ mod tests {
         // Job 0 gains nothing, job 1 gains a lot: pure quality would starve job 0 for ever.
         let gains: [Gain; 2] = [|_| 0.0, |w| f64::from(w)];
         let b: Vec<JobBid<Gain>> = gains.iter().map(|&g| JobBid::new(Some(g))).collect();
-        let settings = PlanSettings { floor: 0.5, floor_window: 10 };
+        let settings = PlanSettings { floor: 0.5, floor_window: 10, max_slowdown: 0.0 };
         let mut ledgers = vec![FloorLedger::default(); 2];
         let mut got = 0;
         for _ in 0..100 {
-            let a = plan(PolicyKind::Slaq, &settings, 4, &b, &mut ledgers);
+            let a = plan(PolicyKind::Slaq, &settings, 4, &b, &[], &mut ledgers);
             got += a.workers[0];
             assert!(ledgers[0].granted() >= 0.5 * ledgers[0].entitled() - 1e-9, "{ledgers:?}");
         }
@@ -317,17 +360,17 @@ mod tests {
         assert!((95..=110).contains(&got), "{got}");
         let mut none = vec![FloorLedger::default(); 2];
         let pure = PlanSettings { floor: 0.0, ..settings };
-        assert_eq!(plan(PolicyKind::Slaq, &pure, 4, &b, &mut none).workers, vec![0, 4]);
+        assert_eq!(plan(PolicyKind::Slaq, &pure, 4, &b, &[], &mut none).workers, vec![0, 4]);
     }
 
     #[test]
     fn floor_one_is_fair_in_attained_service() {
         let gains: [Gain; 3] = [|_| 0.0, |w| f64::from(w), |w| 2.0 * f64::from(w)];
         let b: Vec<JobBid<Gain>> = gains.iter().map(|&g| JobBid::new(Some(g))).collect();
-        let settings = PlanSettings { floor: 1.0, floor_window: 6 };
+        let settings = PlanSettings { floor: 1.0, floor_window: 6, max_slowdown: 0.0 };
         let mut ledgers = vec![FloorLedger::default(); 3];
         for _ in 0..30 {
-            plan(PolicyKind::Slaq, &settings, 6, &b, &mut ledgers);
+            plan(PolicyKind::Slaq, &settings, 6, &b, &[], &mut ledgers);
         }
         for l in &ledgers {
             assert!((l.granted() - l.entitled()).abs() < 1e-9, "{ledgers:?}");
@@ -352,7 +395,7 @@ mod tests {
             bid.min_workers = m;
         }
         let mut ledgers = vec![FloorLedger::default(); 3];
-        let a = plan(PolicyKind::Fair, &PlanSettings::default(), 8, &raised, &mut ledgers);
+        let a = plan(PolicyKind::Fair, &PlanSettings::default(), 8, &raised, &[], &mut ledgers);
         assert!(a.workers[1] >= 2 && a.workers[0] <= 4, "{:?}", a.workers);
     }
 
@@ -405,7 +448,7 @@ mod tests {
         ledgers[1].record(1.0, 1.0, 24);
         let fair = fair_shares(1, &b);
         assert_eq!(fair, vec![0.5, 0.5]);
-        assert_eq!(floor_workers(1.0, 1, &b, &ledgers, &fair), vec![0, 1]);
+        assert_eq!(service_floors(1.0, 1, &b, &ledgers, &fair), vec![0, 1]);
     }
 
     #[test]
@@ -428,14 +471,14 @@ mod tests {
         ledgers[2].record(2.0, 2.0, 8);
         // Each is owed at most its fair share (1) per epoch; two workers go to the two furthest
         // behind, and job 2, owed only this epoch's share, waits.
-        let floors = floor_workers(1.0, 2, &b, &ledgers, &[1.0, 1.0, 1.0]);
+        let floors = service_floors(1.0, 2, &b, &ledgers, &[1.0, 1.0, 1.0]);
         assert_eq!(floors, vec![1, 1, 0]);
         // "Behind" is granted over entitled: a job that got 2 of 8 is further behind than one
         // that got 1 of 2, though it got more.
         let mut ledgers = vec![FloorLedger::default(); 2];
         ledgers[0].record(8.0, 2.0, 8);
         ledgers[1].record(2.0, 1.0, 8);
-        let floors = floor_workers(1.0, 1, &bids(2, |_| 0.0), &ledgers, &[1.0, 1.0]);
+        let floors = service_floors(1.0, 1, &bids(2, |_| 0.0), &ledgers, &[1.0, 1.0]);
         assert_eq!(floors, vec![1, 0]);
     }
 }

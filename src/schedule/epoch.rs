@@ -22,6 +22,7 @@ use super::batch::batch_to_run;
 use super::bid::{JobModel, ps_split};
 use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict_sizes};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
+use super::slowdown::Pace;
 
 /// One job as the planner sees it.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct EpochJob<'a, G> {
     pub sizes: Option<&'a [u32]>,
     /// Its time model: what placement, batch and roles are priced with.
     pub model: &'a JobModel,
+    /// Its age, work done and left and rates, for the finish-time bound (`None`: not bounded).
+    pub pace: Option<Pace<'a>>,
 }
 
 /// Everything one epoch is decided on, besides the floor ledgers.
@@ -171,7 +174,9 @@ fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut 
             }
         }
     }
-    let mut counts = plan(input.policy, &input.plan, num_workers, &bids, ledgers).workers;
+    let paces: Vec<Option<Pace<'_>>> =
+        if jobs.iter().any(|j| j.pace.is_some()) { jobs.iter().map(|j| j.pace).collect() } else { Vec::new() };
+    let mut counts = plan(input.policy, &input.plan, num_workers, &bids, &paces, ledgers).workers;
     // Jobs that run only at some sizes get one of them; what that frees goes to others, the
     // least served first.
     if jobs.iter().any(|j| j.sizes.is_some()) {
@@ -196,7 +201,7 @@ mod tests {
 
     fn settings() -> (PlanSettings, PlaceSettings) {
         (
-            PlanSettings { floor: 0.0, floor_window: 4 },
+            PlanSettings { floor: 0.0, floor_window: 4, max_slowdown: 0.0 },
             PlaceSettings { placer: Placer::Lp, restart_s: 30.0, horizon_s: 600.0 },
         )
     }
@@ -227,12 +232,14 @@ mod tests {
                 own_minimum: true,
                 sizes: None,
                 model: &model,
+                pace: None,
             },
             EpochJob {
                 bid: JobBid { max_workers: 4, ..JobBid::new(Some(g1)) },
                 own_minimum: true,
                 sizes: None,
                 model: &model,
+                pace: None,
             },
         ];
         let machine_of = [0, 0, 0, 0, 1, 1, 1, 1];
@@ -263,6 +270,7 @@ mod tests {
             own_minimum: true,
             sizes: None,
             model,
+            pace: None,
         };
         let jobs = [job(&batch), job(&ps), job(&slo)];
         let machine_of: Vec<usize> = (0..12).map(|w| w / 4).collect();
@@ -289,8 +297,9 @@ mod tests {
                 own_minimum: true,
                 sizes: None,
                 model: &model,
+                pace: None,
             },
-            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model },
+            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model, pace: None },
         ];
         let current = vec![None; 8];
         let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
@@ -302,8 +311,9 @@ mod tests {
                 own_minimum: false,
                 sizes: None,
                 model: &model,
+                pace: None,
             },
-            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model },
+            EpochJob { bid: JobBid::new(Some(all)), own_minimum: true, sizes: None, model: &model, pace: None },
         ];
         let p = plan_epoch(&input(&pinned, None, &current), &mut vec![FloorLedger::default(); 2]);
         assert_eq!(p.counts, vec![6, 2]);
@@ -320,12 +330,14 @@ mod tests {
                 own_minimum: true,
                 sizes: Some(pow2),
                 model: &model,
+                pace: None,
             },
             EpochJob {
                 bid: JobBid { max_workers: 3, attained_service: 5.0, ..JobBid::new(Some(g)) },
                 own_minimum: true,
                 sizes: None,
                 model: &model,
+                pace: None,
             },
         ];
         let current = vec![None; 6];
@@ -355,13 +367,14 @@ mod tests {
                 own_minimum: true,
                 sizes: None,
                 model: if is_ps { &ps } else { &model },
+                pace: None,
             }).collect();
             let machine_of: Vec<usize> = machines.iter().enumerate().flat_map(|(m, &n)| std::iter::repeat_n(m, n)).collect();
             let current: Vec<Option<usize>> = (0..machine_of.len()).map(|w| occupied.get(w).copied().flatten()).collect();
             let (_, place) = settings();
             let input = EpochInput {
                 policy: PolicyKind::Slaq,
-                plan: PlanSettings { floor, floor_window: 4 },
+                plan: PlanSettings { floor, floor_window: 4, max_slowdown: 0.0 },
                 place,
                 jobs: &epoch_jobs,
                 machine_of: Some(&machine_of),

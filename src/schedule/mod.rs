@@ -3,7 +3,8 @@
 //! live scheduler takes exactly the decisions the simulators measured.
 //!
 //! - [`bid`]: what a job bids (its gains per worker count, from its model).
-//! - [`counts`]: the fairness floor, then the policy, then allowed sizes: workers per job.
+//! - [`slowdown`]: the finish-time bound: no job planned to end more than `K`× later than fair.
+//! - [`counts`]: the bound, the fairness floor, then the policy, then allowed sizes: workers per job.
 //! - [`place`]: counts to concrete workers, with locality where machines have several slots.
 //! - [`batch`]: Courier's batch and a parameter-server job's roles on the layout chosen.
 //! - [`epoch`]: [`plan_epoch`], the four in order.
@@ -13,12 +14,17 @@ pub mod bid;
 pub mod counts;
 pub mod epoch;
 pub mod place;
+pub mod slowdown;
 
 pub use batch::{batch_for, batch_to_run};
 pub use bid::{
     GainTable, JobModel, bid_horizon, concave_hull, gains, iter_time, make_bid, ps_split, rates, restart_priced,
     seen_batches,
 };
-pub use counts::{DEFAULT_FLOOR, FloorLedger, PlanSettings, fair_shares, honoured_minimums, plan, restrict_sizes};
+pub use counts::{
+    DEFAULT_FLOOR, DEFAULT_MAX_SLOWDOWN, FloorLedger, PlanSettings, fair_shares, honoured_minimums, plan,
+    restrict_sizes,
+};
 pub use epoch::{EpochInput, EpochJob, EpochPlan, plan_epoch};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
+pub use slowdown::{Pace, PaceLedger};

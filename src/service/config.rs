@@ -212,6 +212,9 @@ pub struct RawScheduler {
     /// share of worker-seconds over the last `floor_window` epochs.
     pub floor: f64,
     pub floor_window: usize,
+    /// The finish-time bound `K` (see `schedule::slowdown`): no job is planned to finish more
+    /// than `K` times later than under fair sharing. 0: off.
+    pub max_slowdown: f64,
     /// A loss report more than this many iterations past the job's last is refused
     /// (`bad_iteration`): one forged `iter = 2^64 − 1` must not freeze a job.
     pub max_iter_jump: u64,
@@ -284,6 +287,7 @@ impl Default for RawScheduler {
             refit_interval_ms: 1_000,
             floor: crate::schedule::PlanSettings::default().floor,
             floor_window: crate::schedule::PlanSettings::default().floor_window,
+            max_slowdown: crate::schedule::PlanSettings::default().max_slowdown,
             max_iter_jump: 1_000_000,
             max_reports_per_s: 1_000,
             report_burst: 2_000,
@@ -512,7 +516,11 @@ impl RawConfig {
         if s.job_mailbox == 0 || s.max_jobs == 0 || s.max_payload_bytes < 64 {
             return invalid("job_mailbox and max_jobs must be positive, max_payload_bytes at least 64");
         }
-        let plan = crate::schedule::PlanSettings { floor: s.floor, floor_window: s.floor_window };
+        let plan = crate::schedule::PlanSettings {
+            floor: s.floor,
+            floor_window: s.floor_window,
+            max_slowdown: s.max_slowdown,
+        };
         plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
             return invalid("restart_s must be at least 0 and move_horizon_s positive");

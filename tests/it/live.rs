@@ -411,8 +411,8 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
                 ..JobBid::new(g.as_ref().map(slaq::policy::ByRef))
             })
             .collect();
-        let settings = PlanSettings { floor: 0.75, floor_window: 4 };
-        let planned = schedule::plan(PolicyKind::Slaq, &settings, 10, &bids, &mut ledgers);
+        let settings = PlanSettings { floor: 0.75, floor_window: 4, max_slowdown: 0.0 };
+        let planned = schedule::plan(PolicyKind::Slaq, &settings, 10, &bids, &[], &mut ledgers);
         let want: HashMap<String, u32> =
             curves.iter().zip(&planned.workers).filter(|(_, w)| **w > 0).map(|((id, _), &w)| (id.clone(), w)).collect();
         let got: HashMap<String, u32> = live.iter().filter(|(_, w)| **w > 0).map(|(j, &w)| (j.clone(), w)).collect();
@@ -589,6 +589,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
                 own_minimum: true,
                 sizes: None,
                 model,
+                pace: None,
             })
             .collect();
         let input = EpochInput {

@@ -248,6 +248,7 @@ mod wire_bids {
                 own_minimum: true,
                 sizes: b.sizes.as_deref(),
                 model: b.model.as_ref(),
+                pace: None,
             })
             .collect();
         let input = EpochInput {

@@ -571,6 +571,10 @@ pub(crate) struct SimulateArgs {
     /// per floor) and, with --out, plot it.
     #[arg(long, value_delimiter = ',')]
     pub(crate) floor: Vec<f64>,
+    /// The finish-time bound K: no job is planned to finish more than K times later than under
+    /// fair sharing (0: off) [default: `[sim.plan] max_slowdown`].
+    #[arg(long)]
+    pub(crate) max_slowdown: Option<f64>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     pub(crate) serial_fraction: Option<f64>,

@@ -69,6 +69,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     config.speedup.kind = args.speedup.unwrap_or(config.speedup.kind);
     let floors = if args.floor.is_empty() { vec![config.plan.floor] } else { args.floor.clone() };
     config.plan.floor = floors[0];
+    config.plan.max_slowdown = args.max_slowdown.unwrap_or(config.plan.max_slowdown);
     for &floor in &floors {
         SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config }.validate()?;
     }
@@ -187,8 +188,9 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     if let Some(&floor) = args.floor.first() {
         config.plan.floor = floor;
-        config.plan.validate().map_err(anyhow::Error::msg)?;
     }
+    config.plan.max_slowdown = args.max_slowdown.unwrap_or(config.plan.max_slowdown);
+    config.plan.validate().map_err(anyhow::Error::msg)?;
     let tasks: Vec<(usize, Policy)> =
         (0..workloads.len()).flat_map(|w| policies.iter().map(move |&p| (w, p))).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -174,7 +174,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
         active.sort_unstable();
 
         if now >= next_epoch {
-            reallocate(&mut states, &active, config, policy);
+            reallocate(&mut states, &active, config, policy, now);
             metrics.sample(now, active.iter().map(|&j| states[j].replay.view()));
             next_epoch = now + config.epoch_s;
         }
@@ -238,7 +238,10 @@ pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 
     area / horizon_s
 }
 
-fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec) {
+/// Most workers a job's rate table covers for the finish-time bound (flat beyond).
+const PACE_TABLE: u32 = 256;
+
+fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec, now: f64) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
     let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
     if needs_gains && !policy.is_oracle() {
@@ -246,11 +249,31 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
             let s = &mut states[j];
             s.bid = schedule::make_bid(&mut s.predictor, config.gain_horizon_s, config.epoch_s, s.replay.workers);
         }
+    } else if config.plan.slowdown_bound().is_finite() {
+        // The bound's time models are fitted the same way whatever the policy.
+        for &j in active {
+            states[j].predictor.refit();
+        }
     }
     let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
     let model = JobModel::unknown();
+    // The finish-time bound's view of each job: its declared length (the curve's iterations, as
+    // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
+    let bounded = config.plan.slowdown_bound().is_finite();
+    let table = config.num_workers.min(config.max_workers_per_job).min(PACE_TABLE);
+    let rates: Vec<Vec<f64>> = if bounded {
+        active
+            .iter()
+            .map(|&j| {
+                let time = states[j].predictor.time_curve();
+                std::iter::once(0.0).chain((1..=table).map(|w| 1.0 / time.seconds(w))).collect()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut epoch_jobs: Vec<EpochJob<'_, SimGain<'_>>> = Vec::with_capacity(active.len());
-    for &j in active {
+    for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
         let gain = if !needs_gains {
             None
@@ -267,7 +290,18 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
         // their counts (the fewest moves maps them to workers, which the simulator does not track).
-        epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model });
+        let pace = rates.get(i).map(|rates| {
+            let r = &s.replay;
+            let done = (r.next - r.job.offset) as f64 + r.progress;
+            schedule::Pace {
+                age_s: now - r.job.arrival_s,
+                done,
+                remaining: (r.job.loss.len() - r.next) as f64 - r.progress,
+                rates,
+                wait_s: config.epoch_s,
+            }
+        });
+        epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model, pace });
     }
     // The workers: each active job holds its count of them, in job order, the rest are free.
     let mut current: Vec<Option<usize>> = Vec::with_capacity(config.num_workers as usize);

@@ -21,7 +21,9 @@
 //! - **Job completion time** (JCT): from arrival until the job stops (end of its curve, or its
 //!   normalised loss at or below the workload's convergence threshold).
 //! - **Worst slowdown vs fair**: the largest ratio, over jobs, of a job's JCT under a policy to
-//!   its JCT under fair on the same workload (1 for fair itself).
+//!   its JCT under fair on the same workload (1 for fair itself). **p95 slowdown vs fair**: the
+//!   95th percentile of the same ratios (nearest rank: the smallest ratio that at least 95% of the
+//!   jobs are at or below). Jobs unfinished in either run are left out of both.
 //! - **Cluster share by group**: the fraction of all worker-seconds, while jobs were active,
 //!   given to the jobs that arrived at high, medium and low loss (SLAQ's Fig. 16).
 //! - **Contended fraction**: the fraction of active time in which the active jobs could use more
@@ -71,6 +73,7 @@ pub struct Summary {
     pub mean_jct_s: f64,
     /// Filled in by a comparison against a fair run of the same workload.
     pub worst_slowdown_vs_fair: Option<f64>,
+    pub p95_slowdown_vs_fair: Option<f64>,
     pub makespan_s: f64,
     pub utilisation: f64,
     pub contended_fraction: f64,
@@ -125,6 +128,7 @@ impl RunMetrics {
             median_time_to_90_s: median(&t90),
             mean_jct_s: mean(&jct),
             worst_slowdown_vs_fair: None,
+            p95_slowdown_vs_fair: None,
             makespan_s: end_s,
             utilisation,
             contended_fraction,
@@ -134,9 +138,10 @@ impl RunMetrics {
         RunMetrics { policy: policy.to_string(), num_workers, summary, jobs, samples }
     }
 
-    /// Sets the worst slowdown of this run's jobs against the same jobs under `fair`.
+    /// Sets the worst and 95th-percentile slowdowns of this run's jobs against the same jobs
+    /// under `fair`.
     pub fn compare_with_fair(&mut self, fair: &RunMetrics) {
-        let worst = self
+        let ratios: Vec<f64> = self
             .jobs
             .iter()
             .zip(&fair.jobs)
@@ -144,9 +149,21 @@ impl RunMetrics {
                 debug_assert_eq!(mine.id, theirs.id);
                 Some(mine.completion_s? / theirs.completion_s?.max(1e-9))
             })
-            .fold(f64::NAN, f64::max);
-        self.summary.worst_slowdown_vs_fair = Some(worst);
+            .collect();
+        self.summary.worst_slowdown_vs_fair = Some(ratios.iter().copied().fold(f64::NAN, f64::max));
+        self.summary.p95_slowdown_vs_fair = Some(percentile(&ratios, 0.95));
     }
+}
+
+/// The nearest-rank percentile `q` in (0, 1] of `values` (NaN if empty).
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
 }
 
 /// `100·(1 − ours/theirs)`: how much lower ours is, in percent.
@@ -249,5 +266,20 @@ impl Tracker {
             jobs,
             self.samples,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn the_percentile_is_the_nearest_rank() {
+        let xs: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&xs, 0.95), 19.0);
+        assert_eq!(percentile(&xs, 1.0), 20.0);
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.95), 3.0);
+        assert_eq!(percentile(&[5.0], 0.5), 5.0);
+        assert!(percentile(&[], 0.95).is_nan());
     }
 }

@@ -17,14 +17,14 @@ pub fn table(all: &[ClusterRuns]) -> String {
         let _ = writeln!(out, "\n{} workers", cluster.workers);
         let _ = writeln!(
             out,
-            "{:<11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6}",
-            "policy", "loss area", "active", "t90 s", "t95 s", "JCT s", "worst/fair", "util", "contd"
+            "{:<11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>6} {:>6}",
+            "policy", "loss area", "active", "t90 s", "t95 s", "JCT s", "worst/fair", "p95/fair", "util", "contd"
         );
         for r in &cluster.runs {
             let s = &r.summary;
             let _ = writeln!(
                 out,
-                "{:<11} {:>10.2} {:>9.4} {:>9.1} {:>9.1} {:>9.1} {:>10.2} {:>6.2} {:>6.2}",
+                "{:<11} {:>10.2} {:>9.4} {:>9.1} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>6.2} {:>6.2}",
                 r.policy,
                 s.mean_loss_area,
                 s.avg_active_norm_loss,
@@ -32,6 +32,7 @@ pub fn table(all: &[ClusterRuns]) -> String {
                 s.mean_time_to_95_s,
                 s.mean_jct_s,
                 s.worst_slowdown_vs_fair.unwrap_or(f64::NAN),
+                s.p95_slowdown_vs_fair.unwrap_or(f64::NAN),
                 s.utilisation,
                 s.contended_fraction
             );
@@ -76,34 +77,38 @@ type Spread = (f64, f64, f64);
 
 /// The figures a seed summary reports: each comparison's reductions, then (for comparisons
 /// against fair) the compared policy's worst slowdown against fair.
-const SEED_FIGURES: [&str; 5] = [
+const SEED_FIGURES: [&str; 6] = [
     "loss_area_reduction_pct",
     "time_to_90_reduction_pct",
     "time_to_95_reduction_pct",
     "mean_jct_reduction_pct",
     "worst_slowdown_vs_fair",
+    "p95_slowdown_vs_fair",
 ];
 
 /// Comparisons across seeds: per cluster size and comparison, the mean, min and max of each
 /// of [`SEED_FIGURES`].
-fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread; 5])> {
+fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread; 6])> {
     let mut out = Vec::new();
     let Some((_, first)) = per_seed.first() else { return out };
     for (index, cluster) in first.iter().enumerate() {
         for name in cluster.comparisons().keys() {
             let policy = name.split("_vs_").next().unwrap_or_default();
-            let values: Vec<[f64; 5]> = per_seed
+            let values: Vec<[f64; 6]> = per_seed
                 .iter()
                 .filter_map(|(_, runs)| {
                     let cluster = runs.get(index)?;
                     let v = cluster.comparisons().get(name).copied()?;
-                    let slowdown = cluster.run(policy).and_then(|r| r.summary.worst_slowdown_vs_fair);
+                    let run = cluster.run(policy);
+                    let vs_fair =
+                        |s: Option<f64>| if name.ends_with("_vs_fair") { s.unwrap_or(f64::NAN) } else { f64::NAN };
                     Some([
                         v.loss_area_reduction_pct,
                         v.time_to_90_reduction_pct,
                         v.time_to_95_reduction_pct,
                         v.mean_jct_reduction_pct,
-                        if name.ends_with("_vs_fair") { slowdown.unwrap_or(f64::NAN) } else { f64::NAN },
+                        vs_fair(run.and_then(|r| r.summary.worst_slowdown_vs_fair)),
+                        vs_fair(run.and_then(|r| r.summary.p95_slowdown_vs_fair)),
                     ])
                 })
                 .collect();
@@ -116,7 +121,7 @@ fn seed_stats(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Vec<(u32, String, [Spread
                     xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 )
             };
-            out.push((cluster.workers, name.clone(), [stat(0), stat(1), stat(2), stat(3), stat(4)]));
+            out.push((cluster.workers, name.clone(), [stat(0), stat(1), stat(2), stat(3), stat(4), stat(5)]));
         }
     }
     out
@@ -245,8 +250,8 @@ pub fn seeds_table(per_seed: &[(u64, Vec<ClusterRuns>)]) -> String {
     out.push_str("\nreduction in % (positive: the first policy is better), mean [min, max] over seeds\n");
     let _ = writeln!(
         out,
-        "{:>7} {:<22} {:>24} {:>24} {:>24} {:>24} {:>20}",
-        "workers", "comparison", "loss area", "time to 90%", "time to 95%", "JCT", "worst slowdown"
+        "{:>7} {:<22} {:>24} {:>24} {:>24} {:>24} {:>20} {:>20}",
+        "workers", "comparison", "loss area", "time to 90%", "time to 95%", "JCT", "worst slowdown", "p95 slowdown"
     );
     for (workers, name, stats) in seed_stats(per_seed) {
         let cell = |(mean, min, max): Spread| format!("{mean:+.1} [{min:+.1}, {max:+.1}]");
@@ -255,12 +260,13 @@ pub fn seeds_table(per_seed: &[(u64, Vec<ClusterRuns>)]) -> String {
         };
         let _ = writeln!(
             out,
-            "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24} {:>20}",
+            "{workers:>7} {name:<22} {:>24} {:>24} {:>24} {:>24} {:>20} {:>20}",
             cell(stats[0]),
             cell(stats[1]),
             cell(stats[2]),
             cell(stats[3]),
-            slowdown(stats[4])
+            slowdown(stats[4]),
+            slowdown(stats[5])
         );
     }
     out
@@ -300,14 +306,14 @@ pub fn seeds_json(per_seed: &[(u64, Vec<ClusterRuns>)]) -> Value {
 pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut summary = String::from(
-        "workers,policy,mean_loss_area,avg_active_norm_loss,mean_time_to_90_s,mean_time_to_95_s,mean_jct_s,worst_slowdown_vs_fair,utilisation,contended_fraction\n",
+        "workers,policy,mean_loss_area,avg_active_norm_loss,mean_time_to_90_s,mean_time_to_95_s,mean_jct_s,worst_slowdown_vs_fair,p95_slowdown_vs_fair,utilisation,contended_fraction\n",
     );
     for cluster in all {
         for r in &cluster.runs {
             let s = &r.summary;
             let _ = writeln!(
                 summary,
-                "{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{}",
                 cluster.workers,
                 r.policy,
                 s.mean_loss_area,
@@ -316,6 +322,7 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
                 s.mean_time_to_95_s,
                 s.mean_jct_s,
                 s.worst_slowdown_vs_fair.unwrap_or(f64::NAN),
+                s.p95_slowdown_vs_fair.unwrap_or(f64::NAN),
                 s.utilisation,
                 s.contended_fraction
             );

@@ -416,7 +416,7 @@ impl<'a> Job<'a> {
             Gains(schedule::concave_hull(&g))
         });
         let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain };
-        EpochJob { bid, own_minimum: false, sizes: None, model }
+        EpochJob { bid, own_minimum: false, sizes: None, model, pace: None }
     }
 
     /// Takes the decision's layout and batch: a changed placement restarts it (`restart_s`).

@@ -1,0 +1,344 @@
+//! The **finish-time bound**: no job is planned to finish more than `K` times later than it
+//! would under fair sharing (`[scheduler] max_slowdown`, [`PlanSettings::max_slowdown`]).
+//!
+//! Themis (Mahajan et al., NSDI 2020) measures a job's fairness as ρ = its finish time in the
+//! shared cluster over its finish time with `1/N` of the cluster. A job's fair reference here is
+//! kept on a **fair clock** ([`PaceLedger`]): the work the job would have done so far had it
+//! always had its max-min fair share (the water level of every epoch it lived through, at its
+//! own predicted speed at that share). Its fair finish `F` (seconds from its arrival) is when
+//! that clock reaches the job's whole work (done + predicted remaining) at today's fair rate, or
+//! when it did. The job's predicted finish with `w` workers is `age + remaining / rate(w)`; the
+//! bound gives each job, before any quality-driven worker is handed out, the fewest workers that
+//! keep that at or below `K·F`. A job already past its bound gets up to `⌈K·share⌉` workers (it
+//! catches up at `K` times the fair rate, not by taking the cluster). When the bound's demands
+//! exceed the cluster, the jobs whose ρ at their fair share would be largest are served first.
+//!
+//! Unlike the service floor of [`super::counts`], which bounds the share of worker-epochs a job
+//! gets over a window, this bounds what a user sees: when the job ends. A nearly converged job
+//! can be parked, but only for as long as it can still make its deadline.
+//!
+//! Pure: the caller gives each job's [`Pace`] (age, work done and left, its rate at each count)
+//! and keeps its [`PaceLedger`] from epoch to epoch.
+
+/// What the finish-time bound needs of one job this epoch. Work is in any unit the caller likes
+/// (iterations, progress), as long as `done`, `remaining` and `rates` agree.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace<'a> {
+    /// Seconds since the job arrived.
+    pub age_s: f64,
+    /// Work done so far.
+    pub done: f64,
+    /// Work predicted left (declared, or predicted from its curve: never read if unknown).
+    pub remaining: f64,
+    /// Work per second at `0, 1, …, n` workers (`rates[0]` = 0); flat past `n`.
+    pub rates: &'a [f64],
+    /// Seconds until the next decision (the epoch).
+    pub wait_s: f64,
+}
+
+impl Pace<'_> {
+    /// Work per second at `workers`, fractional counts interpolated linearly.
+    pub fn rate(&self, workers: f64) -> f64 {
+        let n = self.rates.len();
+        if n == 0 || workers <= 0.0 {
+            return 0.0;
+        }
+        let last = (n - 1) as f64;
+        let w = workers.min(last);
+        let lo = w.floor() as usize;
+        let hi = (lo + 1).min(n - 1);
+        let t = w - lo as f64;
+        let r = self.rates[lo] * (1.0 - t) + self.rates[hi] * t;
+        if r.is_finite() { r.max(0.0) } else { 0.0 }
+    }
+
+    /// The job's predicted finish, seconds from its arrival, if it keeps `workers` from now on.
+    pub fn finish_with(&self, workers: f64) -> f64 {
+        let r = self.rate(workers);
+        if self.remaining <= 0.0 {
+            self.age_s
+        } else if r <= 0.0 {
+            f64::INFINITY
+        } else {
+            self.age_s + self.remaining / r
+        }
+    }
+}
+
+/// One job's fair clock, kept from epoch to epoch (inside its `FloorLedger`, which lends it
+/// through `AsMut`). The clock runs in one-worker seconds (the speed-up at the fair share times
+/// the time passed), not in work: the job's speed at one worker is learnt as it runs, and the
+/// clock is converted at today's speed, so an early estimate off by 10× does not stay in it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct PaceLedger {
+    /// One-worker seconds fair sharing would have given the job by `last_age_s`.
+    fair_s: f64,
+    /// The job's age at the last epoch, and its speed-up at its fair share since then.
+    last_age_s: f64,
+    last_fair_speedup: f64,
+    /// When (age) the clock reached the job's work, once it has.
+    fair_finish_s: Option<f64>,
+}
+
+impl PaceLedger {
+    /// Moves the fair clock to `pace.age_s` at the speed-up of the last epoch's fair share;
+    /// returns when (age) fair sharing would have finished the job, if it would have by now.
+    fn advance(&mut self, pace: &Pace<'_>) -> Option<f64> {
+        let dt = (pace.age_s - self.last_age_s).max(0.0);
+        self.fair_s += self.last_fair_speedup * dt;
+        self.last_age_s = pace.age_s;
+        let one = pace.rate(1.0);
+        let total = pace.done + pace.remaining.max(0.0);
+        let fair_done = one * self.fair_s;
+        if one <= 0.0 || fair_done < total {
+            // The work left may grow again after the clock passed it: then it runs again.
+            self.fair_finish_s = None;
+            return None;
+        }
+        // When the clock passed the work: at the last speed-up, that many seconds ago. Kept
+        // once known.
+        let rate = one * self.last_fair_speedup;
+        let ago = if rate > 0.0 { (fair_done - total) / rate } else { 0.0 };
+        Some(*self.fair_finish_s.get_or_insert((pace.age_s - ago).max(0.0)))
+    }
+
+    /// Sets the clock's speed until the next epoch to that of `share` workers, and returns the
+    /// fair finish (seconds from arrival) if the job kept that share to its end.
+    fn run_at(&mut self, pace: &Pace<'_>, share: f64) -> f64 {
+        let one = pace.rate(1.0);
+        let fair_rate = pace.rate(share);
+        self.last_fair_speedup = if one > 0.0 { fair_rate / one } else { 0.0 };
+        let left = pace.done + pace.remaining.max(0.0) - one * self.fair_s;
+        if fair_rate <= 0.0 { f64::INFINITY } else { pace.age_s + left.max(0.0) / fair_rate }
+    }
+
+    /// Fair finish as [`PaceLedger::advance`] then [`PaceLedger::run_at`] give it.
+    #[cfg(test)]
+    fn fair_finish(&mut self, pace: &Pace<'_>, share: f64) -> f64 {
+        match self.advance(pace) {
+            Some(at) => {
+                self.run_at(pace, 0.0);
+                at
+            }
+            None => self.run_at(pace, share),
+        }
+    }
+
+    /// One-worker seconds fair sharing would have given the job by the last epoch.
+    pub fn fair_seconds(&self) -> f64 {
+        self.fair_s
+    }
+}
+
+impl AsMut<PaceLedger> for PaceLedger {
+    fn as_mut(&mut self) -> &mut PaceLedger {
+        self
+    }
+}
+
+/// The max-min fair shares of `capacity` among jobs bounded by `[min, max]` each: a common level
+/// clamped to each job's bounds, chosen so the shares sum to the capacity (or all are at max).
+pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
+    let total = |level: f64| bounds.iter().map(|&(lo, hi)| level.clamp(lo, hi)).sum::<f64>();
+    let (mut lo, mut hi) = (0.0, capacity.max(1.0));
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if total(mid) <= capacity { lo = mid } else { hi = mid }
+    }
+    bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
+}
+
+/// The workers each job must get this epoch to keep its predicted finish within
+/// `max_slowdown` (`K`) times its fair finish, granted while the cluster lasts, the jobs with
+/// the largest ρ at their fair share first. Books every job's fair clock in `ledgers`. Jobs with
+/// no pace get none. Off (all zeros, clocks still kept) when the bound is not finite.
+///
+/// The fair clock's shares are those of a fair cluster, not of this one: a job that fair sharing
+/// would have finished by now holds no share of it (under a quality policy, parked jobs linger
+/// and would otherwise shrink everybody's fair share, and with it the bound).
+pub fn slowdown_floors<L: AsMut<PaceLedger>>(
+    max_slowdown: f64,
+    num_workers: u32,
+    max_workers: &[u32],
+    fair: &[f64],
+    paces: &[Option<Pace<'_>>],
+    ledgers: &mut [L],
+) -> Vec<u32> {
+    let k = max_slowdown;
+    let mut need = vec![0u32; paces.len()];
+    let mut urgency = vec![0.0f64; paces.len()];
+    let done_at: Vec<Option<f64>> =
+        paces.iter().zip(ledgers.iter_mut()).map(|(p, l)| p.as_ref().and_then(|p| l.as_mut().advance(p))).collect();
+    let bounds: Vec<(f64, f64)> =
+        max_workers.iter().zip(&done_at).map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) })).collect();
+    let virtual_fair = water_level(f64::from(num_workers), &bounds);
+    for (j, pace) in paces.iter().enumerate() {
+        let Some(pace) = pace else { continue };
+        let share = fair[j];
+        let fair_finish = match done_at[j] {
+            Some(at) => {
+                ledgers[j].as_mut().run_at(pace, 0.0);
+                at
+            }
+            None => ledgers[j].as_mut().run_at(pace, virtual_fair[j]),
+        };
+        if !k.is_finite() || pace.remaining <= 0.0 || !fair_finish.is_finite() {
+            continue;
+        }
+        let deadline = k * fair_finish.max(1e-9);
+        let cap = max_workers[j].min(num_workers);
+        let late_cap = ((k * share - 1e-9).ceil().max(1.0) as u32).min(cap);
+        let slack = deadline - pace.age_s;
+        let want = if slack <= 0.0 {
+            late_cap
+        } else {
+            let rate = pace.remaining / slack;
+            // The fewest workers whose rate makes the deadline; past the table the rate is flat.
+            let table = (pace.rates.len() as u32).saturating_sub(1).min(cap);
+            match (1..=table).find(|&w| pace.rate(f64::from(w)) >= rate * (1.0 - 1e-9)) {
+                // Owed now only if, left idle until the next decision, it could no longer make
+                // the deadline at that count: until then quality may use its workers.
+                Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => 0,
+                Some(w) => w,
+                None => late_cap,
+            }
+        };
+        need[j] = want;
+        urgency[j] = pace.finish_with(share) / fair_finish.max(1e-9);
+    }
+    let mut order: Vec<usize> = (0..paces.len()).filter(|&j| need[j] > 0).collect();
+    order.sort_by(|&a, &b| urgency[b].total_cmp(&urgency[a]).then(a.cmp(&b)));
+    let mut floors = vec![0; paces.len()];
+    let mut left = num_workers;
+    for j in order {
+        let w = need[j].min(left);
+        floors[j] = w;
+        left -= w;
+    }
+    floors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_interpolate_and_are_flat_past_the_table() {
+        let rates = [0.0, 1.0, 2.0, 2.5];
+        let p = Pace { age_s: 0.0, done: 0.0, remaining: 10.0, rates: &rates, wait_s: 0.0 };
+        assert_eq!(p.rate(0.0), 0.0);
+        assert!((p.rate(1.5) - 1.5).abs() < 1e-12);
+        assert!((p.rate(2.5) - 2.25).abs() < 1e-12);
+        assert_eq!(p.rate(9.0), 2.5);
+        assert_eq!(p.finish_with(2.0), 5.0);
+        assert_eq!(p.finish_with(0.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn the_fair_clock_runs_at_the_fair_rate_of_each_epoch() {
+        let rates = [0.0, 1.0, 2.0, 3.0, 4.0];
+        let mut l = PaceLedger::default();
+        // 100 units of work; fair share 2 workers (rate 2) for 10 s, then 1 worker.
+        let at = |age: f64, done: f64| Pace { age_s: age, done, remaining: 100.0 - done, rates: &rates, wait_s: 0.0 };
+        assert_eq!(l.fair_finish(&at(0.0, 0.0), 2.0), 50.0);
+        assert_eq!(l.fair_finish(&at(10.0, 5.0), 1.0), 10.0 + 80.0);
+        assert!((l.fair_seconds() - 20.0).abs() < 1e-12);
+        // Fair would have finished at age 90; the job, slower, is still running at 120.
+        assert_eq!(l.fair_finish(&at(120.0, 60.0), 1.0), 90.0);
+        assert_eq!(l.fair_finish(&at(130.0, 70.0), 1.0), 90.0);
+        // Its speed turns out twice what was thought: the clock's 130 one-worker seconds are
+        // 260 units, past its work since age 50.
+        let fast = [0.0, 2.0, 4.0, 6.0, 8.0];
+        let p = Pace { age_s: 140.0, done: 80.0, remaining: 20.0, rates: &fast, wait_s: 0.0 };
+        assert!(l.fair_finish(&p, 1.0) <= 140.0);
+    }
+
+    #[test]
+    fn a_parked_job_is_given_just_what_its_deadline_needs() {
+        // Alone on 2 workers (rate 2): 100 units take 50 s fair. K = 2: the deadline is 100 s.
+        // From the start it needs 1 unit/s (one worker), and waiting an epoch (5 s) would miss.
+        let rates = [0.0, 1.0, 2.0, 3.0, 4.0];
+        let mut l = vec![PaceLedger::default()];
+        let pace = |age: f64, done: f64| {
+            [Some(Pace { age_s: age, done, remaining: 100.0 - done, rates: &rates, wait_s: 5.0 })]
+        };
+        assert_eq!(slowdown_floors(2.0, 2, &[8], &[2.0], &pace(0.0, 0.0), &mut l), vec![1]);
+        // Ahead of its pace it may wait: at 20 s with 50 done, 50 left take 50 s on one worker.
+        assert_eq!(slowdown_floors(2.0, 2, &[8], &[2.0], &pace(20.0, 50.0), &mut l), vec![0]);
+        // Parked until 70 with 60 left: 2 per second over the 30 s left.
+        assert_eq!(slowdown_floors(2.0, 2, &[8], &[2.0], &pace(70.0, 40.0), &mut l), vec![2]);
+        // Past its deadline: ⌈K·share⌉, here the whole (two-worker) cluster.
+        assert_eq!(slowdown_floors(2.0, 2, &[8], &[2.0], &pace(110.0, 50.0), &mut l), vec![2]);
+        // Off: none, whatever the lateness.
+        assert_eq!(slowdown_floors(f64::INFINITY, 2, &[8], &[2.0], &pace(120.0, 50.0), &mut l), vec![0]);
+        // A late job on a big cluster catches up at K times its share, not on the cluster.
+        let mut l = vec![PaceLedger::default()];
+        slowdown_floors(2.0, 64, &[64], &[1.0], &pace(0.0, 0.0), &mut l);
+        assert_eq!(slowdown_floors(2.0, 64, &[64], &[1.0], &pace(1000.0, 0.0), &mut l), vec![2]);
+    }
+
+    #[test]
+    fn when_the_cluster_is_short_the_latest_jobs_come_first() {
+        // Three jobs on two workers: a fair share of 2/3 each. All are long past their fair
+        // finish (the jobs with 15, 16 and 19 units would have ended at 22.5, 24 and 28.5 s);
+        // the two furthest past it, in ratio, are served.
+        let rates = [0.0, 1.0, 2.0];
+        let mut l = vec![PaceLedger::default(); 3];
+        let p = |age: f64, rem: f64| Some(Pace { age_s: age, done: 10.0, remaining: rem, rates: &rates, wait_s: 5.0 });
+        slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &[p(0.0, 5.0), p(0.0, 6.0), p(0.0, 9.0)], &mut l);
+        let now = [p(1000.0, 5.0), p(1000.0, 6.0), p(1000.0, 9.0)];
+        assert_eq!(slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &now, &mut l), vec![1, 1, 0]);
+    }
+
+    proptest::proptest! {
+        /// While the cluster can serve every demand, no job is left where its predicted finish
+        /// passes `K` times its fair finish: it either gets workers that make the deadline, or it
+        /// can still make it at the same count after waiting one epoch.
+        #[test]
+        fn while_the_cluster_lasts_no_job_is_planned_past_its_bound(
+            jobs in proptest::collection::vec((0.0f64..500.0, 0.0f64..100.0, 0.1f64..100.0, 0.01f64..2.0, 0.0f64..0.3), 1..12),
+            k in 1.0f64..4.0,
+            extra in 0u32..40,
+        ) {
+            let tables: Vec<Vec<f64>> = jobs
+                .iter()
+                .map(|&(_, _, _, r1, serial)| {
+                    std::iter::once(0.0).chain((1..=16).map(|w| r1 / (serial + (1.0 - serial) / f64::from(w)))).collect()
+                })
+                .collect();
+            let paces: Vec<Option<Pace<'_>>> = jobs
+                .iter()
+                .zip(&tables)
+                .map(|(&(age, done, remaining, _, _), rates)| Some(Pace { age_s: age, done, remaining, rates, wait_s: 5.0 }))
+                .collect();
+            let n = jobs.len() as u32;
+            let max = vec![16u32; jobs.len()];
+            // A first pass to learn the demands, on a fresh clock each time.
+            let fair = vec![2.0; jobs.len()];
+            let demand: u32 =
+                slowdown_floors(k, 1_000, &max, &fair, &paces, &mut vec![PaceLedger::default(); jobs.len()]).iter().sum();
+            let workers = demand + extra;
+            let fair = water_level(f64::from(workers), &vec![(0.0, 16.0); jobs.len()]);
+            let mut ledgers = vec![PaceLedger::default(); jobs.len()];
+            let floors = slowdown_floors(k, workers, &max, &fair, &paces, &mut ledgers);
+            proptest::prop_assert!(floors.iter().sum::<u32>() <= workers);
+            let mut check = vec![PaceLedger::default(); jobs.len()];
+            let shares = water_level(f64::from(workers), &vec![(0.0, 16.0); jobs.len()]);
+            for (j, pace) in paces.iter().enumerate() {
+                let pace = pace.as_ref().unwrap();
+                let fair_finish = check[j].run_at(pace, shares[j]);
+                let deadline = k * fair_finish;
+                if pace.age_s >= deadline {
+                    continue; // already late: it gets up to K times its share, tested above
+                }
+                let w = floors[j];
+                let made = pace.finish_with(f64::from(w)) <= deadline * (1.0 + 1e-9);
+                let can_wait = (1..=16).any(|c| pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(c)) <= deadline)
+                    && w == 0;
+                let cannot = pace.finish_with(16.0) > deadline;
+                proptest::prop_assert!(made || can_wait || cannot, "job {j}: {w} workers, deadline {deadline}, {pace:?} (n {n})");
+            }
+        }
+    }
+}
