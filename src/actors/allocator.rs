@@ -156,6 +156,11 @@ struct JobEntry {
     /// What the agents run for it (a submitted job), and how its generations fare.
     command: Option<JobCommand>,
     supervision: Supervision,
+    /// When it registered (seconds on the allocator's clock; after a restart, as restored from
+    /// its fair clock): its age for the finish-time bound.
+    since_s: f64,
+    /// Its predicted iterations per second at 0, 1, … workers, this epoch (empty: no `Pace`).
+    pace_rates: Vec<f64>,
 }
 
 impl JobEntry {
@@ -177,6 +182,8 @@ impl JobEntry {
             lost_workers: false,
             command: None,
             supervision: Supervision::default(),
+            since_s: now_s,
+            pace_rates: Vec::new(),
         }
     }
 }
@@ -192,6 +199,8 @@ struct PendingGain {
 
 /// Epoch summaries kept for `status` and benchmarks.
 const EPOCH_HISTORY: usize = 1024;
+/// Most workers a job's rate table covers for the finish-time bound (flat beyond).
+const PACE_TABLE_LEN: u32 = 256;
 /// Seconds between saves of a job's service and floor ledger.
 const PLAN_SAVE_S: f64 = 30.0;
 
@@ -420,6 +429,7 @@ impl AllocatorActor {
         let collected = Instant::now();
         let now_s = self.now_s();
         let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
+        self.pace_rates();
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let current = self.current_jobs();
         let plan = self.plan(&pinned, &current, &mut ledgers, now_s);
@@ -492,6 +502,23 @@ impl AllocatorActor {
             );
         }
         (ledgers, lost_workers, pinned)
+    }
+
+    /// Each job's predicted rate at each count for the finish-time bound, when it is on and the
+    /// job declared its length (`max_iters`) and bid with a time model; otherwise none.
+    fn pace_rates(&mut self) {
+        let on = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
+        let num_workers = self.registry.len() as u32;
+        for e in self.jobs.values_mut() {
+            e.pace_rates.clear();
+            let Some(b) = e.bid.as_ref().filter(|b| on && b.max_iters.is_some() && b.last_iter.is_some()) else {
+                continue;
+            };
+            let Some(g) = b.gain.as_ref() else { continue };
+            let table = num_workers.min(b.max_workers).min(PACE_TABLE_LEN);
+            e.pace_rates.push(0.0);
+            e.pace_rates.extend((1..=table).map(|w| 1.0 / g.curve().time.seconds(w)));
+        }
     }
 
     /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
@@ -767,12 +794,22 @@ impl AllocatorActor {
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
                 };
                 let own = entry.bid.as_ref().filter(|_| !pinned);
+                let pace = own.filter(|_| !stale && !entry.pace_rates.is_empty()).and_then(|b| {
+                    let last = b.last_iter?;
+                    Some(schedule::Pace {
+                        age_s: now_s - entry.since_s,
+                        done: last as f64,
+                        remaining: b.max_iters?.saturating_sub(last) as f64,
+                        rates: &entry.pace_rates,
+                        wait_s: self.settings.epoch.as_secs_f64(),
+                    })
+                });
                 EpochJob {
                     bid,
                     own_minimum: own.is_some(),
                     sizes: own.and_then(|b| b.sizes.as_deref()),
                     model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
-                    pace: None,
+                    pace,
                 }
             })
             .collect()
@@ -1145,6 +1182,8 @@ impl Handler<Restore> for AllocatorActor {
         for (job, (attained, ledger)) in msg.plans {
             if let Some(entry) = self.jobs.get_mut(&job) {
                 entry.attained_service = attained;
+                // Its age counts on from where the saved fair clock left it.
+                entry.since_s = now - ledger.pace().age_s();
                 entry.ledger = ledger;
             }
         }

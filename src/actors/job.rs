@@ -383,6 +383,8 @@ pub struct Bid {
     pub sizes: Option<Arc<[u32]>>,
     /// The work a stop would lose (seconds since its last checkpoint), if it says.
     pub checkpoint_age_s: Option<f64>,
+    /// The iteration it stops at, if it declared one (`JobSpec::max_iters`).
+    pub max_iters: Option<u64>,
 }
 
 /// A [`Bid`] as a replica sends it to the leader (issue #19): everything the planner and
@@ -407,6 +409,8 @@ pub struct WireBid {
     pub sizes: Option<Vec<u32>>,
     #[serde(default)]
     pub checkpoint_age_s: Option<f64>,
+    #[serde(default)]
+    pub max_iters: Option<u64>,
 }
 
 impl Bid {
@@ -432,6 +436,7 @@ impl Bid {
             points: predictor.num_points(),
             generation: None,
             checkpoint_age_s: None,
+            max_iters: spec.max_iters,
             sizes: spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
                 c.sort_unstable();
@@ -454,6 +459,7 @@ impl Bid {
             generation: self.generation,
             sizes: self.sizes.as_ref().map(|s| s.to_vec()),
             checkpoint_age_s: self.checkpoint_age_s,
+            max_iters: self.max_iters,
         }
     }
 
@@ -471,6 +477,7 @@ impl Bid {
             generation: w.generation,
             sizes: w.sizes.map(Into::into),
             checkpoint_age_s: w.checkpoint_age_s,
+            max_iters: w.max_iters,
         }
     }
 }

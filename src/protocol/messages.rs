@@ -64,6 +64,10 @@ pub struct JobSpec {
     /// The only worker counts the job may run at (e.g. powers of two), besides none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_counts: Option<Vec<u32>>,
+    /// The iteration the job stops at, if it knows (a `max_iter`, epochs × steps): what the
+    /// finish-time bound (`[scheduler] max_slowdown`) predicts its remaining work from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iters: Option<u64>,
     /// Scheduler-owned, never read from a hello: the reports stream's sequence at which an
     /// earlier job of the same id ended (its bye). The scheduler saves it with the spec, and
     /// drops stream messages of the job at or below it, so a restarted scheduler's replay
@@ -172,6 +176,7 @@ impl JobSpec {
             max_local_batch: None,
             command: None,
             worker_counts: None,
+            max_iters: None,
             ended_before: None,
         }
     }
@@ -214,6 +219,9 @@ impl JobSpec {
         let max = self.max_workers.unwrap_or(u32::MAX);
         if self.worker_counts.as_ref().is_some_and(|c| c.iter().all(|&n| n > max)) {
             return invalid("every worker_counts entry is above max_workers: the job could never run");
+        }
+        if self.max_iters == Some(0) {
+            return invalid("max_iters must be at least 1");
         }
         if self.command.is_some() && max == 0 {
             return invalid("a submitted job with max_workers 0 could never run");
@@ -864,6 +872,8 @@ mod tests {
             assert_eq!(cause(JobSpec { slo_iter_seconds: Some(slo), ..spec.clone() }), Some(RejectCause::InvalidSpec));
         }
         assert_eq!(cause(JobSpec { target_loss: Some(-3.0), ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { max_iters: Some(1), ..spec.clone() }), None);
+        assert_eq!(cause(JobSpec { max_iters: Some(0), ..spec.clone() }), Some(RejectCause::InvalidSpec));
         assert_eq!(cause(JobSpec { target_loss: Some(f64::NAN), ..spec.clone() }), Some(RejectCause::InvalidSpec));
         for (b, ok) in [(1, true), (MAX_BATCH_SIZE, true), (0, false), (MAX_BATCH_SIZE + 1, false)] {
             let want = (!ok).then_some(RejectCause::Oversized);

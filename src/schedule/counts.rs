@@ -124,6 +124,11 @@ impl FloorLedger {
     pub fn entitled(&self) -> f64 {
         self.entitled
     }
+
+    /// The job's fair clock (the finish-time bound's).
+    pub fn pace(&self) -> &PaceLedger {
+        &self.pace
+    }
 }
 
 /// The continuous max-min fair share of each job: a common level clamped to each job's

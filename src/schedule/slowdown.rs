@@ -26,7 +26,8 @@
 pub struct Pace<'a> {
     /// Seconds since the job arrived.
     pub age_s: f64,
-    /// Work done so far.
+    /// Work done so far, counted from any origin: the job's clock counts from what it was at the
+    /// first epoch it saw (a counter such as the last iteration will do).
     pub done: f64,
     /// Work predicted left (declared, or predicted from its curve: never read if unknown).
     pub remaining: f64,
@@ -79,6 +80,8 @@ pub struct PaceLedger {
     last_fair_speedup: f64,
     /// When (age) the clock reached the job's work, once it has.
     fair_finish_s: Option<f64>,
+    /// `Pace::done` at the first epoch: the clock's work is counted from there.
+    origin: Option<f64>,
 }
 
 impl PaceLedger {
@@ -89,7 +92,7 @@ impl PaceLedger {
         self.fair_s += self.last_fair_speedup * dt;
         self.last_age_s = pace.age_s;
         let one = pace.rate(1.0);
-        let total = pace.done + pace.remaining.max(0.0);
+        let total = self.done(pace) + pace.remaining.max(0.0);
         let fair_done = one * self.fair_s;
         if one <= 0.0 || fair_done < total {
             // The work left may grow again after the clock passed it: then it runs again.
@@ -103,13 +106,23 @@ impl PaceLedger {
         Some(*self.fair_finish_s.get_or_insert((pace.age_s - ago).max(0.0)))
     }
 
+    /// Work done since the first epoch the clock saw.
+    fn done(&mut self, pace: &Pace<'_>) -> f64 {
+        (pace.done - *self.origin.get_or_insert(pace.done)).max(0.0)
+    }
+
+    /// The job's age at the last epoch (a restarted scheduler counts on from it).
+    pub fn age_s(&self) -> f64 {
+        self.last_age_s
+    }
+
     /// Sets the clock's speed until the next epoch to that of `share` workers, and returns the
     /// fair finish (seconds from arrival) if the job kept that share to its end.
     fn run_at(&mut self, pace: &Pace<'_>, share: f64) -> f64 {
         let one = pace.rate(1.0);
         let fair_rate = pace.rate(share);
         self.last_fair_speedup = if one > 0.0 { fair_rate / one } else { 0.0 };
-        let left = pace.done + pace.remaining.max(0.0) - one * self.fair_s;
+        let left = self.done(pace) + pace.remaining.max(0.0) - one * self.fair_s;
         if fair_rate <= 0.0 { f64::INFINITY } else { pace.age_s + left.max(0.0) / fair_rate }
     }
 

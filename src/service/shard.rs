@@ -892,6 +892,7 @@ mod tests {
             generation: None,
             sizes: None,
             checkpoint_age_s: None,
+            max_iters: None,
         };
         PartitionBids {
             replica: "r".into(),

@@ -626,3 +626,54 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
     assert!(batches.contains_key("a-batched"), "the batched job never ran: the batch comparison proves nothing");
     assert!(servers_seen, "no parameter server in any epoch: the role comparison proves nothing");
 }
+
+/// The finish-time bound live: a converged job that declared its length (`max_iters`) is parked
+/// by pure quality, and the bound gives it a worker back before its deadline; with the bound off
+/// it stays parked. Its deadline: 20 iterations left at 2 a second on its fair share of one
+/// worker is 10 s; at K = 1.5 it must run from about 4.5 s after it registered. (It reports
+/// nothing more, so an epoch later it looks as if it could still make it on two workers and
+/// waits again: the grant is only asserted once.)
+#[tokio::test]
+async fn the_finish_time_bound_brings_a_parked_job_back_in_time() {
+    async fn flat_job_workers(max_slowdown: f64, watch: Duration) -> Vec<u32> {
+        let nats = NatsServer::start();
+        let _scheduler = InProcessScheduler::start(
+            &nats.url,
+            &format!("[scheduler]\nepoch_ms = 500\nrefit_interval_ms = 20\nfloor = 0\nmax_slowdown = {max_slowdown}\n"),
+        );
+        let c = client(&nats.url).await;
+        let s = subjects();
+        wait_status(&c, &s).await;
+        let mut allocs = c.subscribe("slaq.v1.job.flat.alloc").await.unwrap();
+        let workers = vec!["w0".to_string(), "w1".to_string()];
+        for w in &workers {
+            hello_worker(&c, w).await;
+        }
+        let _beats = keep_alive(c.clone(), workers.clone());
+        let flat = JobSpec { max_iters: Some(40), ..JobSpec::new("flat") };
+        for (spec, losses) in [
+            (JobSpec::new("steep"), (1..=12).map(|k| 0.1 + 2.0 * 0.7f64.powi(k)).collect::<Vec<_>>()),
+            (flat, vec![0.5; 20]),
+        ] {
+            let ack: Ack = bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, &spec, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(ack.ok, "{ack:?}");
+            for (i, &loss) in losses.iter().enumerate() {
+                report(&c, &spec.job, i as u64 + 1, loss, 1).await;
+            }
+        }
+        let mut seen = Vec::new();
+        let end = tokio::time::Instant::now() + watch;
+        while let Ok(Some(msg)) = tokio::time::timeout_at(end, allocs.next()).await {
+            let a: JobAllocation = protocol::decode(Encoding::MsgPack, &msg.payload, "alloc").unwrap();
+            seen.push(a.workers.len() as u32);
+        }
+        seen
+    }
+    let off = flat_job_workers(0.0, Duration::from_secs(8)).await;
+    assert!(off.iter().all(|&w| w == 0), "without the bound pure quality parks the flat job: {off:?}");
+    let on = flat_job_workers(1.5, Duration::from_secs(8)).await;
+    eprintln!("flat job's workers, epoch by epoch it changed: bound off {off:?}, on {on:?}");
+    assert!(on.iter().any(|&w| w >= 1), "the bound gave the parked job no worker in 8 s: {on:?}");
+}

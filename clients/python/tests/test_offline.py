@@ -79,6 +79,8 @@ class Wire(unittest.TestCase):
         self.assertEqual(spec["command"], {"argv": ["python", "train.py", "3"], "max_restarts": 3,
                                            "env": {"LR": "0.1"}, "cwd": "/srv", "checkpoint_dir": "/ckpt"})
         self.assertEqual(spec["worker_counts"], [1, 2, 4])
+        self.assertEqual(job_spec("j", max_iters=500)["max_iters"], 500)
+        self.assertNotIn("max_iters", job_spec("j"))
         self.assertNotIn("command", job_spec("j"))
         for empty in ([], [""]):
             with self.assertRaises(SlaqError):

@@ -233,6 +233,10 @@ pub(crate) struct SubmitArgs {
     /// The only worker counts the job may run at, comma-separated (e.g. 1,2,4,8).
     #[arg(long, value_delimiter = ',')]
     pub(crate) worker_counts: Option<Vec<u32>>,
+    /// The iteration the job stops at, if known: what the finish-time bound
+    /// (`[scheduler] max_slowdown`) predicts its remaining work from.
+    #[arg(long)]
+    pub(crate) max_iters: Option<u64>,
     /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
     #[arg(long)]
     pub(crate) family: Option<String>,

@@ -168,6 +168,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         weight: args.weight,
         command: Some(command),
         worker_counts: args.worker_counts.clone(),
+        max_iters: args.max_iters,
         ..JobSpec::new(&args.job)
     };
     // Refused here with the scheduler's own rules, before anything is sent.

@@ -312,8 +312,34 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         }
         // 1. What each job bids, and its model.
         let models: Vec<JobModel> = active.iter().map(|&j| jobs[j].model(policy)).collect();
-        let epoch_jobs: Vec<EpochJob<'_, Gains>> =
+        let mut epoch_jobs: Vec<EpochJob<'_, Gains>> =
             active.iter().zip(&models).map(|(&j, m)| jobs[j].bid(m, &bidding)).collect();
+        // The finish-time bound's view of each job: its progress, what is left of it as slaq
+        // may know it (`--job-length`), and its predicted rate at each count up to its bid's.
+        let bounded = policy != Policy::Fair && config.plan.slowdown_bound().is_finite();
+        let paced: Vec<(Vec<f64>, f64)> = if bounded {
+            active
+                .iter()
+                .zip(&models)
+                .zip(&epoch_jobs)
+                .map(|((&j, m), e)| {
+                    let rates = schedule::rates(m, e.bid.max_workers, config.slots);
+                    let remaining = jobs[j].remaining(&rates, config);
+                    (rates, remaining)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for ((e, &j), (rates, remaining)) in epoch_jobs.iter_mut().zip(&active).zip(&paced) {
+            e.pace = Some(schedule::Pace {
+                age_s: now - jobs[j].spec.submit_s,
+                done: jobs[j].progress,
+                remaining: *remaining,
+                rates,
+                wait_s: config.epoch_s,
+            });
+        }
         // 2. The plan. Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
         let mut current: Vec<Option<usize>> = vec![None; total as usize];
         for (i, &j) in active.iter().enumerate() {
@@ -409,14 +435,19 @@ impl<'a> Job<'a> {
         let gain = (!fair).then(|| {
             let config = how.config;
             let rates = schedule::rates(model, max, config.slots);
-            let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
-            let remaining =
-                config.job_length.remaining(|| self.spec.app.target_progress(), self.progress, one_gpu_decision);
+            let remaining = self.remaining(&rates, config);
             let g = schedule::gains(&rates, remaining, how.place.horizon_s, cur, config.restart_s);
             Gains(schedule::concave_hull(&g))
         });
         let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain };
         EpochJob { bid, own_minimum: false, sizes: None, model, pace: None }
+    }
+
+    /// The progress it has left as slaq may know it (`--job-length`): at least one decision on
+    /// one GPU.
+    fn remaining(&self, rates: &[f64], config: &Config) -> f64 {
+        let one_gpu_decision = rates.get(1).copied().unwrap_or(0.0) * config.epoch_s;
+        config.job_length.remaining(|| self.spec.app.target_progress(), self.progress, one_gpu_decision)
     }
 
     /// Takes the decision's layout and batch: a changed placement restarts it (`restart_s`).

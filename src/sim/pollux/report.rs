@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::{Config, JobOutcome, Policy, Summary, WorkloadJob, published};
+use crate::sim::curves::metrics::percentile;
 
 /// One workload file: its name (`workload-3`), the load its directory stands for (`1.0`) and
 /// its jobs.
@@ -37,9 +38,24 @@ pub fn report(
             (0..workloads.len()).filter_map(|w| results.get(&(w, policy)).and_then(|r| f(&r.0))).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
+    // Every job's JCT over its JCT under fair, pooled over the workloads (when fair ran).
+    let slowdowns = |policy: &str| -> Option<(f64, f64)> {
+        let mut ratios = Vec::new();
+        for w in 0..workloads.len() {
+            let (mine, fair) = (&results.get(&(w, policy))?.1, &results.get(&(w, "fair"))?.1);
+            for (m, f) in mine.iter().zip(fair) {
+                if let (Some(a), Some(b)) = (m.jct_s, f.jct_s) {
+                    ratios.push(a / b.max(1e-9));
+                }
+            }
+        }
+        let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
+        (!ratios.is_empty()).then(|| (worst, percentile(&ratios, 0.95)))
+    };
     let mut per_policy = Map::new();
     for p in policies {
         let n = p.name();
+        let slow = slowdowns(n);
         per_policy.insert(
             n.to_string(),
             json!({
@@ -49,6 +65,8 @@ pub fn report(
                 "slo_met_pct": mean(&|s| s.slo_met_pct, n),
                 "slo_mean_miss_pct": mean(&|s| s.slo_mean_miss_pct, n),
                 "busy_pct": mean(&|s| Some(s.busy_pct), n),
+                "worst_slowdown_vs_fair": slow.map(|s| s.0),
+                "p95_slowdown_vs_fair": slow.map(|s| s.1),
                 "unfinished_jobs": (0..workloads.len()).filter_map(|w| results.get(&(w, n))).map(|r| r.0.jobs - r.0.finished).sum::<usize>(),
             }),
         );
@@ -102,7 +120,7 @@ pub fn report(
         "job_length": job_length,
     });
     let mut table = format!(
-        "{} workload(s) on {} machines x {} GPUs: mean over workloads\n{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}\n",
+        "{} workload(s) on {} machines x {} GPUs: mean over workloads\n{:<20} {:>12} {:>12} {:>10} {:>8} {:>10} {:>10} {:>9}\n",
         workloads.len(),
         config.machines,
         config.slots,
@@ -111,19 +129,23 @@ pub fn report(
         "p99 JCT s",
         "restarts",
         "busy %",
-        "SLO met %"
+        "SLO met %",
+        "worst/fair",
+        "p95/fair"
     );
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
     for p in policies {
         let n = p.name();
         table += &format!(
-            "{:<20} {:>12} {:>12} {:>10} {:>8} {:>10}\n",
+            "{:<20} {:>12} {:>12} {:>10} {:>8} {:>10} {:>10} {:>9}\n",
             n,
             f(mean(&|s| Some(s.mean_jct_s), n)),
             f(mean(&|s| Some(s.p99_jct_s), n)),
             f(mean(&|s| Some(s.restarts_per_job), n)),
             f(mean(&|s| Some(s.busy_pct), n)),
             f(mean(&|s| s.slo_met_pct, n)),
+            slowdowns(n).map_or("-".to_string(), |s| format!("{:.2}", s.0)),
+            slowdowns(n).map_or("-".to_string(), |s| format!("{:.2}", s.1)),
         );
     }
     for (name, v) in &published_means {
