@@ -100,6 +100,14 @@ pub fn report(
                     Some((p.name().to_string(), Value::Object(per)))
                 })
                 .collect();
+            let restarts: Map<String, Value> = policies
+                .iter()
+                .filter_map(|p| {
+                    let jobs = &results.get(&(w, p.name()))?.1;
+                    let per: Map<String, Value> = jobs.iter().map(|o| (o.name.clone(), json!(o.restarts))).collect();
+                    Some((p.name().to_string(), Value::Object(per)))
+                })
+                .collect();
             let publ: Map<String, Value> = PUBLISHED
                 .iter()
                 .filter_map(|n| {
@@ -108,7 +116,7 @@ pub fn report(
                 .collect();
             (
                 format!("{}@{}", workload.name, workload.load),
-                json!({"policies": pols, "published_mean_jct_s": publ, "jct_s": jct}),
+                json!({"policies": pols, "published_mean_jct_s": publ, "jct_s": jct, "restarts": restarts}),
             )
         })
         .collect();
