@@ -87,6 +87,39 @@ impl Model {
     }
 }
 
+impl Model {
+    /// Optimus's steps to convergence (Peng et al., EuroSys 2018), on this model: the iteration
+    /// at which the predicted loss has made all but `epsilon` of its whole drop from iteration
+    /// `k_first` to its asymptote (the loss far ahead), searched from `k_now`. `None` when the
+    /// model predicts no drop at all (flat), is the strawman's line, or does not get there
+    /// within 2^40 iterations: the caller falls back on a prior.
+    pub fn converged_at(&self, k_first: f64, k_now: f64, epsilon: f64) -> Option<f64> {
+        let Model::Curve(curve) = self else { return None };
+        let far = curve.eval(k_now.max(1.0) * 2f64.powi(40));
+        let drop = curve.eval(k_first) - far;
+        if !(drop.is_finite() && far.is_finite() && drop > 0.0) {
+            return None;
+        }
+        let target = far + epsilon * drop;
+        if curve.eval(k_now) <= target {
+            return Some(k_now);
+        }
+        let (mut lo, mut hi) = (k_now, k_now.max(1.0));
+        while curve.eval(hi) > target {
+            lo = hi;
+            hi *= 2.0;
+            if hi > k_now.max(1.0) * 2f64.powi(40) {
+                return None;
+            }
+        }
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if curve.eval(mid) > target { lo = mid } else { hi = mid }
+        }
+        Some(hi)
+    }
+}
+
 /// The candidates, in a fixed order (indices into score tables).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Candidate {
@@ -519,6 +552,25 @@ impl GainCurve {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn steps_to_convergence_are_where_the_curve_has_made_its_drop() {
+        use crate::quality::curve::Curve;
+        // 1 + 4·e^{-0.1 (k − 1)}: 95% of the drop from k = 1 is made where e^{-0.1 (k−1)} = 0.05.
+        let m = Model::Curve(Curve::Exponential { d: 1.0, a: 4.0, lambda: 0.1, k0: 1.0 });
+        let want = 1.0 + 20f64.ln() / 0.1;
+        let got = m.converged_at(1.0, 10.0, 0.05).unwrap();
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        // Already there: now.
+        assert_eq!(m.converged_at(1.0, 100.0, 0.05), Some(100.0));
+        // 1 + 9/k: 95% of the drop from k = 1 (9) leaves 0.45 = 9/k, k = 20.
+        let p = Model::Curve(Curve::Power { d: 1.0, a: 9.0, p: 1.0 });
+        assert!((p.converged_at(1.0, 2.0, 0.05).unwrap() - 20.0).abs() < 1e-6);
+        // Nothing to predict from a flat or a straight line.
+        assert_eq!(Model::Flat { loss: 1.0 }.converged_at(1.0, 5.0, 0.05), None);
+        assert_eq!(Model::Linear { loss: 1.0, slope: -0.1, k0: 5.0 }.converged_at(1.0, 5.0, 0.05), None);
+    }
+
     use super::*;
 
     fn fed(curve: impl Fn(f64) -> f64, points: u64) -> JobPredictor {

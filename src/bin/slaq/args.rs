@@ -609,8 +609,9 @@ pub(crate) struct SimulateArgs {
     /// [default: 120, chosen on workloads 1-4 at load 1.0].
     #[arg(long)]
     pub(crate) restart_horizon: Option<f64>,
-    /// With --pollux-workload: whether slaq is told each job's length (known: its last epoch, as
-    /// Optimus+Oracle is) or not (unknown: as Pollux is not).
+    /// Whether slaq is told each job's length (known: with --pollux-workload its last epoch, as
+    /// Optimus+Oracle is; on curves their iterations, as a max_iter) or not (unknown: as Pollux
+    /// is not; on curves the finish-time bound predicts it from the job's fitted curve).
     #[arg(long, default_value = "known", value_parser = ["known", "unknown"])]
     pub(crate) job_length: String,
     /// With --job-length unknown: the progress a job has left is taken to be this many times

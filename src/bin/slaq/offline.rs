@@ -70,6 +70,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let floors = if args.floor.is_empty() { vec![config.plan.floor] } else { args.floor.clone() };
     config.plan.floor = floors[0];
     config.plan.max_slowdown = args.max_slowdown.unwrap_or(config.plan.max_slowdown);
+    config.predict_length = args.job_length == "unknown";
     for &floor in &floors {
         SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config }.validate()?;
     }

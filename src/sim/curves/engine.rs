@@ -62,8 +62,13 @@ pub struct SimConfig {
     /// minimum; SLAQ's prototype kept 3 cores per job). The default, 0, leaves the guarantee
     /// to the fairness floor of `plan`, which is in attained service.
     pub min_workers_per_job: u32,
-    /// The planner's fairness floor.
+    /// The planner's fairness floor and finish-time bound.
     pub plan: PlanSettings,
+    /// Whether the finish-time bound reads each job's declared length (its curve's iterations,
+    /// as a `max_iter`) or predicts it: Optimus's steps to convergence (95% of the predicted
+    /// drop) on the job's fitted curve, never less than the Tiresias-like prior of as many
+    /// iterations again as it has run here (nor one epoch on one worker).
+    pub predict_length: bool,
     pub predictor: PredictorConfig,
     /// A run stops here even if jobs remain (they are reported as unfinished).
     pub max_time_s: f64,
@@ -79,6 +84,7 @@ impl Default for SimConfig {
             max_workers_per_job: u32::MAX,
             min_workers_per_job: 0,
             plan: PlanSettings::default(),
+            predict_length: false,
             predictor: PredictorConfig::default(),
             max_time_s: 1e7,
         }
@@ -241,6 +247,14 @@ pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 
 /// Most workers a job's rate table covers for the finish-time bound (flat beyond).
 const PACE_TABLE: u32 = 256;
 
+/// Iterations a job of unknown length is predicted to have left (see
+/// [`SimConfig::predict_length`]): from its bid's fitted curve, at least as many as it has done
+/// here and `one_epoch` (an epoch's iterations on one worker).
+fn predicted_remaining(bid: Option<&GainCurve>, done: f64, one_epoch: f64) -> f64 {
+    let optimus = bid.and_then(|g| Some(g.model.converged_at(1.0, g.k_now, 0.05)? - g.k_now)).unwrap_or(0.0);
+    optimus.max(done).max(one_epoch).max(1e-9)
+}
+
 fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec, now: f64) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
     let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
@@ -293,13 +307,12 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         let pace = rates.get(i).map(|rates| {
             let r = &s.replay;
             let done = (r.next - r.job.offset) as f64 + r.progress;
-            schedule::Pace {
-                age_s: now - r.job.arrival_s,
-                done,
-                remaining: (r.job.loss.len() - r.next) as f64 - r.progress,
-                rates,
-                wait_s: config.epoch_s,
-            }
+            let remaining = if config.predict_length {
+                predicted_remaining(s.bid.as_ref(), done, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s)
+            } else {
+                (r.job.loss.len() - r.next) as f64 - r.progress
+            };
+            schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
         });
         epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model, pace });
     }
