@@ -20,6 +20,8 @@
 //! Pure: the caller gives each job's [`Pace`] (age, work done and left, its rate at each count)
 //! and keeps its [`PaceLedger`] from epoch to epoch.
 
+use crate::policy::{JobBid, Problem, fair};
+
 /// What the finish-time bound needs of one job this epoch. Work is in any unit the caller likes
 /// (iterations, progress), as long as `done`, `remaining` and `rates` agree.
 #[derive(Clone, Copy, Debug)]
@@ -82,6 +84,10 @@ pub struct PaceLedger {
     fair_finish_s: Option<f64>,
     /// `Pace::done` at the first epoch: the clock's work is counted from there.
     origin: Option<f64>,
+    /// Worker-seconds fair sharing would have given the job, and its workers there since the
+    /// last epoch: fair sharing breaks ties by least attained service, and so does the clock.
+    fair_service_s: f64,
+    last_fair_count: f64,
 }
 
 impl PaceLedger {
@@ -90,6 +96,7 @@ impl PaceLedger {
     fn advance(&mut self, pace: &Pace<'_>) -> Option<f64> {
         let dt = (pace.age_s - self.last_age_s).max(0.0);
         self.fair_s += self.last_fair_speedup * dt;
+        self.fair_service_s += self.last_fair_count * dt;
         self.last_age_s = pace.age_s;
         let one = pace.rate(1.0);
         let total = self.done(pace) + pace.remaining.max(0.0);
@@ -116,14 +123,15 @@ impl PaceLedger {
         self.last_age_s
     }
 
-    /// Sets the clock's speed until the next epoch to that of `share` workers, and returns the
-    /// fair finish (seconds from arrival) if the job kept that share to its end.
-    fn run_at(&mut self, pace: &Pace<'_>, share: f64) -> f64 {
+    /// Sets the clock's speed until the next epoch to that of `count` workers, and returns the
+    /// fair finish (seconds from arrival) if the job ran at `ahead` workers to its end.
+    fn run_at(&mut self, pace: &Pace<'_>, count: f64, ahead: f64) -> f64 {
         let one = pace.rate(1.0);
-        let fair_rate = pace.rate(share);
-        self.last_fair_speedup = if one > 0.0 { fair_rate / one } else { 0.0 };
+        self.last_fair_speedup = if one > 0.0 { pace.rate(count) / one } else { 0.0 };
+        self.last_fair_count = count;
+        let rate = pace.rate(ahead);
         let left = self.done(pace) + pace.remaining.max(0.0) - one * self.fair_s;
-        if fair_rate <= 0.0 { f64::INFINITY } else { pace.age_s + left.max(0.0) / fair_rate }
+        if rate <= 0.0 { f64::INFINITY } else { pace.age_s + left.max(0.0) / rate }
     }
 
     /// Fair finish as [`PaceLedger::advance`] then [`PaceLedger::run_at`] give it.
@@ -131,10 +139,10 @@ impl PaceLedger {
     fn fair_finish(&mut self, pace: &Pace<'_>, share: f64) -> f64 {
         match self.advance(pace) {
             Some(at) => {
-                self.run_at(pace, 0.0);
+                self.run_at(pace, 0.0, 0.0);
                 at
             }
-            None => self.run_at(pace, share),
+            None => self.run_at(pace, share, share),
         }
     }
 
@@ -183,18 +191,33 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     let mut urgency = vec![0.0f64; paces.len()];
     let done_at: Vec<Option<f64>> =
         paces.iter().zip(ledgers.iter_mut()).map(|(p, l)| p.as_ref().and_then(|p| l.as_mut().advance(p))).collect();
+    // The fair cluster this epoch: the jobs fair sharing would still be running (a job without
+    // a pace counts as running and as served the most), each at its water level, and in whole
+    // workers as the fair policy gives them (the spare ones to the least served).
     let bounds: Vec<(f64, f64)> =
         max_workers.iter().zip(&done_at).map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) })).collect();
     let virtual_fair = water_level(f64::from(num_workers), &bounds);
+    let virtual_bids: Vec<JobBid<()>> = (0..paces.len())
+        .map(|j| JobBid {
+            min_workers: 0,
+            max_workers: if done_at[j].is_some() { 0 } else { max_workers[j] },
+            attained_service: if paces[j].is_some() { ledgers[j].as_mut().fair_service_s } else { f64::INFINITY },
+            gain: None,
+        })
+        .collect();
+    let counts = fair::allocate(&Problem { num_workers, jobs: &virtual_bids }).workers;
     for (j, pace) in paces.iter().enumerate() {
         let Some(pace) = pace else { continue };
         let share = fair[j];
         let fair_finish = match done_at[j] {
             Some(at) => {
-                ledgers[j].as_mut().run_at(pace, 0.0);
+                ledgers[j].as_mut().run_at(pace, 0.0, 0.0);
                 at
             }
-            None => ledgers[j].as_mut().run_at(pace, virtual_fair[j]),
+            None => {
+                let count = f64::from(counts[j]);
+                ledgers[j].as_mut().run_at(pace, count, count.max(virtual_fair[j]))
+            }
         };
         if !k.is_finite() || pace.remaining <= 0.0 || !fair_finish.is_finite() {
             continue;
@@ -340,7 +363,7 @@ mod tests {
             let shares = water_level(f64::from(workers), &vec![(0.0, 16.0); jobs.len()]);
             for (j, pace) in paces.iter().enumerate() {
                 let pace = pace.as_ref().unwrap();
-                let fair_finish = check[j].run_at(pace, shares[j]);
+                let fair_finish = check[j].run_at(pace, shares[j], shares[j]);
                 let deadline = k * fair_finish;
                 if pace.age_s >= deadline {
                     continue; // already late: it gets up to K times its share, tested above
