@@ -191,7 +191,13 @@ async fn each_generation_is_one_world_and_every_process_is_stopped_gracefully() 
     // next one started there, and none is left.
     let mut per_worker: BTreeMap<&str, Vec<&Line>> = BTreeMap::new();
     for l in &lines {
-        per_worker.entry(l.worker.as_str()).or_default().push(l);
+        let seq = per_worker.entry(l.worker.as_str()).or_default();
+        // A process may be sent SIGTERM twice (by its agent's stop and by its guard when the
+        // agent's child exits) and log both: one stop of that process, not two.
+        if !l.start && seq.last().is_some_and(|last| !last.start && last.pid == l.pid) {
+            continue;
+        }
+        seq.push(l);
     }
     for (worker, seq) in &per_worker {
         for pair in seq.chunks(2) {
