@@ -192,8 +192,8 @@ async fn each_generation_is_one_world_and_every_process_is_stopped_gracefully() 
     let mut per_worker: BTreeMap<&str, Vec<&Line>> = BTreeMap::new();
     for l in &lines {
         let seq = per_worker.entry(l.worker.as_str()).or_default();
-        // A process may be sent SIGTERM twice (by its agent's stop and by its guard when the
-        // agent's child exits) and log both: one stop of that process, not two.
+        // A process may get SIGTERM twice and log both: its agent signals the process group,
+        // guard included, and the guard passes SIGTERM on to every descendant. One stop.
         if !l.start && seq.last().is_some_and(|last| !last.start && last.pid == l.pid) {
             continue;
         }
