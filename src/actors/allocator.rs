@@ -159,7 +159,8 @@ struct JobEntry {
     /// When it registered (seconds on the allocator's clock; after a restart, as restored from
     /// its fair clock): its age for the finish-time bound.
     since_s: f64,
-    /// Its predicted iterations per second at 0, 1, … workers, this epoch (empty: no `Pace`).
+    /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
+    /// finish-time bound is on and it declared its length (`max_iters`); else empty (no `Pace`).
     pace_rates: Vec<f64>,
 }
 
@@ -199,8 +200,6 @@ struct PendingGain {
 
 /// Epoch summaries kept for `status` and benchmarks.
 const EPOCH_HISTORY: usize = 1024;
-/// Most workers a job's rate table covers for the finish-time bound (flat beyond).
-const PACE_TABLE_LEN: u32 = 256;
 /// Seconds between saves of a job's service and floor ledger.
 const PLAN_SAVE_S: f64 = 30.0;
 
@@ -429,7 +428,6 @@ impl AllocatorActor {
         let collected = Instant::now();
         let now_s = self.now_s();
         let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
-        self.pace_rates();
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let current = self.current_jobs();
         let plan = self.plan(&pinned, &current, &mut ledgers, now_s);
@@ -502,23 +500,6 @@ impl AllocatorActor {
             );
         }
         (ledgers, lost_workers, pinned)
-    }
-
-    /// Each job's predicted rate at each count for the finish-time bound, when it is on and the
-    /// job declared its length (`max_iters`) and bid with a time model; otherwise none.
-    fn pace_rates(&mut self) {
-        let on = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
-        let num_workers = self.registry.len() as u32;
-        for e in self.jobs.values_mut() {
-            e.pace_rates.clear();
-            let Some(b) = e.bid.as_ref().filter(|b| on && b.max_iters.is_some() && b.last_iter.is_some()) else {
-                continue;
-            };
-            let Some(g) = b.gain.as_ref() else { continue };
-            let table = num_workers.min(b.max_workers).min(PACE_TABLE_LEN);
-            e.pace_rates.push(0.0);
-            e.pace_rates.extend((1..=table).map(|w| 1.0 / g.curve().time.seconds(w)));
-        }
     }
 
     /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
@@ -983,6 +964,11 @@ impl AllocatorActor {
                     sup.restart_s = Some(sup.restart_s.map_or(took, |r| 0.5 * r + 0.5 * took));
                     self.metrics.restart_seconds.observe(took);
                 }
+            }
+            entry.pace_rates.clear();
+            let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
+            if let Some(g) = bid.gain.as_ref().filter(|_| bounded && bid.max_iters.is_some()) {
+                entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
             }
             entry.bid = Some(bid);
             entry.pending_for = None;

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::policy::{Allocation, ByRef, GainFn, JobBid, PolicyKind, Problem};
 
-use super::slowdown::{Pace, PaceLedger, slowdown_floors, water_level};
+use super::slowdown::{Pace, PaceLedger, grant_in_order, slowdown_floors, water_level};
 
 /// How the planner decides.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -210,11 +210,6 @@ pub fn plan<G: GainFn>(
     let fair = fair_shares(num_workers, bids);
     let bound = settings.slowdown_bound();
     let allocation = if policy == PolicyKind::Fair || (settings.floor <= 0.0 && !bound.is_finite()) {
-        if !paces.is_empty() {
-            // The fair clocks are kept all the same.
-            let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
-            slowdown_floors(f64::INFINITY, num_workers, &max, &fair, paces, ledgers);
-        }
         policy.allocate(&Problem { num_workers, jobs: bids })
     } else {
         let mut floors = if paces.is_empty() {
@@ -272,12 +267,8 @@ fn floor_workers<G>(
     let mut order: Vec<usize> = (0..bids.len()).filter(|&j| want[j] > 0).collect();
     let behind = |j: usize| ledgers[j].granted / (ledgers[j].entitled + fair[j]).max(1e-12);
     order.sort_by(|&a, &b| behind(a).total_cmp(&behind(b)).then(a.cmp(&b)));
-    let mut left = num_workers.saturating_sub(floors.iter().sum());
-    for j in order {
-        let w = want[j].min(left);
-        floors[j] += w;
-        left -= w;
-    }
+    let left = num_workers.saturating_sub(floors.iter().sum());
+    grant_in_order(&want, &order, left, floors);
 }
 
 #[cfg(test)]

@@ -3,15 +3,17 @@
 //!
 //! Themis (Mahajan et al., NSDI 2020) measures a job's fairness as ρ = its finish time in the
 //! shared cluster over its finish time with `1/N` of the cluster. A job's fair reference here is
-//! kept on a **fair clock** ([`PaceLedger`]): the work the job would have done so far had it
-//! always had its max-min fair share (the water level of every epoch it lived through, at its
-//! own predicted speed at that share). Its fair finish `F` (seconds from its arrival) is when
-//! that clock reaches the job's whole work (done + predicted remaining) at today's fair rate, or
-//! when it did. The job's predicted finish with `w` workers is `age + remaining / rate(w)`; the
-//! bound gives each job, before any quality-driven worker is handed out, the fewest workers that
-//! keep that at or below `K·F`. A job already past its bound gets up to `⌈K·share⌉` workers (it
-//! catches up at `K` times the fair rate, not by taking the cluster). When the bound's demands
-//! exceed the cluster, the jobs whose ρ at their fair share would be largest are served first.
+//! kept on a **fair clock** ([`PaceLedger`]) that runs as the fair policy would have run it: each
+//! epoch the jobs fair sharing would still be running get whole workers as `policy::fair` gives
+//! them (the water level, the spare workers to the least served by the clock's own service), and
+//! each clock advances at its job's predicted speed-up at that count. Its fair finish `F`
+//! (seconds from its arrival) is when that clock reaches the job's whole work (done + predicted
+//! remaining), or when it did. The job's predicted finish with `w` workers is
+//! `age + remaining / rate(w)`; the bound gives each job, before any quality-driven worker is
+//! handed out, the fewest workers that keep that at or below `K·F`, when waiting one more epoch
+//! would miss it. A job already past its bound gets up to `⌈K·share⌉` workers (it catches up at
+//! `K` times the fair rate, not by taking the cluster). When the bound's demands exceed the
+//! cluster, the jobs whose ρ at their fair share would be largest are served first.
 //!
 //! Unlike the service floor of [`super::counts`], which bounds the share of worker-epochs a job
 //! gets over a window, this bounds what a user sees: when the job ends. A nearly converged job
@@ -21,6 +23,25 @@
 //! and keeps its [`PaceLedger`] from epoch to epoch.
 
 use crate::policy::{JobBid, Problem, fair};
+use crate::quality::TimeCurve;
+
+/// Most workers a job's rate table covers (its rate is taken flat beyond).
+pub const RATE_TABLE_LEN: u32 = 256;
+
+/// A job's [`Pace::rates`] from its time model: iterations per second at `0, 1, …` workers, up
+/// to `max` (and [`RATE_TABLE_LEN`]).
+pub fn rate_table(time: &TimeCurve, max: u32) -> Vec<f64> {
+    std::iter::once(0.0).chain((1..=max.min(RATE_TABLE_LEN)).map(|w| 1.0 / time.seconds(w))).collect()
+}
+
+/// Hands `want[j]` more workers to each job in `order` while `left` lasts, into `floors`.
+pub(super) fn grant_in_order(want: &[u32], order: &[usize], mut left: u32, floors: &mut [u32]) {
+    for &j in order {
+        let w = want[j].min(left);
+        floors[j] += w;
+        left -= w;
+    }
+}
 
 /// What the finish-time bound needs of one job this epoch. Work is in any unit the caller likes
 /// (iterations, progress), as long as `done`, `remaining` and `rates` agree.
@@ -246,12 +267,7 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     let mut order: Vec<usize> = (0..paces.len()).filter(|&j| need[j] > 0).collect();
     order.sort_by(|&a, &b| urgency[b].total_cmp(&urgency[a]).then(a.cmp(&b)));
     let mut floors = vec![0; paces.len()];
-    let mut left = num_workers;
-    for j in order {
-        let w = need[j].min(left);
-        floors[j] = w;
-        left -= w;
-    }
+    grant_in_order(&need, &order, num_workers, &mut floors);
     floors
 }
 

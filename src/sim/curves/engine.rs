@@ -244,9 +244,6 @@ pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 
     area / horizon_s
 }
 
-/// Most workers a job's rate table covers for the finish-time bound (flat beyond).
-const PACE_TABLE: u32 = 256;
-
 /// Iterations a job of unknown length is predicted to have left (see
 /// [`SimConfig::predict_length`]): from its bid's fitted curve, at least as many as it has done
 /// here and `one_epoch` (an epoch's iterations on one worker).
@@ -257,32 +254,26 @@ fn predicted_remaining(bid: Option<&GainCurve>, done: f64, one_epoch: f64) -> f6
 
 fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec, now: f64) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
+    // The finish-time bound's view of each job: its declared length (the curve's iterations, as
+    // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
+    let bounded = needs_gains && config.plan.slowdown_bound().is_finite();
     let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
     if needs_gains && !policy.is_oracle() {
         for &j in active {
             let s = &mut states[j];
             s.bid = schedule::make_bid(&mut s.predictor, config.gain_horizon_s, config.epoch_s, s.replay.workers);
         }
-    } else if config.plan.slowdown_bound().is_finite() {
-        // The bound's time models are fitted the same way whatever the policy.
+    } else if bounded {
+        // The oracle bids with the truth, but its bound is priced with the time models.
         for &j in active {
             states[j].predictor.refit();
         }
     }
     let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
     let model = JobModel::unknown();
-    // The finish-time bound's view of each job: its declared length (the curve's iterations, as
-    // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
-    let bounded = config.plan.slowdown_bound().is_finite();
-    let table = config.num_workers.min(config.max_workers_per_job).min(PACE_TABLE);
+    let table = config.num_workers.min(config.max_workers_per_job);
     let rates: Vec<Vec<f64>> = if bounded {
-        active
-            .iter()
-            .map(|&j| {
-                let time = states[j].predictor.time_curve();
-                std::iter::once(0.0).chain((1..=table).map(|w| 1.0 / time.seconds(w))).collect()
-            })
-            .collect()
+        active.iter().map(|&j| schedule::slowdown::rate_table(&states[j].predictor.time_curve(), table)).collect()
     } else {
         Vec::new()
     };

@@ -92,22 +92,21 @@ pub fn report(
                     Some((p.name().to_string(), serde_json::to_value(&results.get(&(w, p.name()))?.0).ok()?))
                 })
                 .collect();
-            let jct: Map<String, Value> = policies
-                .iter()
-                .filter_map(|p| {
-                    let jobs = &results.get(&(w, p.name()))?.1;
-                    let per: Map<String, Value> = jobs.iter().map(|o| (o.name.clone(), json!(o.jct_s))).collect();
-                    Some((p.name().to_string(), Value::Object(per)))
-                })
-                .collect();
-            let restarts: Map<String, Value> = policies
-                .iter()
-                .filter_map(|p| {
-                    let jobs = &results.get(&(w, p.name()))?.1;
-                    let per: Map<String, Value> = jobs.iter().map(|o| (o.name.clone(), json!(o.restarts))).collect();
-                    Some((p.name().to_string(), Value::Object(per)))
-                })
-                .collect();
+            // Each policy's figure per job.
+            let per_job = |f: fn(&JobOutcome) -> Value| -> Map<String, Value> {
+                policies
+                    .iter()
+                    .filter_map(|p| {
+                        let jobs = &results.get(&(w, p.name()))?.1;
+                        Some((
+                            p.name().to_string(),
+                            Value::Object(jobs.iter().map(|o| (o.name.clone(), f(o))).collect()),
+                        ))
+                    })
+                    .collect()
+            };
+            let jct = per_job(|o| json!(o.jct_s));
+            let restarts = per_job(|o| json!(o.restarts));
             let publ: Map<String, Value> = PUBLISHED
                 .iter()
                 .filter_map(|n| {
