@@ -11,9 +11,12 @@
 //! remaining), or when it did. The job's predicted finish with `w` workers is
 //! `age + remaining / rate(w)`; the bound gives each job, before any quality-driven worker is
 //! handed out, the fewest workers that keep that at or below `K·F`, when waiting one more epoch
-//! would miss it. A job already past its bound gets up to `⌈K·share⌉` workers (it catches up at
-//! `K` times the fair rate, not by taking the cluster). When the bound's demands exceed the
-//! cluster, the jobs whose ρ at their fair share would be largest are served first.
+//! would miss it. Waiting is decided jointly: in deadline order, once the work due by a job's
+//! deadline exceeds what the whole cluster can do by then, that job and every earlier one are
+//! served now (jobs that could each wait cannot all wait). A job already past its bound gets up
+//! to `⌈K·share⌉` workers (it catches up at `K` times the fair rate, not by taking the cluster).
+//! When the bound's demands exceed the cluster, jobs already past their bound come first, then
+//! the jobs whose ρ at their fair share would be largest.
 //!
 //! Unlike the service floor of [`super::counts`], which bounds the share of worker-epochs a job
 //! gets over a window, this bounds what a user sees: when the job ends. A nearly converged job
@@ -192,8 +195,8 @@ pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
 }
 
 /// The workers each job must get this epoch to keep its predicted finish within
-/// `max_slowdown` (`K`) times its fair finish, granted while the cluster lasts, the jobs with
-/// the largest ρ at their fair share first. Books every job's fair clock in `ledgers`. Jobs with
+/// `max_slowdown` (`K`) times its fair finish, granted while the cluster lasts, the jobs past
+/// their bound first, then those with the largest ρ at their fair share. Books every job's fair clock in `ledgers`. Jobs with
 /// no pace get none. Off (all zeros, clocks still kept) when the bound is not finite.
 ///
 /// The fair clock's shares are those of a fair cluster, not of this one: a job that fair sharing
@@ -210,6 +213,10 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     let k = max_slowdown;
     let mut need = vec![0u32; paces.len()];
     let mut urgency = vec![0.0f64; paces.len()];
+    let mut late = vec![false; paces.len()];
+    let mut deferred: Vec<(usize, f64, u32, f64)> = Vec::new();
+    let wait_max = paces.iter().flatten().map(|p| p.wait_s).fold(0.0, f64::max);
+    let mut due_now = 0.0f64;
     let done_at: Vec<Option<f64>> =
         paces.iter().zip(ledgers.iter_mut()).map(|(p, l)| p.as_ref().and_then(|p| l.as_mut().advance(p))).collect();
     // The fair cluster this epoch: the jobs fair sharing would still be running (a job without
@@ -248,6 +255,7 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
         let late_cap = ((k * share - 1e-9).ceil().max(1.0) as u32).min(cap);
         let slack = deadline - pace.age_s;
         let want = if slack <= 0.0 {
+            late[j] = true;
             late_cap
         } else {
             let rate = pace.remaining / slack;
@@ -256,16 +264,40 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
             match (1..=table).find(|&w| pace.rate(f64::from(w)) >= rate * (1.0 - 1e-9)) {
                 // Owed now only if, left idle until the next decision, it could no longer make
                 // the deadline at that count: until then quality may use its workers.
-                Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => 0,
+                Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => {
+                    deferred.push((j, slack, w, f64::from(w) * pace.remaining / pace.rate(f64::from(w))));
+                    0
+                }
                 Some(w) => w,
-                None => late_cap,
+                None => {
+                    late[j] = true;
+                    late_cap
+                }
             }
         };
         need[j] = want;
+        if want > 0 {
+            due_now += f64::from(want) * pace.remaining / pace.rate(f64::from(want)).max(1e-12);
+        }
         urgency[j] = pace.finish_with(share) / fair_finish.max(1e-9);
     }
+    // Deferring is joint: jobs that each could wait may not all wait. In deadline order, once
+    // the work due by a job's deadline exceeds what the cluster can do by then (less the epoch
+    // waited), that job and every earlier one are owed their workers now.
+    deferred.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut due = due_now;
+    let mut tight = 0;
+    for (i, &(_, slack, _, ws)) in deferred.iter().enumerate() {
+        due += ws;
+        if due > f64::from(num_workers) * (slack - wait_max) {
+            tight = i + 1;
+        }
+    }
+    for &(j, _, w, _) in &deferred[..tight] {
+        need[j] = w;
+    }
     let mut order: Vec<usize> = (0..paces.len()).filter(|&j| need[j] > 0).collect();
-    order.sort_by(|&a, &b| urgency[b].total_cmp(&urgency[a]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| late[b].cmp(&late[a]).then(urgency[b].total_cmp(&urgency[a])).then(a.cmp(&b)));
     let mut floors = vec![0; paces.len()];
     grant_in_order(&need, &order, num_workers, &mut floors);
     floors
@@ -341,6 +373,46 @@ mod tests {
         slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &[p(0.0, 5.0), p(0.0, 6.0), p(0.0, 9.0)], &mut l);
         let now = [p(1000.0, 5.0), p(1000.0, 6.0), p(1000.0, 9.0)];
         assert_eq!(slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &now, &mut l), vec![1, 1, 0]);
+    }
+
+    #[test]
+    fn a_late_job_is_served_before_a_newcomer_that_could_take_the_cluster() {
+        // K = 1, two workers. Job 0 (10 units) ran alone on one worker in its clock and would
+        // have ended at 10 s; at 11 s it still has 2 left: late. Job 1 arrives with 20 units, and
+        // with job 0 gone from the fair cluster its clock gives it both workers: it needs both now.
+        // Its ρ at a one-worker share (2) is larger than the late job's (1.3); the late job still
+        // comes first, with ⌈K·share⌉ = 1 (CI found the other order leaving a late job at 1.42×).
+        let rates = [0.0, 1.0, 2.0];
+        let mut l = vec![PaceLedger::default(); 2];
+        let p = |age: f64, done: f64, total: f64| {
+            Some(Pace { age_s: age, done, remaining: total - done, rates: &rates, wait_s: 1.0 })
+        };
+        slowdown_floors(1.0, 2, &[2; 2], &[1.0, 1.0], &[p(0.0, 0.0, 10.0), None], &mut l);
+        assert_eq!(
+            slowdown_floors(1.0, 2, &[2; 2], &[1.0, 1.0], &[p(11.0, 8.0, 10.0), p(0.0, 0.0, 20.0)], &mut l),
+            vec![1, 1]
+        );
+    }
+
+    #[test]
+    fn jobs_that_could_each_wait_are_served_when_they_cannot_all_wait() {
+        // Two workers, two jobs of 20 units, one worker each under fair sharing: both fair
+        // finishes are at 20 s and, at K = 1.5, both deadlines at 30 s. At 14 s job 0 has been
+        // parked (20 left), job 1 has 5 left. Alone, either could wait the 5 s epoch: job 0 then
+        // makes 30 s on both workers (14 + 5 + 10), job 1 on one (14 + 5 + 5). Together they
+        // cannot: 20 + 5 worker-seconds are due by 30 s and two workers give 22 after the wait.
+        // So they are owed now; job 0, the further behind, first.
+        let rates = [0.0, 1.0, 2.0];
+        let p =
+            |age: f64, done: f64| Some(Pace { age_s: age, done, remaining: 20.0 - done, rates: &rates, wait_s: 5.0 });
+        let floors = |second_done: f64| {
+            let mut l = vec![PaceLedger::default(); 2];
+            slowdown_floors(1.5, 2, &[2; 2], &[1.0; 2], &[p(0.0, 0.0), p(0.0, 0.0)], &mut l);
+            slowdown_floors(1.5, 2, &[2; 2], &[1.0; 2], &[p(14.0, 0.0), p(14.0, second_done)], &mut l)
+        };
+        assert_eq!(floors(15.0), vec![2, 0]);
+        // With job 1 at 1 unit left, 21 worker-seconds fit in the 22: both may wait.
+        assert_eq!(floors(19.0), vec![0, 0]);
     }
 
     proptest::proptest! {
