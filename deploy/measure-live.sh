@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-runs the live measurements quoted in README.md against a private nats-server and writes
+# Re-runs the live measurements quoted in docs/evaluation.md against a private nats-server and writes
 # them, with the machine and the exact commands, to benches/runs/DATE-live.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."

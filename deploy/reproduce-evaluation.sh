@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-runs every measurement quoted in README.md and writes them, with the machine and the exact
+# Re-runs every measurement quoted in docs/evaluation.md and writes them, with the machine and the exact
 # commands, to benches/runs/DATE-core.txt. Needs only the repository (the curves are vendored in
 # data/). The policy sweep, the floor frontier (with SVG plots under target/frontier/) and the
 # prediction errors take about ten minutes on 2 cores.

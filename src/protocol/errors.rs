@@ -81,7 +81,7 @@ impl ProtocolError {
 mod tests {
     use super::*;
 
-    /// The names are metric labels and `status` keys, as the README lists them.
+    /// The names are metric labels and `status` keys, as docs/reference.md lists them.
     #[test]
     fn causes_have_their_documented_names() {
         let names = [RejectCause::BadReply, RejectCause::Oversized, RejectCause::IdMismatch].map(RejectCause::as_str);

@@ -753,7 +753,7 @@ pub struct StatusSnapshot {
 }
 
 /// How many of an address's rendezvous ports are held by jobs' rank 0 or cooling after a
-/// rank 0 moved (see the README: agents that share one `--advertise` address share them).
+/// rank 0 moved (see docs/guide.md: agents that share one `--advertise` address share them).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RendezvousUse {
     pub address: String,

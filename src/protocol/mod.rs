@@ -1,4 +1,4 @@
-//! The wire contract, version 1 (see `shared/DESIGN.md` and the README). Pure: no I/O.
+//! The wire contract, version 1 (see `docs/reference.md`). Pure: no I/O.
 //!
 //! - `subjects`: subject names and ids.
 //! - `messages`: the message types, each with its validation.

@@ -245,7 +245,7 @@ mod tests {
     fn subjects_round_trip() {
         let s = Subjects::new("slaq").unwrap();
         assert_eq!(s.prefix(), "slaq");
-        // The subjects the scheduler publishes on, spelled as the README's contract says.
+        // The subjects the scheduler publishes on, spelled as the contract in docs/reference.md says.
         assert_eq!(
             [s.job_alloc("j1"), s.worker_assign("w1"), s.ctl_epoch()],
             ["slaq.v1.job.j1.alloc", "slaq.v1.worker.w1.assign", "slaq.v1.ctl.epoch"]

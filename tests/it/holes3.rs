@@ -612,7 +612,7 @@ async fn generations_count_on_across_bye_hello_and_restarts() {
 }
 
 /// #33.6: rendezvous ports ran out under churn with no sign but a log line. The limit is
-/// stated (README) and shown: with an address's ports all held, a generation runs without
+/// stated (docs/guide.md) and shown: with an address's ports all held, a generation runs without
 /// ranks, and `status` (and the metrics) say how many ports of the busiest address are in use
 /// and how many generations went without.
 #[tokio::test]

@@ -73,3 +73,44 @@ fn only_the_simulators_read_the_ground_truth_traces() {
         assert!(!used, "{} reads the ground-truth traces", file.display());
     }
 }
+
+/// ARCHITECTURE.md's codemap is the map of `src/`: every source file is on it, and every
+/// file or path it names exists (a map that names removed rooms misleads a newcomer).
+#[test]
+fn the_codemap_names_every_source_file_and_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let names: Vec<String> =
+        files.iter().filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    for (file, name) in files.iter().zip(&names) {
+        if ["mod.rs", "lib.rs", "main.rs"].contains(&name.as_str()) {
+            continue;
+        }
+        let stem = name.trim_end_matches(".rs");
+        let on_map = map.contains(&format!("`{name}`"))
+            || map.contains(&format!("{stem}.rs`"))
+            || map.contains(&format!("`{stem}/`"));
+        assert!(on_map, "{} is on no map: ARCHITECTURE.md's codemap does not name {name}", file.display());
+    }
+    let spans = map.split('`').enumerate().filter(|(n, _)| n % 2 == 1).map(|(_, s)| s);
+    let mut named = 0;
+    for span in spans {
+        if span.contains(' ') || span.contains('*') {
+            continue;
+        }
+        if ["src/", "tests/", "benches/", "deploy/", "clients/", "config/", "examples/"]
+            .iter()
+            .any(|d| span.starts_with(d))
+        {
+            assert!(root.join(span).exists(), "ARCHITECTURE.md names {span}, which does not exist");
+            named += 1;
+        } else if span.ends_with(".rs") {
+            let base = span.rsplit('/').next().unwrap_or(span);
+            assert!(names.iter().any(|n| n == base), "ARCHITECTURE.md names {span}, which no file under src/ is");
+            named += 1;
+        }
+    }
+    assert!(named >= 40, "only {named} files named: is the scan reading the map?");
+}

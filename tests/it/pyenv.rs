@@ -1,6 +1,7 @@
 //! Virtual environments under `target/` with the `slaq` client package (`clients/python`)
-//! installed, and any extra packages from PyPI (PyPI is needed the first time, and again only
-//! when the extras change). Shared by the `it` and `train` test binaries.
+//! installed as a user installs it, with one of its extras (`pip install './clients/python[torch]'`,
+//! as the README says) pulling what that extra declares from PyPI (needed the first time, and
+//! again only when the extra changes). Shared by the `it` and `train` test binaries.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,11 +49,13 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
-/// The interpreter of `target/tmp/<name>`, a virtual environment with `extras` and the client
-/// package installed; `None` where there is no Python at all. Made once, then brought up to
-/// date: the package is reinstalled when its sources changed, the whole environment is made
-/// again when `extras` changed. A file lock keeps parallel test processes apart.
-pub fn python_env(name: &str, extras: &[&str]) -> Option<PathBuf> {
+/// The interpreter of `target/tmp/<name>`, a virtual environment with the client package
+/// installed, with its optional dependencies `extra` (`Some("torch")`: what
+/// `pip install './clients/python[torch]'` installs, nothing more); `None` where there is no
+/// Python at all. Made once, then brought up to date: the package is reinstalled when its
+/// sources changed, the whole environment is made again when `extra` changed. A file lock keeps
+/// parallel test processes apart.
+pub fn python_env(name: &str, extra: Option<&str>) -> Option<PathBuf> {
     static MADE: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
     let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, path)) = made.iter().find(|(n, _)| n == name) {
@@ -65,7 +68,11 @@ pub fn python_env(name: &str, extras: &[&str]) -> Option<PathBuf> {
     lock.lock().expect("lock the environment");
     let interpreter = dir.join("bin").join("python");
     let (extras_stamp, package_stamp) = (dir.join("extras.stamp"), dir.join("slaq-client.fingerprint"));
-    let want_extras = extras.join(" ");
+    let want_extras = extra.unwrap_or("").to_string();
+    let spec = match extra {
+        Some(extra) => format!("{PACKAGE}[{extra}]"),
+        None => PACKAGE.to_string(),
+    };
     let fingerprint = package_fingerprint();
     let pip = |args: &[&str], what: &str| {
         run(
@@ -81,13 +88,13 @@ pub fn python_env(name: &str, extras: &[&str]) -> Option<PathBuf> {
             Command::new(python).args(["-m", "venv", "--clear"]).arg(&dir),
             "creating a virtual environment (Debian: apt-get install python3-venv)",
         );
-        if !extras.is_empty() {
-            pip(extras, &format!("installing {want_extras} from PyPI into {}", dir.display()));
-        }
+        pip(&[spec.as_str()], &format!("installing {spec} (its dependencies from PyPI) into {}", dir.display()));
         std::fs::write(&extras_stamp, &want_extras).expect("stamp");
     }
     if std::fs::read_to_string(&package_stamp).ok().as_deref() != Some(fingerprint.as_str()) {
-        pip(&["--force-reinstall", PACKAGE], "installing the client package (needs PyPI for nats-py and msgpack)");
+        // The package itself again (its sources changed); its dependencies stay as installed.
+        pip(&["--force-reinstall", "--no-deps", PACKAGE], "reinstalling the client package");
+        pip(&[spec.as_str()], "the client package's dependencies (PyPI for what is missing)");
         std::fs::write(&package_stamp, fingerprint).expect("stamp");
     }
     made.push((name.to_string(), interpreter.clone()));

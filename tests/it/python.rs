@@ -11,7 +11,7 @@ use slaq::bus;
 use slaq::protocol::{Ack, Encoding, Heartbeat, Subjects, WorkerSpec};
 
 fn python_env() -> Option<std::path::PathBuf> {
-    crate::pyenv::python_env("python-env", &[])
+    crate::pyenv::python_env("python-env", None)
 }
 
 fn output(mut cmd: Command) -> std::process::Output {

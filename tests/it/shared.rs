@@ -214,7 +214,7 @@ async fn with_shared_work_a_late_report_brings_no_job_back_and_a_new_hello_start
     let replicas: Vec<Scheduler> =
         ["r1", "r2"].into_iter().map(|id| Scheduler::start(&nats.url, &settings(id))).collect();
     // Balanced (four partitions each) before the jobs come: a partition taken over after a job
-    // said bye and hello again is the case this does not cover (see the README).
+    // said bye and hello again is the case this does not cover (see docs/operations.md).
     eventually(&c, &s, Duration::from_secs(30), "a leader and the partitions balanced", |st| {
         st.leader.is_some() && st.owners.len() == 2 && st.owners.values().all(|p| p.len() == PARTITIONS as usize / 2)
     })

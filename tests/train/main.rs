@@ -28,7 +28,7 @@ const CHECKPOINT_EVERY: u64 = 20;
 /// The test environment's interpreter with torch and scikit-learn; panics (never skips) if
 /// they cannot be installed.
 fn torch_python() -> PathBuf {
-    pyenv::python_env("torch-env", &["torch", "scikit-learn"])
+    pyenv::python_env("torch-env", Some("torch"))
         .expect("the training test needs Python 3 with venv (apt-get install -y python3-venv)")
 }
 

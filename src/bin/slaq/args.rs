@@ -837,3 +837,188 @@ mod deploy_files {
         assert!(bad.is_err());
     }
 }
+
+/// The documentation cannot name a command or flag that does not exist: every `slaq` command
+/// line in a shell block of README.md or `docs/` parses with this CLI, and every flag an
+/// inline `slaq ...` (usage lines included) names belongs to the command it names.
+#[cfg(test)]
+mod doc_commands {
+    use std::path::{Path, PathBuf};
+
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    fn documents() -> Vec<PathBuf> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+        let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+            .expect("docs/")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+        files
+    }
+
+    /// `text` with every `$(...)` replaced by one word (the simulator's file lists are made so).
+    fn without_substitutions(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("$(") {
+            out.push_str(&rest[..start]);
+            let mut depth = 0;
+            let mut end = rest.len();
+            for (i, c) in rest[start + 1..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = start + 1 + i + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out.push_str("substituted");
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The shell lines of one block, continuations joined and comments cut.
+    fn shell_lines(block: &[&str]) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut current = String::new();
+        for line in block {
+            let line = line.trim();
+            let line = line.strip_prefix("$ ").unwrap_or(line);
+            if let Some(head) = line.strip_suffix('\\') {
+                current.push_str(head);
+                current.push(' ');
+                continue;
+            }
+            current.push_str(line);
+            let joined = std::mem::take(&mut current);
+            // A comment starts at a `#` after white space, outside quotes.
+            let (mut quote, mut cut) = (None, joined.len());
+            let bytes = joined.as_bytes();
+            for (i, &b) in bytes.iter().enumerate() {
+                match (quote, b) {
+                    (None, b'\'' | b'"') => quote = Some(b),
+                    (Some(q), b) if b == q => quote = None,
+                    (None, b'#') if i == 0 || bytes[i - 1] == b' ' => {
+                        cut = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            lines.push(without_substitutions(&joined[..cut]));
+        }
+        lines
+    }
+
+    /// The arguments after `slaq` of every slaq command in a shell line.
+    fn slaq_commands(line: &str) -> Vec<Vec<String>> {
+        let Some(words) = shlex::split(line) else { return Vec::new() };
+        let mut out = Vec::new();
+        for command in words.split(|w| ["&&", "||", ";", "|", "&"].contains(&w.as_str())) {
+            let skip = match command {
+                [first, ..] if first == "slaq" || first.ends_with("/slaq") => 1,
+                [cargo, run, rest @ ..] if cargo == "cargo" && run == "run" => {
+                    match rest.iter().position(|w| w == "--") {
+                        Some(i) => 3 + i,
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            out.push(command[skip..].to_vec());
+        }
+        out
+    }
+
+    #[test]
+    fn every_shell_command_line_in_the_docs_parses() {
+        let mut checked = 0;
+        for file in documents() {
+            let text = std::fs::read_to_string(&file).expect("readable");
+            let lines: Vec<&str> = text.lines().collect();
+            let mut i = 0;
+            while i < lines.len() {
+                let fence = lines[i].trim_start();
+                let shell = ["```sh", "```bash", "```console", "```shell"].contains(&fence);
+                i += 1;
+                if !fence.starts_with("```") {
+                    continue;
+                }
+                let start = i;
+                while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+                    i += 1;
+                }
+                if shell {
+                    for line in shell_lines(&lines[start..i]) {
+                        for args in slaq_commands(&line) {
+                            let argv = std::iter::once("slaq".to_string()).chain(args.iter().cloned());
+                            if let Err(e) = Cli::try_parse_from(argv) {
+                                panic!(
+                                    "{} (block at line {start}): `slaq {}` does not parse:\n{e}",
+                                    file.display(),
+                                    args.join(" ")
+                                );
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+                i += 1;
+            }
+        }
+        assert!(checked >= 8, "only {checked} command lines found: is the scan reading the blocks?");
+    }
+
+    #[test]
+    fn every_flag_named_inline_belongs_to_its_command() {
+        let root = Cli::command();
+        let mut checked = 0;
+        for file in documents() {
+            let text = std::fs::read_to_string(&file).expect("readable").replace("\\|", "|");
+            for (n, span) in text.split('`').enumerate().filter(|(n, _)| n % 2 == 1) {
+                let Some(rest) = span.strip_prefix("slaq ") else { continue };
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                // The command: the leading words that are subcommands.
+                let mut command = &root;
+                let mut path = Vec::new();
+                for w in &words {
+                    match command.find_subcommand(w) {
+                        Some(sub) => {
+                            command = sub;
+                            path.push(*w);
+                        }
+                        None => break,
+                    }
+                }
+                let origin = format!("{}: `{span}` (span {n})", file.display());
+                assert!(!path.is_empty(), "{origin}: names no slaq command");
+                for w in &words {
+                    for flag in w.split(['[', ']', '|', '=', ',', '(', ')']).filter(|f| f.starts_with("--")) {
+                        let name = flag.trim_start_matches('-').trim_end_matches(['.', ':', ';']);
+                        if name.is_empty() {
+                            continue; // `--` before a program's arguments
+                        }
+                        let known = command.get_arguments().any(|a| a.get_long() == Some(name))
+                            || ["help", "version"].contains(&name);
+                        assert!(known, "{origin}: `slaq {}` has no flag --{name}", path.join(" "));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked >= 40, "only {checked} inline flags found: is the scan reading the spans?");
+    }
+}

@@ -1,4 +1,4 @@
-//! The metrics of a run, defined once here (the README repeats these definitions).
+//! The metrics of a run, defined once here (docs/design.md repeats these definitions).
 //!
 //! - A job's **normalised loss** at a moment is `(B − L_last)/(L_first − L_last)`, clamped to
 //!   [0, 1], where `B` is its best (lowest) loss so far, history included, and `L_first`, `L_last`

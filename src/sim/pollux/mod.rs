@@ -78,7 +78,7 @@ pub struct Config {
     /// the restart, is bid only where it pays within `H` (and a spread job moves to fewer
     /// machines only then). 120 s was chosen on workloads 1–4 at load 1.0 among 60, 90, 120,
     /// 180, 300 and 600 s, and is reported on workloads 5–8 and the other loads, which it did
-    /// not see (README, "Pollux's workloads").
+    /// not see (docs/evaluation.md, "Pollux's workloads").
     pub restart_horizon_s: f64,
     /// Whether slaq is told how long each job is (its last epoch's progress, what
     /// Optimus+Oracle gets) or not (as Pollux is not).
