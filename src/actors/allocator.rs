@@ -846,6 +846,7 @@ impl AllocatorActor {
                 ports: self.ports.span(),
                 without_ranks: self.without_ranks,
             }),
+            state: if self.durable.is_some() { "jetstream" } else { "none" }.to_string(),
             epoch: self.epoch,
             policy: format!("{:?}", self.settings.policy).to_lowercase(),
             jobs: self

@@ -496,7 +496,7 @@ impl Durable {
         let created = tokio::time::timeout(settings.timeout, js.get_or_create_stream(config.clone())).await;
         let mut stream = match created {
             Err(_) => {
-                warn!(timeout = ?settings.timeout, "JetStream did not answer (not enabled on this server?)");
+                warn!(timeout = ?settings.timeout, "JetStream did not answer (not enabled on this server, or this connection may not use it)");
                 return Ok(None);
             }
             Ok(Err(e))

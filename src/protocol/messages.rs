@@ -750,6 +750,10 @@ pub struct StatusSnapshot {
     /// Rendezvous ports (`MASTER_PORT`) at the address whose ports are most used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<RendezvousUse>,
+    /// Where the scheduler keeps what must survive a restart: `jetstream`, or `none` (core NATS
+    /// only: `state.mode = "none"`, or `auto` on a server without JetStream).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
 }
 
 /// How many of an address's rendezvous ports are held by jobs' rank 0 or cooling after a

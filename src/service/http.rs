@@ -58,7 +58,10 @@ fn not_ready(state: &HttpState) -> Option<String> {
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     match not_ready(&state) {
-        None => (StatusCode::OK, "ready\n".to_string()),
+        None if state.durable.is_none() => {
+            (StatusCode::OK, "ready; state: none (core NATS only: nothing survives a restart)\n".to_string())
+        }
+        None => (StatusCode::OK, "ready; state: jetstream\n".to_string()),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
 }

@@ -126,6 +126,13 @@ pub enum ServiceError {
     Bus(#[from] BusError),
     #[error("cannot listen for HTTP on {addr}")]
     Http { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "the NATS server has JetStream but the state connection (user {user}) cannot use it: {detail}. \
+         Give that user publish on $JS.API.> and its inbox in the state account (config [nats.state_auth], \
+         SLAQ_STATE_NATS_*), or run without durable state on purpose: state.mode = \"none\" \
+         (SLAQ_STATE_MODE=none)"
+    )]
+    StateRefused { user: String, detail: String },
     #[error("state.mode is jetstream but the NATS server has no JetStream")]
     NoJetStream,
 }
@@ -301,13 +308,33 @@ pub async fn run(
 /// The durable state, as `state_mode` asks: JetStream when the server has it (`auto`), required
 /// (`jetstream`), or none.
 async fn open_state(state_client: &async_nats::Client, config: &ServeConfig) -> Result<Option<Durable>, ServiceError> {
+    // The server says whether it has JetStream; a state connection that cannot reach it on a
+    // server that has it is refused access (credentials, account, permissions), never a reason
+    // to run without durable state.
+    // Read after the attempt: the client has the server's INFO once it is connected.
+    let server_has_jetstream = || state_client.server_info().jetstream;
+    let refused = |detail: String| ServiceError::StateRefused {
+        user: config.state_auth.user.clone().unwrap_or_else(|| "(no user)".into()),
+        detail,
+    };
     Ok(match config.state_mode {
-        StateMode::None => None,
-        mode => match Durable::open(state_client, &config.subjects, &config.durable, config.fence.clone()).await? {
-            Some(durable) => Some(durable),
-            None if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
-            None => {
-                warn!("the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart)");
+        StateMode::None => {
+            info!("state.mode = none: core NATS only (at most once; nothing survives a restart)");
+            None
+        }
+        mode => match Durable::open(state_client, &config.subjects, &config.durable, config.fence.clone()).await {
+            Ok(Some(durable)) => Some(durable),
+            Ok(None) if server_has_jetstream() => {
+                return Err(refused("its JetStream API did not answer the state connection".into()));
+            }
+            Err(e) if server_has_jetstream() => return Err(refused(e.to_string())),
+            Err(e) => return Err(e.into()),
+            Ok(None) if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
+            Ok(None) => {
+                warn!(
+                    "the NATS server has no JetStream: core NATS only (at most once; nothing survives a restart); \
+                     state.mode = \"none\" says so on purpose, \"jetstream\" refuses to start without it"
+                );
                 None
             }
         },

@@ -477,3 +477,72 @@ async fn a_write_that_timed_out_but_landed_is_no_conflict() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A server with JetStream whose state user may not use its API: `slaq serve` refuses to start,
+/// naming the user and the two ways out, instead of running without durable state. Without
+/// durable state on purpose (`state.mode = "none"`) it runs and says so in `status` and
+/// `/readyz`; with the state user allowed, `status` says `jetstream`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_user_refused_jetstream_stops_the_scheduler_instead_of_running_without_state() {
+    let dir = crate::harness::temp_dir("state-refused");
+    let conf = dir.join("nats.conf");
+    std::fs::write(
+        &conf,
+        "authorization {\n  users = [\n    { user: bus, password: bus-pw }\n    \
+         { user: state, password: state-pw, permissions: { publish: { deny: [\"$JS.API.>\"] } } }\n    \
+         { user: state-ok, password: state-ok-pw }\n  ]\n}\n",
+    )
+    .expect("config");
+    let nats = NatsServer::start_with_config(&conf);
+    let auth = |state_user: &str| {
+        format!(
+            "\n[nats.auth]\nuser = \"bus\"\npassword = \"bus-pw\"\n\n[nats.state_auth]\nuser = \"{state_user}\"\npassword = \"{state_user}-pw\"\n"
+        )
+    };
+    // Refused: the process ends, non-zero, and says why and what to do.
+    let refused = Scheduler::start(&nats.url, &fast_settings(&auth("state")));
+    let log = refused.log.clone();
+    let status = refused.exits_within(Duration::from_secs(30)).expect("slaq serve must not run without its state");
+    assert!(!status.success(), "it exited {status}");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    for needed in [
+        "has JetStream but the state connection (user state) cannot use it",
+        "state.mode = \"none\"",
+        "[nats.state_auth]",
+    ] {
+        assert!(text.contains(needed), "the error names {needed:?}; log:\n{text}");
+    }
+
+    let bus_client = async_nats::ConnectOptions::with_user_and_password("bus".into(), "bus-pw".into())
+        .connect(nats.url.as_str())
+        .await
+        .expect("bus user connects");
+    let s = Subjects::new("slaq").unwrap();
+    // On purpose without state: it runs, and status and /readyz say so.
+    let port = crate::harness::free_port();
+    let none = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n\n[state]\nmode = \"none\"\n{}", auth("state"));
+    let without = Scheduler::start(&nats.url, &fast_settings(&none));
+    let st = crate::harness::wait_status(&bus_client, &s).await;
+    assert_eq!(st.state, "none");
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let mut body = String::new();
+    for _ in 0..200 {
+        let url = url.clone();
+        body = tokio::task::spawn_blocking(move || {
+            ureq::get(&url).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok()).unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+        if body.starts_with("ready") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(body.contains("state: none"), "{body}");
+    without.terminate();
+
+    // Allowed: durable state, and status says so.
+    let _with = Scheduler::start(&nats.url, &fast_settings(&auth("state-ok")));
+    eventually(&bus_client, &s, Duration::from_secs(20), "a status that says jetstream", |st| st.state == "jetstream")
+        .await;
+}

@@ -214,6 +214,20 @@ impl Scheduler {
         let _ = self.child.wait();
     }
 
+    /// Waits up to `within` for the process to end on its own (a refusal to start); its exit
+    /// status, or `None` if it still runs.
+    pub fn exits_within(mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        self.stopped = true;
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Sends SIGTERM and waits for a clean exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         self.check();

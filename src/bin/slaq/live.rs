@@ -283,8 +283,12 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "epoch {}  policy {}  jobs {}  workers {}",
-        snapshot.epoch, snapshot.policy, snapshot.num_jobs, snapshot.num_workers
+        "epoch {}  policy {}  jobs {}  workers {}  state {}",
+        snapshot.epoch,
+        snapshot.policy,
+        snapshot.num_jobs,
+        snapshot.num_workers,
+        if snapshot.state.is_empty() { "-" } else { &snapshot.state }
     );
     if snapshot.leader.is_some() || snapshot.term.is_some() {
         println!(
