@@ -20,10 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
 use super::BusError;
+use super::provision::open_bucket;
 
 /// The key the leader holds.
 const KEY: &str = "leader";
@@ -48,25 +49,6 @@ pub struct Lease {
     key: String,
     replica: String,
     ttl: Duration,
-}
-
-/// Opens the key-value bucket `bucket` whose keys expire `ttl` after their last write, creating
-/// it if missing (2.9-compatibly, as `durable` does) with `replicas` copies in a cluster.
-/// Replicas starting together race to create it: the loser finds it made.
-pub(super) async fn open_bucket(
-    client: &async_nats::Client,
-    bucket: &str,
-    replicas: usize,
-    ttl: Duration,
-) -> Result<kv::Store, BusError> {
-    let js = jetstream::new(client.clone());
-    let err =
-        |e: &dyn std::fmt::Display| BusError::JetStream { what: format!("bucket {bucket}"), detail: e.to_string() };
-    let config = super::durable::kv_bucket_stream(bucket, replicas, ttl);
-    if let Err(e) = js.get_or_create_stream(config.clone()).await {
-        js.get_stream(&config.name).await.map_err(|_| err(&e))?;
-    }
-    js.get_key_value(bucket).await.map_err(|e| err(&e))
 }
 
 /// The lease held: its term and the revision to renew from.

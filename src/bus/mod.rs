@@ -5,6 +5,7 @@
 pub mod durable;
 pub mod lease;
 pub mod partitions;
+pub mod provision;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -24,7 +24,8 @@ use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::BusError;
-use super::lease::{Held, Holder, Lease, open_bucket};
+use super::lease::{Held, Holder, Lease};
+use super::provision::open_bucket;
 
 /// The partition-lease bucket of a prefix.
 pub fn bucket_name(prefix: &str) -> String {

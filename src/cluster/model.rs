@@ -366,54 +366,12 @@ pub fn step_gain(grad_sqr: f64, grad_var: f64, batch: f64, init_batch: f64) -> f
 
 #[cfg(test)]
 mod tests {
-    use super::super::trace::application;
     use super::*;
 
     #[test]
     fn a_larger_batch_makes_more_progress_per_step_only_with_gradient_noise() {
         assert!(step_gain(1.0, 1.0, 256.0, 128.0) > 1.0 && step_gain(1.0, 0.0, 256.0, 128.0) == 1.0);
         assert_eq!(step_gain(1.0, 1.0, 64.0, 128.0), 1.0, "below the initial batch: one step's worth");
-    }
-
-    fn observe(app: &str, counts: &[u32], bsz: f64) -> Observation {
-        let (step, sync) = application(app).and_then(|a| a.step_time(counts, bsz)).unwrap_or((1.0, 0.0));
-        let s = Shape::of(counts);
-        Observation { machines: s.machines, replicas: s.replicas, local_bsz: bsz, step, sync }
-    }
-
-    #[test]
-    fn fit_learns_the_traces_from_a_few_shapes() {
-        // The measurements are noisy and not always monotone (bert: two machines of two GPUs
-        // step slower than three), so the claim is about the typical error on shapes it did not
-        // see, and about the locality cliff.
-        for app in ["bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"] {
-            let a = application(app).unwrap();
-            let (lo, hi) = (f64::from(a.min_local_bsz), f64::from(a.max_local_bsz));
-            let mut obs = Vec::new();
-            for counts in [&[1][..], &[2], &[4], &[2, 2], &[4, 4], &[4, 4, 4, 4]] {
-                obs.push(observe(app, counts, lo));
-                obs.push(observe(app, counts, hi));
-            }
-            let p = fit(&obs);
-            let mut errors: Vec<f64> = [&[3][..], &[1, 1], &[2, 2, 2], &[4, 4, 4], &[1, 1, 1, 1], &[3, 3], &[2, 4]]
-                .iter()
-                .flat_map(|counts| {
-                    [lo, hi].map(|b| (p.step(Shape::of(counts), b) / observe(app, counts, b).step - 1.0).abs())
-                })
-                .collect();
-            errors.sort_by(f64::total_cmp);
-            assert!(errors[errors.len() / 2] < 0.3, "{app}: median error {:?} ({p:?})", errors[errors.len() / 2]);
-            assert!(p.step(Shape::of(&[4]), lo) < p.step(Shape::of(&[2, 2]), lo), "{app}");
-        }
-    }
-
-    #[test]
-    fn the_prior_scales_linearly_and_the_network_is_never_cheaper() {
-        let one = [observe("bert", &[1], 4.0)];
-        let p = fit(&one);
-        assert_eq!(p.network(Shape { machines: 2, replicas: 8 }), 0.0);
-        let p = fit(&[observe("bert", &[1], 4.0), observe("bert", &[2], 4.0), observe("bert", &[4], 4.0)]);
-        assert!(p.network(Shape { machines: 2, replicas: 4 }) >= p.network(Shape { machines: 1, replicas: 4 }));
     }
 
     /// The machine-blind case is the model on one machine: serial part, parallel part and a

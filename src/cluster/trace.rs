@@ -274,6 +274,7 @@ impl AppTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::model::{Observation, Shape, fit};
 
     #[test]
     fn traces_parse() {
@@ -315,5 +316,47 @@ mod tests {
         assert!((cifar.grad_stats(192.0, 0).0 - 0.5 * (s128 + s256)).abs() < 1e-9);
         assert_eq!(cifar.grad_stats(64.0, 0), cifar.grad_stats(128.0, 0));
         assert_eq!(cifar.progress_at(1), 391.0);
+    }
+
+    // The time model (`model`) against the traces: here, so `model` need not read them.
+    fn observe(app: &str, counts: &[u32], bsz: f64) -> Observation {
+        let (step, sync) = application(app).and_then(|a| a.step_time(counts, bsz)).unwrap_or((1.0, 0.0));
+        let s = Shape::of(counts);
+        Observation { machines: s.machines, replicas: s.replicas, local_bsz: bsz, step, sync }
+    }
+
+    #[test]
+    fn fit_learns_the_traces_from_a_few_shapes() {
+        // The measurements are noisy and not always monotone (bert: two machines of two GPUs
+        // step slower than three), so the claim is about the typical error on shapes it did not
+        // see, and about the locality cliff.
+        for app in ["bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"] {
+            let a = application(app).unwrap();
+            let (lo, hi) = (f64::from(a.min_local_bsz), f64::from(a.max_local_bsz));
+            let mut obs = Vec::new();
+            for counts in [&[1][..], &[2], &[4], &[2, 2], &[4, 4], &[4, 4, 4, 4]] {
+                obs.push(observe(app, counts, lo));
+                obs.push(observe(app, counts, hi));
+            }
+            let p = fit(&obs);
+            let mut errors: Vec<f64> = [&[3][..], &[1, 1], &[2, 2, 2], &[4, 4, 4], &[1, 1, 1, 1], &[3, 3], &[2, 4]]
+                .iter()
+                .flat_map(|counts| {
+                    [lo, hi].map(|b| (p.step(Shape::of(counts), b) / observe(app, counts, b).step - 1.0).abs())
+                })
+                .collect();
+            errors.sort_by(f64::total_cmp);
+            assert!(errors[errors.len() / 2] < 0.3, "{app}: median error {:?} ({p:?})", errors[errors.len() / 2]);
+            assert!(p.step(Shape::of(&[4]), lo) < p.step(Shape::of(&[2, 2]), lo), "{app}");
+        }
+    }
+
+    #[test]
+    fn the_prior_scales_linearly_and_the_network_is_never_cheaper() {
+        let one = [observe("bert", &[1], 4.0)];
+        let p = fit(&one);
+        assert_eq!(p.network(Shape { machines: 2, replicas: 8 }), 0.0);
+        let p = fit(&[observe("bert", &[1], 4.0), observe("bert", &[2], 4.0), observe("bert", &[4], 4.0)]);
+        assert!(p.network(Shape { machines: 2, replicas: 4 }) >= p.network(Shape { machines: 1, replicas: 4 }));
     }
 }

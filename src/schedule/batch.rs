@@ -3,7 +3,7 @@
 
 use crate::cluster::model::{BatchChoice, Shape, choose_batch};
 
-use super::bid::{JobModel, iter_time, ps_split};
+use super::job::{JobModel, iter_time, ps_split};
 
 /// Courier's batch for `job` on `counts` (the replicas are its workers), among the allowed
 /// batches whose per-GPU batch its model is trusted at (all, if none is).
@@ -56,7 +56,7 @@ pub fn batch_to_run(job: &JobModel, counts: &[u32]) -> Option<BatchChoice> {
 mod tests {
     use super::*;
     use crate::cluster::place::Layout;
-    use crate::schedule::bid::test_job as job;
+    use crate::schedule::job::test_job as job;
 
     #[test]
     fn ps_jobs_get_servers_and_an_slo_bounds_the_batch() {

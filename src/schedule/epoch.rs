@@ -19,8 +19,8 @@ use crate::cluster::model::BatchChoice;
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 
 use super::batch::batch_to_run;
-use super::bid::{JobModel, ps_split};
 use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict_sizes};
+use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
 
@@ -194,7 +194,7 @@ mod tests {
     use super::*;
     use crate::cluster::place::Layout;
     use crate::schedule::Placer;
-    use crate::schedule::bid::test_job;
+    use crate::schedule::job::test_job;
     use proptest::prelude::*;
 
     type Gain = fn(u32) -> f64;

@@ -13,7 +13,7 @@
 use crate::cluster::place::{self, Layout};
 use crate::policy::JobOrd;
 
-use super::bid::{JobModel, iter_time};
+use super::job::{JobModel, iter_time};
 
 /// Above this many jobs to place at once the LP is not tried: its time grows superlinearly, and
 /// this bound, not a clock, keeps an epoch's placement short and deterministic.
@@ -205,7 +205,7 @@ fn improve_kept(jobs: &[JobModel], out: &mut [Layout], free: &mut [u32], setting
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::bid::test_job as job;
+    use crate::schedule::job::test_job as job;
     use rand::SeedableRng;
 
     fn moves(before: &[Option<JobOrd>], after: &[Option<JobOrd>]) -> usize {

@@ -114,3 +114,162 @@ fn the_codemap_names_every_source_file_and_only_files_that_exist() {
     }
     assert!(named >= 40, "only {named} files named: is the scan reading the map?");
 }
+
+/// The module a path names, as a file under `src/`: the longest prefix of `segments` that is a
+/// module (`a/b.rs` or `a/b/mod.rs`); `None` for paths outside the crate's modules.
+fn module_file(src: &Path, segments: &[&str]) -> Option<std::path::PathBuf> {
+    (1..=segments.len()).rev().find_map(|n| {
+        let dir: std::path::PathBuf = segments[..n].iter().collect();
+        let file = src.join(&dir).with_extension("rs");
+        let module = src.join(&dir).join("mod.rs");
+        if file.is_file() {
+            Some(file)
+        } else if module.is_file() {
+            Some(module)
+        } else {
+            None
+        }
+    })
+}
+
+/// The module path (`["bus", "durable"]`) of a file under `src/`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if let Some(last) = parts.pop() {
+        if last != "mod.rs" && last != "lib.rs" {
+            parts.push(last.trim_end_matches(".rs").to_string());
+        }
+    }
+    parts
+}
+
+/// No two modules import each other, directly or round a cycle (a parent and the children it
+/// declares aside: a child may use what its parent's `mod.rs` holds). Imports are read from the
+/// `crate::…` and `super::…` paths in the code, tests included.
+#[test]
+fn no_two_modules_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.retain(|f| !f.starts_with(src.join("bin")));
+    let index: std::collections::HashMap<std::path::PathBuf, usize> =
+        files.iter().enumerate().map(|(i, f)| (f.clone(), i)).collect();
+    let paths: Vec<Vec<String>> = files.iter().map(|f| module_path(&src, f)).collect();
+    let mut edges: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); files.len()];
+    for (i, file) in files.iter().enumerate() {
+        // Code only: a doc link to a module is no import.
+        let text: String = std::fs::read_to_string(file)
+            .expect("source")
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Inside an inline `mod tests`, the first `super` is the file's own module.
+        let tests_at = text.find("mod tests {").unwrap_or(usize::MAX);
+        let here = &paths[i];
+        for (at, _) in text.match_indices("crate::").chain(text.match_indices("super::")) {
+            let rest = &text[at..];
+            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(rest.len());
+            let mut segments: Vec<&str> = rest[..end].split("::").filter(|s| !s.is_empty()).collect();
+            let mut base: Vec<String> = match segments.first() {
+                Some(&"crate") => Vec::new(),
+                Some(&"super") => {
+                    // `here` is the file's module; each `super` goes one up, but the first
+                    // one inside `mod tests` only leaves the tests.
+                    let mut b = here.clone();
+                    let mut ups = 0;
+                    while segments.first() == Some(&"super") {
+                        segments.remove(0);
+                        ups += 1;
+                    }
+                    if at > tests_at {
+                        ups -= 1;
+                    }
+                    for _ in 0..ups {
+                        b.pop();
+                    }
+                    b
+                }
+                _ => continue,
+            };
+            if segments.first() == Some(&"crate") {
+                segments.remove(0);
+            }
+            base.extend(segments.iter().map(|s| s.to_string()));
+            let full: Vec<&str> = base.iter().map(String::as_str).collect();
+            let Some(target) = module_file(&src, &full).and_then(|t| index.get(&t).copied()) else { continue };
+            let there = &paths[target];
+            // A module and its ancestors or descendants: a parent declares its children.
+            let related = there.starts_with(here) || here.starts_with(there);
+            if target != i && !related {
+                edges[i].insert(target);
+            }
+        }
+    }
+    // Strongly connected components (Tarjan): any with two or more modules is a cycle.
+    struct Tarjan<'a> {
+        edges: &'a [std::collections::BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        cycles: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on[v] = true;
+            for &w in self.edges[v].clone().iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(iw) if self.on[w] => self.low[v] = self.low[v].min(iw),
+                    _ => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.cycles.push(component);
+                }
+            }
+        }
+    }
+    let n = files.len();
+    let mut t = Tarjan {
+        edges: &edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        cycles: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            t.visit(v);
+        }
+    }
+    let cycles: Vec<Vec<String>> = t
+        .cycles
+        .iter()
+        .map(|c| c.iter().map(|&i| files[i].strip_prefix(&src).unwrap_or(&files[i]).display().to_string()).collect())
+        .collect();
+    let counted: usize = edges.iter().map(|e| e.len()).sum();
+    assert!(counted > 50, "only {counted} imports found: is the scan reading the sources?");
+    assert!(cycles.is_empty(), "modules that import each other (directly or round a cycle): {cycles:#?}");
+}
