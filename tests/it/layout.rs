@@ -136,10 +136,8 @@ fn module_file(src: &Path, segments: &[&str]) -> Option<std::path::PathBuf> {
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).expect("under src");
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-    if let Some(last) = parts.pop() {
-        if last != "mod.rs" && last != "lib.rs" {
-            parts.push(last.trim_end_matches(".rs").to_string());
-        }
+    if let Some(last) = parts.pop().filter(|l| l != "mod.rs" && l != "lib.rs") {
+        parts.push(last.trim_end_matches(".rs").to_string());
     }
     parts
 }
