@@ -79,6 +79,11 @@ impl Pace<'_> {
         if r.is_finite() { r.max(0.0) } else { 0.0 }
     }
 
+    /// The worker-seconds its remaining work takes on `workers` workers.
+    fn worker_seconds(&self, workers: u32) -> f64 {
+        f64::from(workers) * self.remaining / self.rate(f64::from(workers)).max(1e-12)
+    }
+
     /// The job's predicted finish, seconds from its arrival, if it keeps `workers` from now on.
     pub fn finish_with(&self, workers: f64) -> f64 {
         let r = self.rate(workers);
@@ -214,29 +219,13 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     let mut need = vec![0u32; paces.len()];
     let mut urgency = vec![0.0f64; paces.len()];
     let mut late = vec![false; paces.len()];
-    let mut deferred: Vec<(usize, f64, u32, f64)> = Vec::new();
-    let wait_max = paces.iter().flatten().map(|p| p.wait_s).fold(0.0, f64::max);
+    let mut deferred: Vec<Deferred> = Vec::new();
     let mut due_now = 0.0f64;
     let done_at: Vec<Option<f64>> =
         paces.iter().zip(ledgers.iter_mut()).map(|(p, l)| p.as_ref().and_then(|p| l.as_mut().advance(p))).collect();
-    // The fair cluster this epoch: the jobs fair sharing would still be running (a job without
-    // a pace counts as running and as served the most), each at its water level, and in whole
-    // workers as the fair policy gives them (the spare ones to the least served).
-    let bounds: Vec<(f64, f64)> =
-        max_workers.iter().zip(&done_at).map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) })).collect();
-    let virtual_fair = water_level(f64::from(num_workers), &bounds);
-    let virtual_bids: Vec<JobBid<()>> = (0..paces.len())
-        .map(|j| JobBid {
-            min_workers: 0,
-            max_workers: if done_at[j].is_some() { 0 } else { max_workers[j] },
-            attained_service: if paces[j].is_some() { ledgers[j].as_mut().fair_service_s } else { f64::INFINITY },
-            gain: None,
-        })
-        .collect();
-    let counts = fair::allocate(&Problem { num_workers, jobs: &virtual_bids }).workers;
+    let (counts, virtual_fair) = fair_cluster(num_workers, max_workers, &done_at, paces, ledgers);
     for (j, pace) in paces.iter().enumerate() {
         let Some(pace) = pace else { continue };
-        let share = fair[j];
         let fair_finish = match done_at[j] {
             Some(at) => {
                 ledgers[j].as_mut().run_at(pace, 0.0, 0.0);
@@ -250,57 +239,112 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
         if !k.is_finite() || pace.remaining <= 0.0 || !fair_finish.is_finite() {
             continue;
         }
-        let deadline = k * fair_finish.max(1e-9);
         let cap = max_workers[j].min(num_workers);
-        let late_cap = ((k * share - 1e-9).ceil().max(1.0) as u32).min(cap);
-        let slack = deadline - pace.age_s;
-        let want = if slack <= 0.0 {
-            late[j] = true;
-            late_cap
-        } else {
-            let rate = pace.remaining / slack;
-            // The fewest workers whose rate makes the deadline; past the table the rate is flat.
-            let table = (pace.rates.len() as u32).saturating_sub(1).min(cap);
-            match (1..=table).find(|&w| pace.rate(f64::from(w)) >= rate * (1.0 - 1e-9)) {
-                // Owed now only if, left idle until the next decision, it could no longer make
-                // the deadline at that count: until then quality may use its workers.
-                Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => {
-                    deferred.push((j, slack, w, f64::from(w) * pace.remaining / pace.rate(f64::from(w))));
-                    0
-                }
-                Some(w) => w,
-                None => {
-                    late[j] = true;
-                    late_cap
-                }
+        let late_cap = ((k * fair[j] - 1e-9).ceil().max(1.0) as u32).min(cap);
+        match demand(pace, k * fair_finish.max(1e-9), cap) {
+            Demand::Late => {
+                late[j] = true;
+                need[j] = late_cap;
             }
-        };
-        need[j] = want;
-        if want > 0 {
-            due_now += f64::from(want) * pace.remaining / pace.rate(f64::from(want)).max(1e-12);
+            Demand::Now(w) => need[j] = w,
+            Demand::Deferred(d) => deferred.push(Deferred { job: j, ..d }),
         }
-        urgency[j] = pace.finish_with(share) / fair_finish.max(1e-9);
-    }
-    // Deferring is joint: jobs that each could wait may not all wait. In deadline order, once
-    // the work due by a job's deadline exceeds what the cluster can do by then (less the epoch
-    // waited), that job and every earlier one are owed their workers now.
-    deferred.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let mut due = due_now;
-    let mut tight = 0;
-    for (i, &(_, slack, _, ws)) in deferred.iter().enumerate() {
-        due += ws;
-        if due > f64::from(num_workers) * (slack - wait_max) {
-            tight = i + 1;
+        if need[j] > 0 {
+            due_now += pace.worker_seconds(need[j]);
         }
+        urgency[j] = pace.finish_with(fair[j]) / fair_finish.max(1e-9);
     }
-    for &(j, _, w, _) in &deferred[..tight] {
-        need[j] = w;
+    let wait = paces.iter().flatten().map(|p| p.wait_s).fold(0.0, f64::max);
+    for d in owed_jointly(&mut deferred, due_now, num_workers, wait) {
+        need[d.job] = d.workers;
     }
     let mut order: Vec<usize> = (0..paces.len()).filter(|&j| need[j] > 0).collect();
     order.sort_by(|&a, &b| late[b].cmp(&late[a]).then(urgency[b].total_cmp(&urgency[a])).then(a.cmp(&b)));
     let mut floors = vec![0; paces.len()];
     grant_in_order(&need, &order, num_workers, &mut floors);
     floors
+}
+
+/// The fair cluster this epoch: the jobs fair sharing would still be running (a job without a
+/// pace counts as running and as served the most), in whole workers as the fair policy gives
+/// them (the spare ones to the least served by the clocks' own service), and their water levels.
+fn fair_cluster<L: AsMut<PaceLedger>>(
+    num_workers: u32,
+    max_workers: &[u32],
+    done_at: &[Option<f64>],
+    paces: &[Option<Pace<'_>>],
+    ledgers: &mut [L],
+) -> (Vec<u32>, Vec<f64>) {
+    let bounds: Vec<(f64, f64)> =
+        max_workers.iter().zip(done_at).map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) })).collect();
+    let levels = water_level(f64::from(num_workers), &bounds);
+    let bids: Vec<JobBid<()>> = (0..paces.len())
+        .map(|j| JobBid {
+            min_workers: 0,
+            max_workers: if done_at[j].is_some() { 0 } else { max_workers[j] },
+            attained_service: if paces[j].is_some() { ledgers[j].as_mut().fair_service_s } else { f64::INFINITY },
+            gain: None,
+        })
+        .collect();
+    (fair::allocate(&Problem { num_workers, jobs: &bids }).workers, levels)
+}
+
+/// A job that could wait this epoch and still make its deadline: when it must finish (seconds
+/// from now), on how many workers, and the worker-seconds that takes.
+#[derive(Clone, Copy, Debug)]
+struct Deferred {
+    job: usize,
+    slack: f64,
+    workers: u32,
+    worker_s: f64,
+}
+
+/// What the bound asks for one job this epoch.
+enum Demand {
+    /// Past its deadline, or unable to make it on any count: ⌈K·share⌉.
+    Late,
+    /// The fewest workers that make the deadline, owed now: waiting an epoch would miss it.
+    Now(u32),
+    /// It may wait, alone; [`owed_jointly`] decides whether it may wait with the others.
+    Deferred(Deferred),
+}
+
+/// The bound's demand of a job with `pace` and `deadline` (seconds from its arrival), on at
+/// most `cap` workers.
+fn demand(pace: &Pace<'_>, deadline: f64, cap: u32) -> Demand {
+    let slack = deadline - pace.age_s;
+    if slack <= 0.0 {
+        return Demand::Late;
+    }
+    let rate = pace.remaining / slack;
+    // The fewest workers whose rate makes the deadline; past the table the rate is flat.
+    let table = (pace.rates.len() as u32).saturating_sub(1).min(cap);
+    match (1..=table).find(|&w| pace.rate(f64::from(w)) >= rate * (1.0 - 1e-9)) {
+        // Owed now only if, left idle until the next decision, it could no longer make the
+        // deadline at that count: until then quality may use its workers.
+        Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => {
+            Demand::Deferred(Deferred { job: 0, slack, workers: w, worker_s: pace.worker_seconds(w) })
+        }
+        Some(w) => Demand::Now(w),
+        None => Demand::Late,
+    }
+}
+
+/// Waiting is joint: jobs that each could wait may not all wait. In deadline order, once the
+/// worker-seconds due by a job's deadline (`due_now` for the jobs served now, then the deferred
+/// ones) exceed what the cluster can do by then less the epoch waited, that job and every
+/// earlier one are owed their workers now: those are returned.
+fn owed_jointly(deferred: &mut [Deferred], due_now: f64, num_workers: u32, wait_s: f64) -> &[Deferred] {
+    deferred.sort_by(|a, b| a.slack.total_cmp(&b.slack));
+    let mut due = due_now;
+    let mut tight = 0;
+    for (i, d) in deferred.iter().enumerate() {
+        due += d.worker_s;
+        if due > f64::from(num_workers) * (d.slack - wait_s) {
+            tight = i + 1;
+        }
+    }
+    &deferred[..tight]
 }
 
 #[cfg(test)]
