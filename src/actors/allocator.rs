@@ -573,14 +573,10 @@ impl AllocatorActor {
             if same && tell_all {
                 // The first epoch of a term tells every worker what it serves, changed or not.
                 let message = WorkerAssignment {
-                    worker: worker.clone(),
-                    epoch,
-                    job: after.map(|j| ids[j].to_string()),
                     role,
-                    hello_again: false,
-                    term: self.settings.term,
                     launch: entry.launch.clone(),
                     command: entry.launch.as_ref().and(after).and_then(|j| commands.get(j).cloned().flatten()),
+                    ..assignment(self.settings.term, worker, epoch, after.map(|j| ids[j].to_string()))
                 };
                 entry.told_s = now_s;
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
@@ -603,16 +599,7 @@ impl AllocatorActor {
                 // Idle now. A worker that joins a job is told below, with its job's other
                 // members, in the job's new generation.
                 entry.launch = None;
-                let message = WorkerAssignment {
-                    worker: worker.clone(),
-                    epoch,
-                    job: None,
-                    role,
-                    hello_again: false,
-                    term: self.settings.term,
-                    launch: None,
-                    command: None,
-                };
+                let message = WorkerAssignment { role, ..assignment(self.settings.term, worker, epoch, None) };
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
             }
         }
@@ -679,14 +666,10 @@ impl AllocatorActor {
                     w.launch = launch;
                     w.told_s = now_s;
                     let message = WorkerAssignment {
-                        worker: worker.clone(),
-                        epoch,
-                        job: Some(id.clone()),
                         role: w.role,
-                        hello_again: false,
-                        term: self.settings.term,
                         launch: w.launch.clone(),
                         command: w.launch.as_ref().and(entry.command.clone()),
+                        ..assignment(self.settings.term, worker, epoch, Some(id.clone()))
                     };
                     outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
                 }
@@ -1221,14 +1204,10 @@ impl AllocatorActor {
         self.metrics.assignment_mismatches.inc();
         debug!(worker, recorded = ?recorded, runs = ?running.job, "an agent runs another job than recorded: told again");
         let message = WorkerAssignment {
-            worker: worker.to_string(),
-            epoch: self.epoch.max(1),
-            job: recorded.map(str::to_string),
             role: entry.role,
-            hello_again: false,
-            term: self.settings.term,
             launch: entry.launch.clone(),
             command: entry.launch.as_ref().and(recorded).and_then(|j| self.jobs.get(j)).and_then(|e| e.command.clone()),
+            ..assignment(self.settings.term, worker, self.epoch.max(1), recorded.map(str::to_string))
         };
         let subject = self.publisher.subjects().worker_assign(worker);
         self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
@@ -1302,20 +1281,28 @@ impl Handler<WorkerBeat> for AllocatorActor {
             // heartbeats cannot turn the scheduler into an amplifier.
             if self.prompted.len() < MAX_PROMPTED && !self.prompted.contains_key(&worker) {
                 self.prompted.insert(worker.clone(), now);
-                let message = WorkerAssignment {
-                    worker: worker.clone(),
-                    epoch: self.epoch,
-                    job: None,
-                    role: Default::default(),
-                    hello_again: true,
-                    term: self.settings.term,
-                    launch: None,
-                    command: None,
-                };
+                let message =
+                    WorkerAssignment { hello_again: true, ..assignment(self.settings.term, &worker, self.epoch, None) };
                 let subject = self.publisher.subjects().worker_assign(&worker);
                 self.publisher.send_all(self.publisher.message(subject, &message).into_iter().collect());
             }
         }
+    }
+}
+
+/// The one way an assignment is made: `worker` serves `job` (or nothing) from `epoch`, under
+/// this scheduler's `term`, as a worker with no launch, no command and no prompt to say hello;
+/// callers set what differs with struct update.
+fn assignment(term: Option<u64>, worker: &str, epoch: u64, job: Option<String>) -> WorkerAssignment {
+    WorkerAssignment {
+        worker: worker.to_string(),
+        epoch,
+        job,
+        role: Default::default(),
+        hello_again: false,
+        term,
+        launch: None,
+        command: None,
     }
 }
 
