@@ -20,8 +20,8 @@ use crate::metrics::Metrics;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::{
-    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, RejectCause,
-    RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, Outcome,
+    RejectCause, RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::quality::GainCurve;
 use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, PlanSettings};
@@ -983,7 +983,7 @@ impl AllocatorActor {
 #[rtype(result = "()")]
 pub struct RemoteJobs {
     pub bids: Vec<(String, Bid)>,
-    pub gone: Vec<(String, &'static str)>,
+    pub gone: Vec<(String, Outcome)>,
     pub quiet: Vec<(String, bool)>,
 }
 
@@ -1075,7 +1075,7 @@ fn launches(
 pub struct JobStopped {
     pub job: String,
     /// `finished`, `cancelled`, `failed` or `expired` (see `JobOutcome`).
-    pub outcome: &'static str,
+    pub outcome: Outcome,
 }
 
 impl Handler<JobStopped> for AllocatorActor {
@@ -1088,7 +1088,7 @@ impl Handler<JobStopped> for AllocatorActor {
 impl AllocatorActor {
     /// A job ended: its workers keep the job's name in the registry until the next epoch
     /// reassigns them.
-    fn stop_job(&mut self, job: String, outcome: &'static str) {
+    fn stop_job(&mut self, job: String, outcome: Outcome) {
         if let Some(entry) = self.jobs.remove(&job) {
             if entry.generation > 0 {
                 if self.past_order.len() >= PAST_GENERATIONS_KEPT
@@ -1109,7 +1109,7 @@ impl AllocatorActor {
             }
             self.ended.push_back(JobOutcome {
                 job,
-                outcome: outcome.to_string(),
+                outcome,
                 restarts: entry.supervision.restarts,
                 epoch: self.epoch,
                 restart_s: entry.supervision.restart_s,

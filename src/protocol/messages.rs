@@ -406,6 +406,46 @@ pub enum EndReason {
     Failed,
 }
 
+/// How a job ended: its bye's reason (or its restarts used up: `Failed`), or `Expired`: silent
+/// for the idle timeout. On the wire as today's lowercase strings; a string this version does
+/// not know reads as `Expired`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Finished,
+    Cancelled,
+    Failed,
+    #[serde(other)]
+    Expired,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Finished => "finished",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+            Outcome::Expired => "expired",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<EndReason> for Outcome {
+    fn from(reason: EndReason) -> Self {
+        match reason {
+            EndReason::Finished => Outcome::Finished,
+            EndReason::Cancelled => Outcome::Cancelled,
+            EndReason::Failed => Outcome::Failed,
+        }
+    }
+}
+
 /// A job leaves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobEnd {
@@ -688,9 +728,7 @@ pub struct JobStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobOutcome {
     pub job: String,
-    /// `finished`, `cancelled`, `failed` (its bye, or restarts used up), or `expired` (silent
-    /// for the idle timeout).
-    pub outcome: String,
+    pub outcome: Outcome,
     pub restarts: u32,
     pub epoch: u64,
     /// Its measured restart cost (see `JobStatus::restart_s`).
@@ -828,6 +866,30 @@ pub struct EpochGains {
 mod tests {
     use super::*;
     use crate::protocol::{Encoding, decode};
+
+    #[test]
+    fn outcomes_are_the_wire_strings_of_before_and_an_unknown_one_reads_as_expired() {
+        for (outcome, name) in [
+            (Outcome::Finished, "finished"),
+            (Outcome::Cancelled, "cancelled"),
+            (Outcome::Failed, "failed"),
+            (Outcome::Expired, "expired"),
+        ] {
+            assert_eq!(outcome.as_str(), name);
+            for encoding in [Encoding::Json, Encoding::MsgPack] {
+                // Encoded exactly as the string was, and read back.
+                let bytes = crate::protocol::encode(encoding, &outcome).expect("encodes");
+                assert_eq!(bytes, crate::protocol::encode(encoding, &name).expect("encodes"), "{name}");
+                assert_eq!(decode::<Outcome>(encoding, &bytes, "outcome").expect("decodes"), outcome);
+            }
+        }
+        let later = crate::protocol::encode(Encoding::Json, &"preempted").expect("encodes");
+        assert_eq!(decode::<Outcome>(Encoding::Json, &later, "outcome").expect("decodes"), Outcome::Expired);
+        for reason in [EndReason::Finished, EndReason::Cancelled, EndReason::Failed] {
+            let wire = crate::protocol::encode(Encoding::Json, &reason).expect("encodes");
+            assert_eq!(wire, crate::protocol::encode(Encoding::Json, &Outcome::from(reason)).expect("encodes"));
+        }
+    }
 
     #[test]
     fn validation_names_the_cause() {

@@ -37,7 +37,7 @@ use crate::bus::durable::{Durable, SavedState};
 use crate::bus::{BusCounters, BusError, NatsAuth, Publisher};
 use crate::metrics::Metrics;
 use crate::protocol::{
-    self, Ack, Encoding, EndReason, EpochSummary, Inbound, InboundLimits, JobCommand, JobSpec, ProtocolError,
+    self, Ack, Encoding, EndReason, EpochSummary, Inbound, InboundLimits, JobCommand, JobSpec, Outcome, ProtocolError,
     RejectCause, StatusRequest, StatusSnapshot,
 };
 use crate::quality::JobPredictor;
@@ -957,14 +957,10 @@ impl Ingest {
         if let Some(d) = &self.durable {
             d.forget_job(id);
         }
-        let outcome = match reason {
-            EndReason::Finished => "finished",
-            EndReason::Cancelled => "cancelled",
-            EndReason::Failed => "failed",
-        };
+        let outcome = Outcome::from(reason);
         self.allocator.do_send(JobStopped { job: id.to_string(), outcome });
         // Per job, so debug: at 100,000 jobs a line each would be the log.
-        debug!(job = id, reason = outcome, "job left");
+        debug!(job = id, reason = %outcome, "job left");
     }
 
     /// Every few seconds: forgets jobs silent for `idle_job_timeout` (whatever their history: a
@@ -1002,7 +998,7 @@ impl Ingest {
                 if let Some(d) = &self.durable {
                     d.forget_job(id);
                 }
-                self.allocator.do_send(JobStopped { job: id.clone(), outcome: "expired" });
+                self.allocator.do_send(JobStopped { job: id.clone(), outcome: Outcome::Expired });
             }
             if !idle.is_empty() {
                 self.metrics.jobs_expired.inc_by(idle.len() as u64);

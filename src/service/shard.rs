@@ -34,7 +34,7 @@ use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
-    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, ProtocolError, RejectCause, valid_id,
+    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, ProtocolError, RejectCause, valid_id,
 };
 
 /// Every this many epochs an owner sends all its bids and its roster (a lost message is made
@@ -60,7 +60,7 @@ pub struct PartitionBids {
     pub bids: Vec<(String, WireBid)>,
     /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`).
     #[serde(default)]
-    pub gone: Vec<(String, String)>,
+    pub gone: Vec<(String, Outcome)>,
     /// Jobs that went quiet (`true`) or spoke again.
     #[serde(default)]
     pub quiet: Vec<(String, bool)>,
@@ -95,25 +95,6 @@ impl PartitionBids {
     }
 }
 
-/// How a job ended, as the allocator records it.
-/// What a bye's reason is called in the ends sent to the leader.
-fn ended_how(reason: protocol::EndReason) -> &'static str {
-    match reason {
-        protocol::EndReason::Finished => "finished",
-        protocol::EndReason::Cancelled => "cancelled",
-        protocol::EndReason::Failed => "failed",
-    }
-}
-
-fn outcome(s: &str) -> &'static str {
-    match s {
-        "finished" => "finished",
-        "cancelled" => "cancelled",
-        "failed" => "failed",
-        _ => "expired",
-    }
-}
-
 /// The leader's merge of the owners' messages (see the module's documentation).
 pub struct Intake {
     partitions: u32,
@@ -141,7 +122,7 @@ impl Intake {
         }
         for (job, how) in m.gone {
             if self.jobs.offer(&job, m.term, Some(now)) {
-                out.gone.push((job, outcome(&how)));
+                out.gone.push((job, how));
             }
         }
         for (job, quiet) in m.quiet {
@@ -167,7 +148,7 @@ impl Intake {
                 .collect();
             for job in missing {
                 self.jobs.offer(&job, m.term, Some(now));
-                out.gone.push((job, "expired"));
+                out.gone.push((job, Outcome::Expired));
             }
             self.jobs.retain(|state| state.is_none_or(|t| now.duration_since(t) < TOMBSTONE_KEEP));
         }
@@ -221,7 +202,7 @@ pub struct Owner {
     jobs: HashMap<String, OwnedJob>,
     latest: HashMap<String, Bid>,
     changed: BTreeSet<String>,
-    gone: HashMap<u32, Vec<(String, String)>>,
+    gone: HashMap<u32, Vec<(String, Outcome)>>,
     quiet: HashMap<u32, Vec<(String, bool)>>,
     last_seq: HashMap<u32, u64>,
     /// Jobs that said bye here: their later reports bring none back (see `super::ended`).
@@ -623,7 +604,7 @@ impl Owner {
                 Ok(())
             }
             Inbound::JobBye(end) => {
-                let how = ended_how(end.reason);
+                let how = Outcome::from(end.reason);
                 if let Some(owned) = self.jobs.get(&end.job)
                     && !super::ended::ours(owned.ended_before, seq)
                 {
@@ -662,20 +643,20 @@ impl Owner {
     /// A job ended (its bye, or silence): its actor stops, its state and kept messages go, and
     /// the leader is told. A bye for a job not running here is passed on too: the leader may
     /// still have it.
-    fn end_job(&mut self, job: &str, how: &str, seq: Option<u64>) {
+    fn end_job(&mut self, job: &str, how: Outcome, seq: Option<u64>) {
         let p = partition::of(job, self.partitions);
         let at = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0));
         if let Some(owned) = self.jobs.remove(job) {
             owned.addr.do_send(Stop);
             self.durable.forget_job(job);
         }
-        if how != "expired" {
+        if how != Outcome::Expired {
             self.ended.end(job, at, Instant::now());
         }
         self.latest.remove(job);
         self.changed.remove(job);
-        self.gone.entry(p).or_default().push((job.to_string(), how.to_string()));
-        debug!(job, how, "job left");
+        self.gone.entry(p).or_default().push((job.to_string(), how));
+        debug!(job, %how, "job left");
     }
 
     /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
@@ -731,7 +712,7 @@ impl Owner {
         if let Some((end, seq)) = bye
             && self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)))
         {
-            self.end_job(job, ended_how(end.reason), Some(seq));
+            self.end_job(job, end.reason.into(), Some(seq));
         }
     }
 
@@ -770,7 +751,7 @@ impl Owner {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in idle {
-                self.end_job(&id, "expired", None);
+                self.end_job(&id, Outcome::Expired, None);
             }
         }
         if let Some(stale) = self.config.stale_job {
@@ -899,7 +880,7 @@ mod tests {
             partition: p,
             term,
             bids: jobs.iter().map(|j| (j.to_string(), bid(j))).collect(),
-            gone: gone.iter().map(|j| (j.to_string(), "finished".to_string())).collect(),
+            gone: gone.iter().map(|j| (j.to_string(), Outcome::Finished)).collect(),
             quiet: Vec::new(),
             roster: roster.map(|r| r.iter().map(|j| j.to_string()).collect()),
         }
@@ -924,7 +905,7 @@ mod tests {
         assert!(late.bids.is_empty() && late.gone.is_empty(), "{late:?}");
         // A roster under the current term ends what its owner does not have.
         let m = intake.merge(message(1, 7, &[], &[], Some(&[c])));
-        assert_eq!(m.gone, vec![(a.to_string(), "expired")]);
+        assert_eq!(m.gone, vec![(a.to_string(), Outcome::Expired)]);
         // A job that ends and comes back under the same owner bids again.
         let m = intake.merge(message(1, 7, &[b], &[], None));
         assert_eq!(m.bids.len(), 1);

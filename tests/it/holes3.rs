@@ -205,7 +205,7 @@ async fn a_report_after_the_bye_does_not_bring_the_job_back() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let st = status_of(&c, "gone", None).await.unwrap();
     assert!(!present(&st), "a report after the bye brought the job back: {:?}", st.jobs);
-    assert!(st.ended.iter().any(|e| e.job == "gone" && e.outcome == "finished"), "{:?}", st.ended);
+    assert!(st.ended.iter().any(|e| e.job == "gone" && e.outcome.as_str() == "finished"), "{:?}", st.ended);
     // A restarted scheduler replays the stream: the job stays gone.
     scheduler.kill();
     let again = Scheduler::start(&nats.url, &settings);
@@ -301,7 +301,7 @@ async fn run_to_the_end(c: &async_nats::Client, job: &str, command: slaq::protoc
     loop {
         let st = status_of(c, job, None).await.expect("status");
         if let Some(o) = st.ended.iter().find(|o| o.job == job) {
-            return o.outcome.clone();
+            return o.outcome.as_str().to_string();
         }
         assert!(Instant::now() < deadline, "{job} never ended: {st:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -427,7 +427,7 @@ async fn submit_wait_returns_for_a_job_user_and_an_agent_with_credentials_runs_n
     let out = tokio::task::spawn_blocking(move || status.output().unwrap()).await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st: StatusSnapshot = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(st.ended.iter().all(|o| o.job == "job-a") && st.ended.iter().any(|o| o.outcome == "finished"));
+    assert!(st.ended.iter().all(|o| o.job == "job-a") && st.ended.iter().any(|o| o.outcome.as_str() == "finished"));
     assert!(st.workers.iter().all(|w| w.job.as_deref() == Some("job-a")) && st.num_workers == 0);
     drop(w1);
     // An agent with credentials and no allow flag: refused, the job fails, nothing ran.

@@ -198,7 +198,7 @@ async fn under_the_shared_permissions_reports_reach_their_owner_and_no_job_can_f
     bus::publish(&a, s.job_bye("job-a"), Encoding::MsgPack, &end).await.unwrap();
     eventually(&operator, &s, Duration::from_secs(20), "job-a ended", |st| {
         !st.jobs.iter().any(|j| j.job == "job-a")
-            && st.ended.iter().any(|o| o.job == "job-a" && o.outcome == "finished")
+            && st.ended.iter().any(|o| o.job == "job-a" && o.outcome.as_str() == "finished")
     })
     .await;
 }

@@ -119,7 +119,7 @@ async fn a_failing_command_restarts_with_backoff_then_ends_failed() {
     // The third failure uses up max_restarts: the job ends as failed and its worker is freed.
     w.exits(1);
     let st = eventually(&c, &s, Duration::from_secs(10), "sj1 ended as failed", |st| {
-        st.ended.iter().any(|o| o.job == "sj1" && o.outcome == "failed" && o.restarts == 2)
+        st.ended.iter().any(|o| o.job == "sj1" && o.outcome.as_str() == "failed" && o.restarts == 2)
             && st.jobs.is_empty()
             && st.workers.iter().all(|w| w.job.is_none())
     })
@@ -153,7 +153,7 @@ async fn a_stalled_generation_restarts_and_rank_0_exiting_0_finishes_the_job() {
     // Its rank 0 exits 0 by itself: finished.
     w.exits(0);
     let st = eventually(&c, &s, Duration::from_secs(10), "sj2 finished", |st| {
-        st.ended.iter().any(|o| o.job == "sj2" && o.outcome == "finished")
+        st.ended.iter().any(|o| o.job == "sj2" && o.outcome.as_str() == "finished")
     })
     .await;
     assert_eq!(st.ended.iter().find(|o| o.job == "sj2").map(|o| o.restarts), Some(1), "one restart, the stall");
@@ -174,7 +174,7 @@ async fn a_submitted_job_waits_without_processes_and_keeps_its_command() {
     assert!(hello(&c, &s, &JobSpec::new("plain")).await.ok);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let st = eventually(&c, &s, Duration::from_secs(5), "the silent plain job is forgotten", |st| {
-        st.ended.iter().any(|o| o.job == "plain" && o.outcome == "expired")
+        st.ended.iter().any(|o| o.job == "plain" && o.outcome.as_str() == "expired")
     })
     .await;
     let job = st.jobs.iter().find(|j| j.job == "sj3").expect("the submitted job is still there");
@@ -274,7 +274,7 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
     assert_eq!(text.lines().next(), Some(format!("a; $(rm -rf /)|x y|hi there|/ckpt/j|0|{}|", dir.display()).as_str()));
     // It exited 0 as rank 0: the job is finished.
     eventually(&c, &s, Duration::from_secs(10), "run-it finished", |st| {
-        st.ended.iter().any(|o| o.job == "run-it" && o.outcome == "finished")
+        st.ended.iter().any(|o| o.job == "run-it" && o.outcome.as_str() == "finished")
     })
     .await;
     drop(plain);
@@ -286,7 +286,7 @@ async fn the_agent_runs_the_command_as_given_and_refuses_what_it_may_not_run() {
     let strict = agent("ag2", &["--allow-command", &only]);
     assert!(hello(&c, &s, &JobSpec { command: Some(command.clone()), ..JobSpec::new("refused") }).await.ok);
     eventually(&c, &s, Duration::from_secs(10), "the refused job failed", |st| {
-        st.ended.iter().any(|o| o.job == "refused" && o.outcome == "failed")
+        st.ended.iter().any(|o| o.job == "refused" && o.outcome.as_str() == "failed")
     })
     .await;
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1, "the refused command did not run");

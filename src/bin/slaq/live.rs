@@ -214,7 +214,7 @@ async fn wait_for_outcome(
                 if let Some(outcome) = status.ended.iter().rev().find(|o| o.job == job) {
                     let cost = outcome.restart_s.map_or(String::new(), |s| format!("; a restart cost it {s:.1} s"));
                     eprintln!("{job}: {} after {} restart(s){cost}", outcome.outcome, outcome.restarts);
-                    return Ok(if outcome.outcome == "finished" { 0 } else { 1 });
+                    return Ok(if outcome.outcome == slaq::protocol::Outcome::Finished { 0 } else { 1 });
                 }
                 if status.jobs.iter().any(|j| j.job == job) {
                     missing = 0;
@@ -337,7 +337,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     if !snapshot.ended.is_empty() {
         println!("\n{:<24} {:<10} {:>8} {:>8}", "ended job", "outcome", "restarts", "epoch");
         for o in &snapshot.ended {
-            println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome, o.restarts, o.epoch);
+            println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome.as_str(), o.restarts, o.epoch);
         }
     }
     println!("\n{:<24} {:<16} {:<24} {:<6} {:>10}", "worker", "machine", "job", "role", "silent s");
