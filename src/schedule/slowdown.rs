@@ -201,8 +201,8 @@ pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
 
 /// The workers each job must get this epoch to keep its predicted finish within
 /// `max_slowdown` (`K`) times its fair finish, granted while the cluster lasts, the jobs past
-/// their bound first, then those with the largest ρ at their fair share. Books every job's fair clock in `ledgers`. Jobs with
-/// no pace get none. Off (all zeros, clocks still kept) when the bound is not finite.
+/// their bound first, then those with the largest ρ at their fair share. Books every job's fair
+/// clock in `ledgers`. Jobs with no pace get none. Off (all zeros, clocks still kept) when the bound is not finite.
 ///
 /// The fair clock's shares are those of a fair cluster, not of this one: a job that fair sharing
 /// would have finished by now holds no share of it (under a quality policy, parked jobs linger
@@ -241,13 +241,13 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
         }
         let cap = max_workers[j].min(num_workers);
         let late_cap = ((k * fair[j] - 1e-9).ceil().max(1.0) as u32).min(cap);
-        match demand(pace, k * fair_finish.max(1e-9), cap) {
+        match demand(j, pace, k * fair_finish.max(1e-9), cap) {
             Demand::Late => {
                 late[j] = true;
                 need[j] = late_cap;
             }
             Demand::Now(w) => need[j] = w,
-            Demand::Deferred(d) => deferred.push(Deferred { job: j, ..d }),
+            Demand::Deferred(d) => deferred.push(d),
         }
         if need[j] > 0 {
             due_now += pace.worker_seconds(need[j]);
@@ -309,9 +309,9 @@ enum Demand {
     Deferred(Deferred),
 }
 
-/// The bound's demand of a job with `pace` and `deadline` (seconds from its arrival), on at
+/// The bound's demand of job `job` with `pace` and `deadline` (seconds from its arrival), on at
 /// most `cap` workers.
-fn demand(pace: &Pace<'_>, deadline: f64, cap: u32) -> Demand {
+fn demand(job: usize, pace: &Pace<'_>, deadline: f64, cap: u32) -> Demand {
     let slack = deadline - pace.age_s;
     if slack <= 0.0 {
         return Demand::Late;
@@ -323,7 +323,7 @@ fn demand(pace: &Pace<'_>, deadline: f64, cap: u32) -> Demand {
         // Owed now only if, left idle until the next decision, it could no longer make the
         // deadline at that count: until then quality may use its workers.
         Some(w) if pace.age_s + pace.wait_s + pace.remaining / pace.rate(f64::from(w)) <= deadline => {
-            Demand::Deferred(Deferred { job: 0, slack, workers: w, worker_s: pace.worker_seconds(w) })
+            Demand::Deferred(Deferred { job, slack, workers: w, worker_s: pace.worker_seconds(w) })
         }
         Some(w) => Demand::Now(w),
         None => Demand::Late,

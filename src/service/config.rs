@@ -203,7 +203,8 @@ pub struct RawScheduler {
     pub max_jobs: usize,
     pub max_payload_bytes: usize,
     /// Threads of their own for the job actors; 0 runs them on the scheduler's thread, which
-    /// is fastest on small machines (no cross-thread wake-up per report; docs/evaluation.md has the figures).
+    /// is fastest on small machines (no cross-thread wake-up per report; figures in
+    /// docs/evaluation.md).
     pub job_threads: usize,
     /// A job refits its predictor at most this often (a refit costs ~50 µs; bids use the
     /// latest fit, so with 5 s epochs once a second keeps them fresh at a fraction of a core).

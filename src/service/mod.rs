@@ -308,15 +308,10 @@ pub async fn run(
 /// The durable state, as `state_mode` asks: JetStream when the server has it (`auto`), required
 /// (`jetstream`), or none.
 async fn open_state(state_client: &async_nats::Client, config: &ServeConfig) -> Result<Option<Durable>, ServiceError> {
-    // The server says whether it has JetStream; a state connection that cannot reach it on a
-    // server that has it is refused access (credentials, account, permissions), never a reason
-    // to run without durable state.
-    // Read after the attempt: the client has the server's INFO once it is connected.
+    // A server whose INFO says it has JetStream but does not answer the state connection has
+    // refused it (credentials, account, permissions): never a reason to run without durable
+    // state. Read after the attempt: the client has the server's INFO once it is connected.
     let server_has_jetstream = || state_client.server_info().jetstream;
-    let refused = |detail: String| ServiceError::StateRefused {
-        user: config.state_auth.user.clone().unwrap_or_else(|| "(no user)".into()),
-        detail,
-    };
     Ok(match config.state_mode {
         StateMode::None => {
             info!("state.mode = none: core NATS only (at most once; nothing survives a restart)");
@@ -325,9 +320,11 @@ async fn open_state(state_client: &async_nats::Client, config: &ServeConfig) -> 
         mode => match Durable::open(state_client, &config.subjects, &config.durable, config.fence.clone()).await {
             Ok(Some(durable)) => Some(durable),
             Ok(None) if server_has_jetstream() => {
-                return Err(refused("its JetStream API did not answer the state connection".into()));
+                return Err(ServiceError::StateRefused {
+                    user: config.state_auth.user.clone().unwrap_or_else(|| "(no user)".into()),
+                    detail: "its JetStream API did not answer the state connection".into(),
+                });
             }
-            Err(e) if server_has_jetstream() => return Err(refused(e.to_string())),
             Err(e) => return Err(e.into()),
             Ok(None) if mode == StateMode::JetStream => return Err(ServiceError::NoJetStream),
             Ok(None) => {

@@ -525,19 +525,7 @@ async fn a_state_user_refused_jetstream_stops_the_scheduler_instead_of_running_w
     let st = crate::harness::wait_status(&bus_client, &s).await;
     assert_eq!(st.state, "none");
     let url = format!("http://127.0.0.1:{port}/readyz");
-    let mut body = String::new();
-    for _ in 0..200 {
-        let url = url.clone();
-        body = tokio::task::spawn_blocking(move || {
-            ureq::get(&url).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok()).unwrap_or_default()
-        })
-        .await
-        .unwrap_or_default();
-        if body.starts_with("ready") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let body = crate::observe::get_until(&url, "readyz says ready", |status, _| status == 200).await;
     assert!(body.contains("state: none"), "{body}");
     without.terminate();
 

@@ -171,7 +171,10 @@ fn no_two_modules_import_each_other() {
             let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(rest.len());
             let mut segments: Vec<&str> = rest[..end].split("::").filter(|s| !s.is_empty()).collect();
             let mut base: Vec<String> = match segments.first() {
-                Some(&"crate") => Vec::new(),
+                Some(&"crate") => {
+                    segments.remove(0);
+                    Vec::new()
+                }
                 Some(&"super") => {
                     // `here` is the file's module; each `super` goes one up, but the first
                     // one inside `mod tests` only leaves the tests.
@@ -191,9 +194,6 @@ fn no_two_modules_import_each_other() {
                 }
                 _ => continue,
             };
-            if segments.first() == Some(&"crate") {
-                segments.remove(0);
-            }
             base.extend(segments.iter().map(|s| s.to_string()));
             let full: Vec<&str> = base.iter().map(String::as_str).collect();
             let Some(target) = module_file(&src, &full).and_then(|t| index.get(&t).copied()) else { continue };
@@ -205,67 +205,21 @@ fn no_two_modules_import_each_other() {
             }
         }
     }
-    // Strongly connected components (Tarjan): any with two or more modules is a cycle.
-    struct Tarjan<'a> {
-        edges: &'a [std::collections::BTreeSet<usize>],
-        index: Vec<Option<usize>>,
-        low: Vec<usize>,
-        on: Vec<bool>,
-        stack: Vec<usize>,
-        next: usize,
-        cycles: Vec<Vec<usize>>,
-    }
-    impl Tarjan<'_> {
-        fn visit(&mut self, v: usize) {
-            self.index[v] = Some(self.next);
-            self.low[v] = self.next;
-            self.next += 1;
-            self.stack.push(v);
-            self.on[v] = true;
-            for &w in self.edges[v].clone().iter() {
-                match self.index[w] {
-                    None => {
-                        self.visit(w);
-                        self.low[v] = self.low[v].min(self.low[w]);
-                    }
-                    Some(iw) if self.on[w] => self.low[v] = self.low[v].min(iw),
-                    _ => {}
-                }
+    // What each module reaches through its imports; a module that reaches itself is on a cycle,
+    // with every module it reaches that reaches it back.
+    let reaches: Vec<std::collections::BTreeSet<usize>> = (0..files.len())
+        .map(|from| {
+            let (mut seen, mut stack) = (std::collections::BTreeSet::new(), vec![from]);
+            while let Some(v) = stack.pop() {
+                stack.extend(edges[v].iter().copied().filter(|&w| seen.insert(w)));
             }
-            if Some(self.low[v]) == self.index[v] {
-                let mut component = Vec::new();
-                while let Some(w) = self.stack.pop() {
-                    self.on[w] = false;
-                    component.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                if component.len() > 1 {
-                    self.cycles.push(component);
-                }
-            }
-        }
-    }
-    let n = files.len();
-    let mut t = Tarjan {
-        edges: &edges,
-        index: vec![None; n],
-        low: vec![0; n],
-        on: vec![false; n],
-        stack: Vec::new(),
-        next: 0,
-        cycles: Vec::new(),
-    };
-    for v in 0..n {
-        if t.index[v].is_none() {
-            t.visit(v);
-        }
-    }
-    let cycles: Vec<Vec<String>> = t
-        .cycles
-        .iter()
-        .map(|c| c.iter().map(|&i| files[i].strip_prefix(&src).unwrap_or(&files[i]).display().to_string()).collect())
+            seen
+        })
+        .collect();
+    let name = |i: usize| files[i].strip_prefix(&src).unwrap_or(&files[i]).display().to_string();
+    let cycles: std::collections::BTreeSet<Vec<String>> = (0..files.len())
+        .filter(|&v| reaches[v].contains(&v))
+        .map(|v| reaches[v].iter().copied().filter(|&w| reaches[w].contains(&v)).map(name).collect())
         .collect();
     let counted: usize = edges.iter().map(|e| e.len()).sum();
     assert!(counted > 50, "only {counted} imports found: is the scan reading the sources?");

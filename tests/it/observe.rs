@@ -21,7 +21,7 @@ fn get(url: &str) -> Result<(u16, String), ureq::Error> {
     Ok((status, response.body_mut().read_to_string()?))
 }
 
-async fn get_until(url: &str, what: &str, check: impl Fn(u16, &str) -> bool) -> String {
+pub(crate) async fn get_until(url: &str, what: &str, check: impl Fn(u16, &str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let url = url.to_string();

@@ -337,7 +337,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     if !snapshot.ended.is_empty() {
         println!("\n{:<24} {:<10} {:>8} {:>8}", "ended job", "outcome", "restarts", "epoch");
         for o in &snapshot.ended {
-            println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome.as_str(), o.restarts, o.epoch);
+            println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome, o.restarts, o.epoch);
         }
     }
     println!("\n{:<24} {:<16} {:<24} {:<6} {:>10}", "worker", "machine", "job", "role", "silent s");
