@@ -1,18 +1,21 @@
 //! The wire contract, version 1 (see `docs/reference.md`). Pure: no I/O.
 //!
 //! - `subjects`: subject names and ids.
-//! - `messages`: the message types, each with its validation.
+//! - `messages`: the message types of jobs and workers, each with its validation.
+//! - `control`: what operators read: status, how jobs ended, epoch summaries.
 //! - `codec`: MessagePack (named fields) or JSON.
 //! - `errors`: `RejectCause` (what the counters count) and `ProtocolError`.
 //! - `inbound`: a received subject and payload, parsed and validated into an `Inbound`.
 
 mod codec;
+mod control;
 mod errors;
 mod inbound;
 mod messages;
 mod subjects;
 
 pub use codec::{Encoding, decode, decode_borrowed, encode};
+pub use control::*;
 pub use errors::{ProtocolError, RejectCause};
 pub use inbound::{Inbound, InboundLimits, inbound};
 pub use messages::*;
