@@ -25,6 +25,8 @@ pub struct Metrics {
     pub workers_moved: IntCounter,
     pub last_epoch_moved: IntGauge,
     pub slo_jobs: prometheus::IntGaugeVec,
+    /// Workers and busy workers per worker type.
+    pub accelerator_workers: prometheus::IntGaugeVec,
     pub predicted_gain: prometheus::Gauge,
     pub realised_gain: prometheus::Gauge,
     pub predicted_gain_total: prometheus::Counter,
@@ -113,6 +115,11 @@ impl Metrics {
                     "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
                 ),
                 &["state"],
+            )
+            .expect("valid metric"),
+            accelerator_workers: prometheus::IntGaugeVec::new(
+                Opts::new("slaq_accelerator_workers", "Workers alive per worker type, all and those running a job"),
+                &["accelerator", "state"],
             )
             .expect("valid metric"),
             predicted_gain: prometheus::Gauge::new(
@@ -255,6 +262,7 @@ impl Metrics {
             Box::new(self.workers_moved.clone()),
             Box::new(self.last_epoch_moved.clone()),
             Box::new(self.slo_jobs.clone()),
+            Box::new(self.accelerator_workers.clone()),
             Box::new(self.predicted_gain.clone()),
             Box::new(self.realised_gain.clone()),
             Box::new(self.predicted_gain_total.clone()),
@@ -316,6 +324,10 @@ impl Metrics {
             .with_label_values(&["met"])
             .set((summary.slo_jobs - summary.slo_missed.min(summary.slo_jobs)) as i64);
         self.slo_jobs.with_label_values(&["missed"]).set(summary.slo_missed as i64);
+        for (name, used) in &summary.accelerators {
+            self.accelerator_workers.with_label_values(&[name.as_str(), "all"]).set(used.workers as i64);
+            self.accelerator_workers.with_label_values(&[name.as_str(), "busy"]).set(used.busy as i64);
+        }
         if let Some(gains) = &summary.gains {
             self.predicted_gain.set(gains.predicted);
             self.realised_gain.set(gains.realised);

@@ -20,10 +20,11 @@ use crate::metrics::Metrics;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::{
-    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, Outcome,
-    RejectCause, RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    AcceleratorUse, EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch,
+    Outcome, RejectCause, RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::quality::GainCurve;
+use crate::quality::speeds::{TypeRatios, TypeSpeeds};
 use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, PlanSettings};
 
 /// What the allocator needs of the configuration.
@@ -59,6 +60,13 @@ pub struct AllocatorSettings {
     pub bid_horizon_s: f64,
 }
 
+/// A cluster of several worker types this epoch: each worker's type (an index into the types'
+/// sorted names) and each job's speed on each (in the jobs' id order).
+struct TypedCluster {
+    type_of: Vec<usize>,
+    speeds: Vec<Vec<f64>>,
+}
+
 /// What a job bids this epoch: its own gains, or (a submitted job, which every change
 /// restarts) those gains with the restart priced in.
 enum BidGain<'a> {
@@ -78,6 +86,13 @@ impl GainFn for BidGain<'_> {
         match self {
             BidGain::Curve(c) => c.table(),
             BidGain::Priced(t) => t.table(),
+        }
+    }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        match self {
+            BidGain::Curve(c) => c.gain_at_speed(workers, speed),
+            BidGain::Priced(t) => t.gain_at_speed(workers, speed),
         }
     }
 }
@@ -162,7 +177,30 @@ struct JobEntry {
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
     /// finish-time bound is on and it declared its length (`max_iters`); else empty (no `Pace`).
     pace_rates: Vec<f64>,
+    /// Its speed on each worker type, measured (issue #31; only on a cluster of several types).
+    speeds: TypeSpeeds,
+    /// The epoch being measured: since when, its iteration then, and the type, count and
+    /// generation it runs in.
+    probe: Option<SpeedProbe>,
 }
+
+/// An epoch of a job's progress being measured on one type and count.
+#[derive(Clone, Debug, PartialEq)]
+struct SpeedProbe {
+    since_s: f64,
+    iter: u64,
+    accelerator: String,
+    count: u32,
+    generation: u64,
+}
+
+/// A worker's type: its `kind` (`slaq worker --accelerator`), `default` without one.
+pub fn accelerator(spec: &crate::protocol::WorkerSpec) -> &str {
+    spec.kind.as_deref().unwrap_or(DEFAULT_ACCELERATOR)
+}
+
+/// The type of a worker that names none.
+pub const DEFAULT_ACCELERATOR: &str = "default";
 
 impl JobEntry {
     fn new(key: u64, addr: Option<Addr<JobActor>>, now_s: f64) -> Self {
@@ -185,6 +223,8 @@ impl JobEntry {
             supervision: Supervision::default(),
             since_s: now_s,
             pace_rates: Vec::new(),
+            speeds: TypeSpeeds::default(),
+            probe: None,
         }
     }
 }
@@ -430,7 +470,8 @@ impl AllocatorActor {
         let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let current = self.current_jobs();
-        let plan = self.plan(&pinned, &current, &mut ledgers, now_s);
+        let typed = self.typed_cluster(now_s);
+        let plan = self.plan(&pinned, &current, &mut ledgers, now_s, typed.as_ref());
         let policy_done = Instant::now();
         let epoch = self.epoch + 1;
         let mut outgoing = Vec::new();
@@ -461,6 +502,7 @@ impl AllocatorActor {
             gains,
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
+            accelerators: self.accelerator_use(),
         };
         if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
             self.publisher.send_all(vec![m]);
@@ -527,9 +569,26 @@ impl AllocatorActor {
     }
 
     /// The epoch's plan: the jobs as `EpochJob`s (`epoch_jobs`), then `schedule::plan_epoch`.
-    fn plan(&self, pinned: &[bool], current: &[Option<usize>], ledgers: &mut [FloorLedger], now_s: f64) -> EpochPlan {
+    fn plan(
+        &self,
+        pinned: &[bool],
+        current: &[Option<usize>],
+        ledgers: &mut [FloorLedger],
+        now_s: f64,
+        typed: Option<&TypedCluster>,
+    ) -> EpochPlan {
         let jobs = self.epoch_jobs(pinned, now_s);
         let machine_of = self.machines();
+        let horizon = self.settings.bid_horizon_s;
+        let types = typed.map(|t| schedule::Types {
+            type_of: &t.type_of,
+            speeds: &t.speeds,
+            keep_on_move: if horizon > 0.0 {
+                ((horizon - self.settings.place.restart_s) / horizon).clamp(0.0, 1.0)
+            } else {
+                1.0
+            },
+        });
         let input = EpochInput {
             policy: self.settings.policy,
             plan: self.settings.plan,
@@ -538,6 +597,7 @@ impl AllocatorActor {
             machine_of: machine_of.as_deref(),
             current,
             seed: self.epoch,
+            types,
         };
         schedule::plan_epoch(&input, ledgers)
     }
@@ -698,6 +758,68 @@ impl AllocatorActor {
             );
         }
         resized
+    }
+
+    /// On a cluster of several worker types: each worker's type and each job's speed on each
+    /// (after measuring the epoch that ended, `quality::speeds`); `None` on one type.
+    fn typed_cluster(&mut self, now_s: f64) -> Option<TypedCluster> {
+        let mut names: Vec<&str> = self.registry.iter().map(|(_, w)| accelerator(&w.spec)).collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() < 2 {
+            return None;
+        }
+        let names: Vec<String> = names.into_iter().map(str::to_string).collect();
+        let type_of: Vec<usize> = self
+            .registry
+            .iter()
+            .map(|(_, w)| names.binary_search_by(|n| n.as_str().cmp(accelerator(&w.spec))).unwrap_or(0))
+            .collect();
+        // The epoch that ended: a job that ran through it on one type and count, in one
+        // generation, measured its speed there.
+        for entry in self.jobs.values_mut() {
+            let (Some(bid), Some(first)) = (entry.bid.as_ref(), entry.workers.first()) else {
+                entry.probe = None;
+                continue;
+            };
+            let Some(ty) = self.registry.get(first).map(|w| accelerator(&w.spec).to_string()) else { continue };
+            let one_type =
+                entry.workers.iter().all(|w| self.registry.get(w).is_some_and(|w| accelerator(&w.spec) == ty));
+            let (count, iter) = (entry.workers.len() as u32, bid.last_iter.unwrap_or(0));
+            let now = SpeedProbe { since_s: now_s, iter, accelerator: ty, count, generation: entry.generation };
+            if let (Some(p), Some(g)) = (&entry.probe, bid.gain.as_ref())
+                && one_type
+                && p.accelerator == now.accelerator
+                && p.count == count
+                && p.generation == now.generation
+                && iter > p.iter
+            {
+                let time = &g.curve().time;
+                let shape = time.seconds(count) / time.seconds(1);
+                entry.speeds.observe(&now.accelerator, (now_s - p.since_s) / (iter - p.iter) as f64, shape);
+            }
+            let same = entry.probe.as_ref().is_some_and(|p| {
+                p.accelerator == now.accelerator
+                    && p.count == now.count
+                    && p.generation == now.generation
+                    && p.iter == iter
+            });
+            if !same {
+                entry.probe = one_type.then_some(now);
+            }
+        }
+        let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds));
+        let speeds = self
+            .jobs
+            .values()
+            .map(|e| {
+                let t1 = e.bid.as_ref().and_then(|b| b.gain.as_ref()).map(|g| g.curve().time.seconds(1));
+                let declared = e.bid.as_ref().and_then(|b| b.speeds.as_deref());
+                let running_on = e.probe.as_ref().map(|p| p.accelerator.as_str());
+                names.iter().map(|n| e.speeds.speed(n, t1, running_on, &ratios, declared)).collect()
+            })
+            .collect();
+        Some(TypedCluster { type_of, speeds })
     }
 
     /// Each worker's machine as a dense index (a worker without one is its own machine), or
@@ -864,6 +986,7 @@ impl AllocatorActor {
                     role: w.role,
                     silent_s: now_s - w.last_seen_s,
                     refused: w.refused,
+                    accelerator: Some(accelerator(&w.spec).to_string()),
                 })
                 .collect(),
             // The message counters live in the metrics registry (one source for both).
@@ -873,7 +996,26 @@ impl AllocatorActor {
             num_workers: if filter.own { 0 } else { self.registry.len() },
             truncated: false,
             ended: self.ended.iter().filter(|o| wanted(&o.job)).cloned().collect(),
+            accelerators: if filter.own { Default::default() } else { self.accelerator_use() },
         }
+    }
+
+    /// Workers and busy workers per type: a linear scan over the few types per worker.
+    fn accelerator_use(&self) -> std::collections::BTreeMap<String, AcceleratorUse> {
+        let mut by: Vec<(&str, AcceleratorUse)> = Vec::new();
+        for (_, w) in self.registry.iter() {
+            let name = accelerator(&w.spec);
+            let i = match by.iter().position(|(n, _)| *n == name) {
+                Some(i) => i,
+                None => {
+                    by.push((name, AcceleratorUse::default()));
+                    by.len() - 1
+                }
+            };
+            by[i].1.workers += 1;
+            by[i].1.busy += usize::from(w.job.is_some());
+        }
+        by.into_iter().map(|(n, u)| (n.to_string(), u)).collect()
     }
 }
 

@@ -385,6 +385,8 @@ pub struct Bid {
     pub checkpoint_age_s: Option<f64>,
     /// The iteration it stops at, if it declared one (`JobSpec::max_iters`).
     pub max_iters: Option<u64>,
+    /// Its declared speeds per worker type (`JobSpec::speeds`).
+    pub speeds: Option<Arc<std::collections::BTreeMap<String, f64>>>,
 }
 
 /// A [`Bid`] as a replica sends it to the leader (issue #19): everything the planner and
@@ -411,6 +413,8 @@ pub struct WireBid {
     pub checkpoint_age_s: Option<f64>,
     #[serde(default)]
     pub max_iters: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speeds: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 impl Bid {
@@ -437,6 +441,7 @@ impl Bid {
             generation: None,
             checkpoint_age_s: None,
             max_iters: spec.max_iters,
+            speeds: spec.speeds.clone().map(Arc::new),
             sizes: spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
                 c.sort_unstable();
@@ -460,6 +465,7 @@ impl Bid {
             sizes: self.sizes.as_ref().map(|s| s.to_vec()),
             checkpoint_age_s: self.checkpoint_age_s,
             max_iters: self.max_iters,
+            speeds: self.speeds.as_deref().cloned(),
         }
     }
 
@@ -478,6 +484,7 @@ impl Bid {
             sizes: w.sizes.map(Into::into),
             checkpoint_age_s: w.checkpoint_age_s,
             max_iters: w.max_iters,
+            speeds: w.speeds.map(Arc::new),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! The command of a job runs once per generation of the job ([`Launch`]), with torchrun's
 //! environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
 //! `MASTER_ADDR`, `MASTER_PORT`) and slaq's (`SLAQ_JOB`, `SLAQ_WORKER`, `SLAQ_GENERATION`,
-//! `SLAQ_ROLE`, `SLAQ_BATCH_SIZE`, `SLAQ_EPOCH`, `SLAQ_TERM`), in a process group of its own.
+//! `SLAQ_ROLE`, `SLAQ_BATCH_SIZE`, `SLAQ_EPOCH`, `SLAQ_TERM`, `SLAQ_ACCELERATOR`), in a process group of its own.
 //! When the job's membership changes, the process group gets SIGTERM, then SIGKILL after
 //! `stop_grace`, and the new generation starts once it is gone; a worker told again what it
 //! runs (the same job and generation) leaves its process alone.
@@ -237,6 +237,7 @@ impl Process {
             .env("SLAQ_EPOCH", assignment.epoch.to_string())
             .env("SLAQ_TERM", assignment.term.unwrap_or(0).to_string())
             .env("SLAQ_ROLE", if assignment.role == protocol::Role::Ps { "ps" } else { "worker" })
+            .env("SLAQ_ACCELERATOR", config.spec.kind.as_deref().unwrap_or("default"))
             // Its own process group, so that stopping it reaches what it started.
             .process_group(0)
             .kill_on_drop(true);

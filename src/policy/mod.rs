@@ -6,6 +6,7 @@
 //! the live allocator call any of them the same way (see [`PolicyKind::allocate`]).
 
 pub mod fair;
+pub mod gavel;
 pub mod slaq;
 pub mod table;
 
@@ -23,11 +24,22 @@ pub trait GainFn {
     fn table(&self) -> &[f64] {
         &[]
     }
+
+    /// The gain of `workers` workers that run `speed` times as fast as the ones its curve was
+    /// measured on (a worker type, issue #31). Exact for a loss predictor's curve; for a bare
+    /// table, the gain scaled by the speed (exact where the gain is linear in the work done).
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        self.gain(workers) * speed
+    }
 }
 
 impl GainFn for GainCurve {
     fn gain(&self, workers: u32) -> f64 {
         GainCurve::gain(self, workers)
+    }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        if workers == 0 { 0.0 } else { self.gain_of(self.iterations(workers) * speed) }
     }
 }
 
@@ -60,6 +72,10 @@ impl<G: GainFn> GainFn for ByRef<'_, G> {
 
     fn table(&self) -> &[f64] {
         self.0.table()
+    }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        self.0.gain_at_speed(workers, speed)
     }
 }
 

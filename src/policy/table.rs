@@ -69,6 +69,10 @@ impl<G: GainFn> GainFn for Tabled<G> {
     fn table(&self) -> &[f64] {
         &self.values
     }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        if speed == 1.0 { self.gain(workers) } else { self.curve.gain_at_speed(workers, speed) }
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,16 @@ pub struct WorkerStatus {
     /// Assignments and commands its agent refused (as its heartbeats say).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub refused: u64,
+    /// Its worker type (`slaq worker --accelerator`; `default` when it names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<String>,
+}
+
+/// How many workers of a type there are and how many run a job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceleratorUse {
+    pub workers: usize,
+    pub busy: usize,
 }
 
 /// What the scheduler believes (`slaq.v1.ctl.status`).
@@ -149,6 +159,9 @@ pub struct StatusSnapshot {
     /// only: `state.mode = "none"`, or `auto` on a server without JetStream).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub state: String,
+    /// Workers and busy workers per worker type (`default` for workers that name none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accelerators: BTreeMap<String, AcceleratorUse>,
 }
 
 /// How many of an address's rendezvous ports are held by jobs' rank 0 or cooling after a
@@ -206,6 +219,9 @@ pub struct EpochSummary {
     pub slo_jobs: usize,
     #[serde(default)]
     pub slo_missed: usize,
+    /// Workers and busy workers per worker type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accelerators: BTreeMap<String, AcceleratorUse>,
 }
 
 /// How good the last epoch's predictions were: over the jobs that bid both before and after

@@ -14,7 +14,8 @@ pub enum Inbound<'a> {
         job: &'a str,
         point: LossPoint,
     },
-    JobHello(JobSpec),
+    /// Boxed: a hello is rare and large, a loss report frequent and small.
+    JobHello(Box<JobSpec>),
     JobBye(JobEnd),
     WorkerHello(WorkerSpec),
     WorkerBeat {
@@ -79,7 +80,7 @@ pub fn inbound<'a>(
                     RejectCause::InvalidSpec,
                 ));
             }
-            Inbound::JobHello(spec)
+            Inbound::JobHello(Box::new(spec))
         }
         Kind::JobBye => {
             let end: JobEnd = decode(encoding, payload, "job end")?;

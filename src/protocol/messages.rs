@@ -68,6 +68,11 @@ pub struct JobSpec {
     /// finish-time bound (`[scheduler] max_slowdown`) predicts its remaining work from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iters: Option<u64>,
+    /// Its speed on worker types, if it knows (e.g. steps per second measured elsewhere:
+    /// `{"v100": 2.5, "k80": 0.35}`; only the ratios matter): the prior for a type it has not
+    /// run on, until its own measurements there take over (issue #31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speeds: Option<std::collections::BTreeMap<String, f64>>,
     /// Scheduler-owned, never read from a hello: the reports stream's sequence at which an
     /// earlier job of the same id ended (its bye). The scheduler saves it with the spec, and
     /// drops stream messages of the job at or below it, so a restarted scheduler's replay
@@ -177,6 +182,7 @@ impl JobSpec {
             command: None,
             worker_counts: None,
             max_iters: None,
+            speeds: None,
             ended_before: None,
         }
     }
@@ -222,6 +228,12 @@ impl JobSpec {
         }
         if self.max_iters == Some(0) {
             return invalid("max_iters must be at least 1");
+        }
+        if let Some(speeds) = &self.speeds
+            && (speeds.len() > 64
+                || speeds.iter().any(|(k, &v)| !(crate::protocol::valid_id(k) && v.is_finite() && v > 0.0)))
+        {
+            return invalid("speeds: at most 64 worker types (valid ids), each a finite speed > 0");
         }
         if self.command.is_some() && max == 0 {
             return invalid("a submitted job with max_workers 0 could never run");
@@ -441,6 +453,8 @@ pub struct WorkerSpec {
     pub machine: Option<String>,
     #[serde(default = "one_u32")]
     pub slots: u32,
+    /// Its worker type, e.g. `v100` (`slaq worker --accelerator`): a job's workers are all of
+    /// one type, and each job's speed is learned per type. Absent: the type `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// The address the worker's machine is reached at by the other members of a job
@@ -465,6 +479,12 @@ impl WorkerSpec {
         check_id(&self.worker, subject_worker)?;
         if self.slots == 0 || self.slots > 1024 {
             return Err(ProtocolError::Invalid("slots must be 1..=1024", RejectCause::InvalidSpec));
+        }
+        if self.kind.as_deref().is_some_and(|k| !crate::protocol::valid_id(k)) {
+            return Err(ProtocolError::Invalid(
+                "kind (the worker type) must be 1-64 characters from [A-Za-z0-9_-]",
+                RejectCause::InvalidSpec,
+            ));
         }
         if self.advertise.as_deref().is_some_and(|a| !valid_host(a)) {
             return Err(ProtocolError::Invalid(
@@ -704,6 +724,11 @@ mod tests {
         assert_eq!(cause(JobSpec { target_loss: Some(-3.0), ..spec.clone() }), None);
         assert_eq!(cause(JobSpec { max_iters: Some(1), ..spec.clone() }), None);
         assert_eq!(cause(JobSpec { max_iters: Some(0), ..spec.clone() }), Some(RejectCause::InvalidSpec));
+        let speeds = |pairs: &[(&str, f64)]| Some(pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        assert_eq!(cause(JobSpec { speeds: speeds(&[("v100", 2.5), ("k80", 0.35)]), ..spec.clone() }), None);
+        for bad in [speeds(&[("v100", 0.0)]), speeds(&[("v100", f64::NAN)]), speeds(&[("a b", 1.0)])] {
+            assert_eq!(cause(JobSpec { speeds: bad, ..spec.clone() }), Some(RejectCause::InvalidSpec));
+        }
         assert_eq!(cause(JobSpec { target_loss: Some(f64::NAN), ..spec.clone() }), Some(RejectCause::InvalidSpec));
         for (b, ok) in [(1, true), (MAX_BATCH_SIZE, true), (0, false), (MAX_BATCH_SIZE + 1, false)] {
             let want = (!ok).then_some(RejectCause::Oversized);
@@ -722,6 +747,10 @@ mod tests {
         assert_eq!(cause(WorkerSpec { slots: 1024, ..worker.clone() }), None);
         assert_eq!(cause(WorkerSpec { slots: 1025, ..worker.clone() }), Some(RejectCause::InvalidSpec));
         assert_eq!(cause(WorkerSpec { slots: 0, ..worker.clone() }), Some(RejectCause::InvalidSpec));
+        assert_eq!(cause(WorkerSpec { kind: Some("v100".into()), ..worker.clone() }), None);
+        for bad in ["", "a b", "v100\n", &"x".repeat(65)] {
+            assert_eq!(cause(WorkerSpec { kind: Some(bad.into()), ..worker.clone() }), Some(RejectCause::InvalidSpec));
+        }
         assert_eq!(cause(WorkerSpec { worker: "v".into(), ..worker.clone() }), Some(RejectCause::IdMismatch));
         for (addr, ok) in
             [("10.0.0.7", true), ("node-1.example", true), ("::1", true), ("a b", false), ("-x", false), ("", false)]

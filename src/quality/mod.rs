@@ -7,6 +7,7 @@ pub mod curve;
 pub mod eval;
 pub mod predictor;
 pub mod runtime;
+pub mod speeds;
 
 pub use curve::{Curve, Family};
 pub use predictor::{Candidate, GainCurve, JobPredictor, Model, Objective, ObserveError, PredictorConfig};

@@ -538,9 +538,18 @@ impl GainCurve {
         if workers == 0 {
             return 0.0;
         }
+        self.gain_of(self.iterations(workers))
+    }
+
+    /// The gain of running `n` more iterations over the horizon (however fast): what
+    /// [`Self::gain`] computes once its time model has turned workers into iterations. Used
+    /// where the iterations come from elsewhere (a worker type's measured throughput).
+    pub fn gain_of(&self, n: f64) -> f64 {
+        if n <= 0.0 {
+            return 0.0;
+        }
         // The model's own predicted drop, not observed minus predicted: an offset between a
         // fit and the newest (noisy) point must not read as a gain or as a loss.
-        let n = self.iterations(workers);
         let reduction = if self.averaged {
             GAUSS_NODES.iter().map(|&x| self.model_now - self.model.eval(self.k_now + x * n)).sum::<f64>() / 2.0
         } else {

@@ -55,6 +55,23 @@ pub struct EpochInput<'a, G> {
     pub current: &'a [Option<usize>],
     /// Seeds the placement's randomised rounding.
     pub seed: u64,
+    /// Worker types (issue #31): each worker's type and each job's speed on each type. With
+    /// more than one type in use, each job gets a type and a count ([`super::typed`]), and its
+    /// workers are all of that type.
+    pub types: Option<Types<'a>>,
+}
+
+/// The worker types of a cluster and how fast each job runs on each.
+#[derive(Clone, Copy, Debug)]
+pub struct Types<'a> {
+    /// Each worker's type, a dense index (same order as `EpochInput::current`).
+    pub type_of: &'a [usize],
+    /// `speeds[j][t]`: how many times as fast job `j` runs on type `t` as its gain curve
+    /// assumes (0: it cannot run there). A job with no entry runs at 1 everywhere.
+    pub speeds: &'a [Vec<f64>],
+    /// What moving a job to another type costs it, as the fraction of its gains it keeps (the
+    /// restart over the horizon, as `restart_priced` charges a change of count).
+    pub keep_on_move: f64,
 }
 
 /// One epoch's decision.
@@ -77,8 +94,15 @@ pub struct EpochPlan {
 /// fairness floor from epoch to epoch: they are read and booked.
 pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedger]) -> EpochPlan {
     let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
-    let counts = counts(input, num_workers, ledgers);
-    let next = workers(input, &counts);
+    let typed = input.types.filter(|t| t.type_of.iter().any(|&x| x != t.type_of[0]));
+    let (counts, next) = match typed {
+        Some(types) => typed_plan(input, &types),
+        None => {
+            let counts = counts(input, num_workers, ledgers);
+            let next = workers(input, &counts);
+            (counts, next)
+        }
+    };
     let mut plan = EpochPlan {
         counts,
         serves: vec![false; next.len()],
@@ -89,6 +113,163 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
     };
     batches_and_roles(input, &mut plan);
     plan
+}
+
+/// Steps 1 and 2 on several worker types: each job's type and count
+/// ([`super::typed::allocate_exact`] on its gains at its speed on each type; under the fair
+/// policy, fair counts placed on the types by fit), then on each type its workers as step 2
+/// does. A job's own minimum is granted first on the type it runs on (or the fastest for it
+/// with room); the fairness floor and the finish-time bound are not applied on typed clusters.
+fn typed_plan<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> (Vec<u32>, Vec<Option<usize>>) {
+    use super::typed::{TypeGains, TypedJob, allocate_exact};
+    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
+    let mut capacity = vec![0u32; num_types];
+    for &t in types.type_of {
+        capacity[t] += 1;
+    }
+    // Each job's type now: the type most of its workers are of.
+    let mut held = vec![vec![0u32; num_types]; input.jobs.len()];
+    for (w, job) in input.current.iter().enumerate() {
+        if let Some(j) = job.filter(|&j| j < input.jobs.len()) {
+            held[j][types.type_of[w]] += 1;
+        }
+    }
+    let now: Vec<Option<(usize, u32)>> = held
+        .iter()
+        .map(|h| {
+            h.iter()
+                .enumerate()
+                .max_by_key(|(t, c)| (**c, std::cmp::Reverse(*t)))
+                .filter(|x| *x.1 > 0)
+                .map(|(t, &c)| (t, c))
+        })
+        .collect();
+    let speed = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0);
+    let jobs: Vec<TypedJob> = input
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let options = (0..num_types)
+                .map(|t| {
+                    let v = speed(j, t);
+                    let max = job.bid.max_workers.min(capacity[t]);
+                    if v <= 0.0 || max == 0 {
+                        return None;
+                    }
+                    let sizes: Vec<u32> = match job.sizes {
+                        Some(s) => s.iter().copied().filter(|&k| k > 0 && k <= max).collect(),
+                        None => (1..=max.min(crate::policy::table::DEFAULT_TABLE_LEN as u32)).collect(),
+                    };
+                    let moved = now[j].is_some_and(|(c, _)| c != t);
+                    let keep = if moved { types.keep_on_move } else { 1.0 };
+                    let gains = sizes
+                        .iter()
+                        .map(|&k| match (&job.bid.gain, input.policy) {
+                            (Some(g), PolicyKind::Slaq) => g.gain_at_speed(k, v) * keep,
+                            // No prediction (or the fair policy): work done, at this speed.
+                            _ => v * f64::from(k).sqrt() * keep * 1e-9,
+                        })
+                        .collect();
+                    (!sizes.is_empty()).then_some(TypeGains { sizes, gains })
+                })
+                .collect::<Vec<_>>();
+            let min = job.bid.min_workers.min(job.bid.max_workers);
+            let grant = (min > 0)
+                .then(|| {
+                    let on = |t: usize| {
+                        options[t].as_ref().and_then(|g| g.sizes.iter().copied().find(|&k| k >= min)).map(|k| (t, k))
+                    };
+                    now[j].and_then(|(t, _)| on(t)).or_else(|| {
+                        (0..num_types)
+                            .filter(|&t| capacity[t] >= min)
+                            .max_by(|&a, &b| speed(j, a).total_cmp(&speed(j, b)))
+                            .and_then(on)
+                    })
+                })
+                .flatten();
+            TypedJob { options, grant, attained: job.bid.attained_service }
+        })
+        .collect();
+    let chosen = if input.policy == PolicyKind::Fair {
+        typed_fair(input, &jobs, &capacity, &now)
+    } else {
+        allocate_exact(&jobs, &capacity)
+    };
+    let counts: Vec<u32> = chosen.iter().map(|c| c.map_or(0, |x| x.1)).collect();
+    // Step 2 on each type's workers alone.
+    let mut next = vec![None; input.current.len()];
+    for t in 0..num_types {
+        let members: Vec<usize> = (0..types.type_of.len()).filter(|&w| types.type_of[w] == t).collect();
+        let counts_t: Vec<u32> = chosen.iter().map(|c| c.filter(|x| x.0 == t).map_or(0, |x| x.1)).collect();
+        let current_t: Vec<Option<usize>> = members.iter().map(|&w| input.current[w]).collect();
+        let machines_t: Option<Vec<usize>> = input.machine_of.map(|m| members.iter().map(|&w| m[w]).collect());
+        let sub = EpochInput {
+            policy: input.policy,
+            plan: input.plan,
+            place: input.place,
+            jobs: input.jobs,
+            machine_of: machines_t.as_deref(),
+            current: &current_t,
+            seed: input.seed,
+            types: None,
+        };
+        for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
+            next[w] = job;
+        }
+    }
+    (counts, next)
+}
+
+/// The fair policy on typed workers: heterogeneity-agnostic max-min counts (`policy::fair`
+/// over the whole cluster), each job then put on a type that holds its count (the one it runs
+/// on first, else the one with most room), shrunk to what fits where none does.
+fn typed_fair<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    jobs: &[super::typed::TypedJob],
+    capacity: &[u32],
+    now: &[Option<(usize, u32)>],
+) -> super::typed::TypedAllocation {
+    type NoGain = fn(u32) -> f64;
+    let bids: Vec<JobBid<NoGain>> = input
+        .jobs
+        .iter()
+        .map(|j| JobBid {
+            min_workers: j.bid.min_workers,
+            max_workers: j.bid.max_workers,
+            attained_service: j.bid.attained_service,
+            gain: None,
+        })
+        .collect();
+    let total: u32 = capacity.iter().sum();
+    let counts = crate::policy::fair::allocate(&crate::policy::Problem { num_workers: total, jobs: &bids }).workers;
+    let mut free = capacity.to_vec();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&j| (std::cmp::Reverse(counts[j]), j));
+    let mut out = vec![None; jobs.len()];
+    for j in order {
+        let want = counts[j];
+        let fits = |t: usize, k: u32, free: &[u32]| {
+            jobs[j].options[t].as_ref().is_some_and(|g| g.sizes.contains(&k)) && free[t] >= k
+        };
+        let whole = now[j].map(|x| x.0).filter(|&t| fits(t, want, &free)).or_else(|| {
+            (0..free.len()).filter(|&t| fits(t, want, &free)).max_by_key(|&t| (free[t], std::cmp::Reverse(t)))
+        });
+        let pick = match whole {
+            Some(t) => Some((t, want)),
+            None => (0..free.len())
+                .filter_map(|t| {
+                    let g = jobs[j].options[t].as_ref()?;
+                    g.sizes.iter().copied().filter(|&k| k <= free[t] && k <= want).max().map(|k| (t, k))
+                })
+                .max_by_key(|&(t, k)| (k, std::cmp::Reverse(t))),
+        };
+        if let Some((t, k)) = pick.filter(|x| x.1 > 0) {
+            free[t] -= k;
+            out[j] = Some((t, k));
+        }
+    }
+    out
 }
 
 /// Step 2: each worker's next job. On machines with several slots jobs are placed with
@@ -212,11 +393,60 @@ mod tests {
         current: &'a [Option<usize>],
     ) -> EpochInput<'a, Gain> {
         let (plan, place) = settings();
-        EpochInput { policy: PolicyKind::Slaq, plan, place, jobs, machine_of, current, seed: 7 }
+        EpochInput { policy: PolicyKind::Slaq, plan, place, jobs, machine_of, current, seed: 7, types: None }
     }
 
     fn of_job(next: &[Option<usize>], j: usize) -> Vec<usize> {
         next.iter().enumerate().filter(|(_, x)| **x == Some(j)).map(|(w, _)| w).collect()
+    }
+
+    #[test]
+    fn on_typed_workers_each_job_gets_one_type_where_it_gains_most_against_the_others() {
+        // Workers 0-3 are type 0 (fast), 4-7 type 1 (slow). Job 0 runs 8x faster on the fast
+        // type, job 1 only 1.25x: job 0 goes fast and job 1 slow, each all on one type, though
+        // job 1 gains more per worker on either.
+        let model = test_job(Layout::new());
+        let g: Gain = |w| 1.0 - 0.8f64.powi(w as i32);
+        let job = |max| EpochJob {
+            bid: JobBid { max_workers: max, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model: &model,
+            pace: None,
+        };
+        let jobs = [job(4), job(4)];
+        let type_of = [0, 0, 0, 0, 1, 1, 1, 1];
+        let speeds = vec![vec![1.0, 0.125], vec![1.0, 0.8]];
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9 };
+        let current = [None; 8];
+        let plan = |current: &[Option<usize>], types: Types<'_>| {
+            let input = EpochInput { types: Some(types), ..input(&jobs, None, current) };
+            plan_epoch(&input, &mut vec![FloorLedger::default(); 2])
+        };
+        let p = plan(&current, types);
+        assert_eq!(p.counts, vec![4, 4]);
+        assert_eq!(of_job(&p.next, 0), vec![0, 1, 2, 3]);
+        assert_eq!(of_job(&p.next, 1), vec![4, 5, 6, 7]);
+        // A job may not run on a type (speed 0): job 1 then waits rather than mix.
+        let no_slow = vec![vec![1.0, 0.125], vec![1.0, 0.0]];
+        let p = plan(&current, Types { speeds: &no_slow, ..types });
+        for j in 0..2 {
+            let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+            assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
+        }
+        assert!(of_job(&p.next, 1).iter().all(|&w| type_of[w] == 0));
+        // Under the fair policy: equal counts, one type each.
+        let fair = EpochInput { policy: PolicyKind::Fair, types: Some(types), ..input(&jobs, None, &current) };
+        let p = plan_epoch(&fair, &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.counts, vec![4, 4]);
+        for j in 0..2 {
+            let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+            assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
+        }
+        // One type in use: the untyped path, exactly.
+        let one = [0; 8];
+        let p1 = plan(&current, Types { type_of: &one, ..types });
+        assert_eq!(p1, plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]));
     }
 
     #[test]
@@ -380,6 +610,7 @@ mod tests {
                 machine_of: Some(&machine_of),
                 current: &current,
                 seed,
+                types: None,
             };
             let mut ledgers = vec![FloorLedger::default(); jobs.len()];
             let p = plan_epoch(&input, &mut ledgers.clone());

@@ -16,6 +16,7 @@ pub mod epoch;
 pub mod job;
 pub mod place;
 pub mod slowdown;
+pub mod typed;
 
 pub use batch::{batch_for, batch_to_run};
 pub use bid::{GainTable, bid_horizon, concave_hull, gains, make_bid, rates, restart_priced};
@@ -23,7 +24,7 @@ pub use counts::{
     DEFAULT_FLOOR, DEFAULT_MAX_SLOWDOWN, FloorLedger, PlanSettings, fair_shares, honoured_minimums, plan,
     restrict_sizes,
 };
-pub use epoch::{EpochInput, EpochJob, EpochPlan, plan_epoch};
+pub use epoch::{EpochInput, EpochJob, EpochPlan, Types, plan_epoch};
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
 pub use slowdown::{Pace, PaceLedger};

@@ -723,7 +723,7 @@ impl Ingest {
         let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
         match message {
             Inbound::JobLoss { job, point } => self.report(job, point, seq)?,
-            Inbound::JobHello(spec) => self.job_hello(spec, reply, encoding).await?,
+            Inbound::JobHello(spec) => self.job_hello(*spec, reply, encoding).await?,
             Inbound::JobBye(end) => self.job_bye(end, seq)?,
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(WorkerHello(spec));

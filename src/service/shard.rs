@@ -670,7 +670,7 @@ impl Owner {
             encoding,
             &limits,
         ) {
-            Ok(Inbound::JobHello(spec)) => spec,
+            Ok(Inbound::JobHello(spec)) => *spec,
             // Counted and answered by the leader.
             _ => return,
         };
@@ -874,6 +874,7 @@ mod tests {
             sizes: None,
             checkpoint_age_s: None,
             max_iters: None,
+            speeds: None,
         };
         PartitionBids {
             replica: "r".into(),

@@ -8,5 +8,6 @@
 //! - [`parallel`]: the one runner both use to run many runs at once.
 
 pub mod curves;
+pub mod gavel;
 pub mod parallel;
 pub mod pollux;

@@ -600,6 +600,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
             machine_of: Some(&machine_of),
             current: &current,
             seed: e as u64,
+            types: None,
         };
         let plan = schedule::plan_epoch(&input, &mut ledgers);
         let want: Vec<(Option<String>, Role)> = plan

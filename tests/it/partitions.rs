@@ -259,6 +259,7 @@ mod wire_bids {
             machine_of: Some(machine_of),
             current,
             seed,
+            types: None,
         };
         let mut ledgers = vec![FloorLedger::default(); bids.len()];
         schedule::plan_epoch(&input, &mut ledgers)

@@ -179,6 +179,10 @@ pub(crate) struct WorkerArgs {
     /// The machine this worker runs on.
     #[arg(long, env = "SLAQ_WORKER_MACHINE")]
     pub(crate) machine: Option<String>,
+    /// This worker's type (its accelerator, e.g. v100; 1-64 characters from [A-Za-z0-9_-]): a
+    /// job's workers are all of one type [default: default].
+    #[arg(long, env = "SLAQ_WORKER_ACCELERATOR")]
+    pub(crate) accelerator: Option<String>,
     /// Slots (GPUs) this agent offers: with more than one it registers one worker per slot,
     /// `<id>-0` ... `<id>-<n-1>`, all on --machine (which it then needs).
     #[arg(long, default_value_t = 1, env = "SLAQ_WORKER_SLOTS")]
@@ -526,6 +530,11 @@ pub(crate) struct BenchAllocArgs {
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 7)]
     pub(crate) runs: usize,
+    /// Worker types (issue #31): with 2 or more, the workers are split evenly among them, each
+    /// job runs at a speed of its own on each, and the typed decisions (the greedy and the
+    /// exact LP of `schedule::typed`) are timed too.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) types: usize,
     #[command(flatten)]
     pub(crate) out: BenchOutput,
 }
@@ -621,6 +630,34 @@ pub(crate) struct SimulateArgs {
     /// With --pollux-workload: the published results to compare with.
     #[arg(long, default_value = "data/pollux/results")]
     pub(crate) published: PathBuf,
+    /// Gavel's setting: a cluster of GPU types with this throughput table (Gavel's
+    /// simulation_throughputs.json, vendored as data/gavel/); policies fair, gavel, slaq-blind,
+    /// slaq [default: all four]; --jobs, --seed, --curves, --max-slowdown [default: 2], --json
+    /// and --out apply.
+    #[arg(long)]
+    pub(crate) gavel_throughputs: Option<PathBuf>,
+    /// With --gavel-throughputs: worker types and counts.
+    #[arg(long, default_value = "v100=36,p100=36,k80=36")]
+    pub(crate) cluster: String,
+    /// With --gavel-throughputs: Poisson arrival rates (jobs per hour), comma-separated for a
+    /// sweep [default: 2.0].
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) jobs_per_hour: Vec<f64>,
+    /// With --gavel-throughputs: the jobs measured, A..B of the trace [default: all].
+    #[arg(long, value_parser = parse_range)]
+    pub(crate) measure_jobs: Option<(usize, usize)>,
+    /// With --gavel-throughputs: jobs on 1, 2, 4 or 8 GPUs (probabilities 0.7/0.1/0.15/0.05)
+    /// instead of one.
+    #[arg(long)]
+    pub(crate) multi_gpu: bool,
+}
+
+/// `A..B` with `A < B`.
+fn parse_range(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s.split_once("..").ok_or_else(|| format!("{s:?}: expected A..B"))?;
+    let a: usize = a.trim().parse().map_err(|_| format!("{s:?}: A is not a number"))?;
+    let b: usize = b.trim().parse().map_err(|_| format!("{s:?}: B is not a number"))?;
+    if a < b { Ok((a, b)) } else { Err(format!("{s:?}: A must be below B")) }
 }
 
 #[derive(clap::Args)]

@@ -114,7 +114,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
                     worker: id.clone(),
                     machine: args.machine.clone(),
                     slots: 1,
-                    kind: None,
+                    kind: args.accelerator.clone(),
                     advertise: advertise.clone(),
                 },
             )
@@ -169,6 +169,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         command: Some(command),
         worker_counts: args.worker_counts.clone(),
         max_iters: args.max_iters,
+        speeds: None,
         ..JobSpec::new(&args.job)
     };
     // Refused here with the scheduler's own rules, before anything is sent.
@@ -340,17 +341,27 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             println!("{:<24} {:<10} {:>8} {:>8}", o.job, o.outcome, o.restarts, o.epoch);
         }
     }
-    println!("\n{:<24} {:<16} {:<24} {:<6} {:>10}", "worker", "machine", "job", "role", "silent s");
+    println!(
+        "\n{:<24} {:<16} {:<12} {:<24} {:<6} {:>10}",
+        "worker", "machine", "accelerator", "job", "role", "silent s"
+    );
     for w in &snapshot.workers {
         let role = if w.role == protocol::Role::Ps { "ps" } else { "worker" };
         println!(
-            "{:<24} {:<16} {:<24} {:<6} {:>10.1}",
+            "{:<24} {:<16} {:<12} {:<24} {:<6} {:>10.1}",
             w.worker,
             w.machine.as_deref().unwrap_or("-"),
+            w.accelerator.as_deref().unwrap_or("-"),
             w.job.as_deref().unwrap_or("-"),
             role,
             w.silent_s
         );
+    }
+    if !snapshot.accelerators.is_empty() {
+        println!("\n{:<16} {:>8} {:>8}", "accelerator", "workers", "busy");
+        for (name, used) in &snapshot.accelerators {
+            println!("{:<16} {:>8} {:>8}", name, used.workers, used.busy);
+        }
     }
     println!("\naccepted: {:?}", snapshot.accepted);
     println!("rejected: {:?}", snapshot.rejected);

@@ -321,6 +321,7 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         machine_of: None,
         current: &current,
         seed: 0,
+        types: None,
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);

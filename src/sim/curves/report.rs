@@ -365,7 +365,7 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
 }
 
 type SampleField = fn(&super::metrics::Sample) -> f64;
-type PlotResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type PlotResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const COLOURS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -376,7 +376,7 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
-fn plot_lines(
+pub(crate) fn plot_lines(
     path: &Path,
     title: &str,
     x_label: &str,

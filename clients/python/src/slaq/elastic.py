@@ -54,6 +54,9 @@ class Context:
     batch_size: Optional[int]
     nats: Optional[str]
     prefix: str
+    #: The worker type this generation runs on (``slaq worker --accelerator``; every member of
+    #: a generation is of one type), ``"default"`` when the agent names none.
+    accelerator: str = "default"
     distributed: bool = False
     _stop: bool = False
 
@@ -107,6 +110,7 @@ def init(backend: Optional[str] = None, timeout_s: float = 60.0) -> Context:
         batch_size=_env_int("SLAQ_BATCH_SIZE", 0) or None,
         nats=os.environ.get("SLAQ_NATS"),
         prefix=os.environ.get("SLAQ_PREFIX", "slaq"),
+        accelerator=os.environ.get("SLAQ_ACCELERATOR", "default"),
     )
 
     def on_term(_signum, _frame):

@@ -1,0 +1,458 @@
+//! Counts by worker type: the planner's count step on a cluster of several worker types (issue
+//! #31). One data-parallel world is one type (Gavel's rule: a mixed world runs at its slowest
+//! member's speed), so each job gets a type *and* a count.
+//!
+//! - [`allocate`]: SLAQ's greedy over (job, type): workers go, a step at a time, to the largest
+//!   gain per worker among every job's next allowed size on its type (a job without workers may
+//!   start on any type), with each step the steepest one to any larger size (the concave hull's
+//!   step, as [`super::bid::concave_hull`] gives the one-type greedy). With one type and every
+//!   size allowed it hands out exactly what `policy::slaq::allocate` does (tested).
+//! - [`due_grants`]: the finish-time bound of issue #30 on types: a job whose predicted finish,
+//!   were it to wait one more epoch, would pass its deadline (K times its fair finish) is granted
+//!   the fewest workers of a type that still meet it; jobs already late get their fastest
+//!   option. Grants go in order of slack (least first) while capacity lasts; [`allocate`] starts
+//!   from them.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// A job's gains on one worker type, at the sizes it may run at there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeGains {
+    /// Allowed sizes, ascending, all > 0.
+    pub sizes: Vec<u32>,
+    /// The gain at each size (the restart a change costs already priced in).
+    pub gains: Vec<f64>,
+}
+
+/// A job as the typed count step sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypedJob {
+    /// Per type of the cluster: its gains there (`None`: it cannot run there).
+    pub options: Vec<Option<TypeGains>>,
+    /// Workers it must get first (the bound's grant): a type and a size of it.
+    pub grant: Option<(usize, u32)>,
+    /// Worker-seconds it has received: leftovers go to the least served first.
+    pub attained: f64,
+}
+
+/// Each job's type and count (`None`: no workers).
+pub type TypedAllocation = Vec<Option<(usize, u32)>>;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Step {
+    key: f64,
+    job: usize,
+    ty: usize,
+    size: u32,
+}
+
+impl Eq for Step {}
+impl PartialOrd for Step {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Step {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Largest key first; ties to the lower job, then the lower type.
+        self.key.total_cmp(&other.key).then(other.job.cmp(&self.job)).then(other.ty.cmp(&self.ty))
+    }
+}
+
+/// The best next step of `job` from `now` (its type and size, or none) within `free` workers.
+fn best_step(j: usize, job: &TypedJob, now: Option<(usize, u32)>, free: &[u32]) -> Option<Step> {
+    let mut best: Option<Step> = None;
+    let mut consider = |ty: usize, g: &TypeGains, from: u32, base: f64| {
+        for (&size, &gain) in g.sizes.iter().zip(&g.gains) {
+            if size <= from || size - from > free[ty] || !gain.is_finite() {
+                continue;
+            }
+            let key = (gain - base) / f64::from(size - from);
+            let step = Step { key, job: j, ty, size };
+            if best.is_none_or(|b| step > b) {
+                best = Some(step);
+            }
+        }
+    };
+    match now {
+        Some((ty, size)) => {
+            if let Some(g) = &job.options[ty] {
+                let base = g.sizes.iter().position(|&s| s == size).map_or(0.0, |i| g.gains[i]);
+                consider(ty, g, size, base);
+            }
+        }
+        None => {
+            for (ty, g) in job.options.iter().enumerate() {
+                if let Some(g) = g {
+                    consider(ty, g, 0, 0.0);
+                }
+            }
+        }
+    }
+    best
+}
+
+/// SLAQ's greedy by type; see the module documentation. Only steps with a positive gain are
+/// taken.
+pub fn allocate(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
+    let mut free = capacity.to_vec();
+    let mut out: TypedAllocation = vec![None; jobs.len()];
+    for (j, job) in jobs.iter().enumerate() {
+        if let Some((ty, size)) = job.grant
+            && ty < free.len()
+            && free[ty] >= size
+            && size > 0
+        {
+            free[ty] -= size;
+            out[j] = Some((ty, size));
+        }
+    }
+    let mut heap: BinaryHeap<Step> =
+        jobs.iter().enumerate().filter_map(|(j, job)| best_step(j, job, out[j], &free)).collect();
+    while let Some(step) = heap.pop() {
+        if step.key <= 0.0 {
+            break;
+        }
+        let j = step.job;
+        // Lazy: capacity may have shrunk since the step was computed.
+        let Some(fresh) = best_step(j, &jobs[j], out[j], &free) else { continue };
+        if fresh.key < step.key || fresh.ty != step.ty || fresh.size != step.size {
+            heap.push(fresh);
+            continue;
+        }
+        let had = out[j].map_or(0, |(_, s)| s);
+        free[step.ty] -= step.size - had;
+        out[j] = Some((step.ty, step.size));
+        if let Some(next) = best_step(j, &jobs[j], out[j], &free) {
+            heap.push(next);
+        }
+    }
+    leftovers(jobs, &mut out, &mut free);
+    out
+}
+
+/// The most jobs [`allocate_exact`] solves as an LP.
+pub const EXACT_MAX_JOBS: usize = 512;
+
+/// The same objective solved exactly for several types: maximise `Σ_j g_j(t_j, k_j)` over one
+/// (type, size) per job within each type's capacity, as an LP over every job's options (at most
+/// one chosen per job) solved with `microlp`, then rounded: jobs the LP sets whole keep their
+/// option; the fractional ones (at most one per binding constraint) take, in the order of their
+/// largest fraction, the best option that still fits. The greedy ([`allocate`]) is exact for one
+/// type and concave gains; across types it is not: it gives a fast type to whichever job gains
+/// most there, where the LP gives it to the job that loses most elsewhere (Gavel's comparative
+/// advantage). Grants and leftovers as in [`allocate`]; if the solver fails, or more than
+/// [`EXACT_MAX_JOBS`] jobs compete (the LP takes about 250 ms at 400 jobs on this machine, see
+/// `slaq bench alloc --types 3`), the greedy decides.
+pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
+    use microlp::{ComparisonOp, OptimizationDirection, Problem};
+    if jobs.len() > EXACT_MAX_JOBS {
+        return allocate(jobs, capacity);
+    }
+    let mut free = capacity.to_vec();
+    let mut out: TypedAllocation = vec![None; jobs.len()];
+    for (j, job) in jobs.iter().enumerate() {
+        if let Some((ty, size)) = job.grant
+            && ty < free.len()
+            && free[ty] >= size
+            && size > 0
+        {
+            free[ty] -= size;
+            out[j] = Some((ty, size));
+        }
+    }
+    let mut lp = Problem::new(OptimizationDirection::Maximize);
+    let mut per_type: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); free.len()];
+    let mut vars: Vec<(usize, usize, u32, f64, microlp::Variable)> = Vec::new();
+    for (j, job) in jobs.iter().enumerate().filter(|(j, _)| out[*j].is_none()) {
+        let mut one: Vec<(microlp::Variable, f64)> = Vec::new();
+        for (ty, g) in job.options.iter().enumerate() {
+            let Some(g) = g else { continue };
+            for (&size, &gain) in g.sizes.iter().zip(&g.gains) {
+                if size > free[ty] || !(gain.is_finite() && gain > 0.0) {
+                    continue;
+                }
+                let v = lp.add_var(gain, (0.0, 1.0));
+                one.push((v, 1.0));
+                per_type[ty].push((v, f64::from(size)));
+                vars.push((j, ty, size, gain, v));
+            }
+        }
+        if !one.is_empty() {
+            lp.add_constraint(one.as_slice(), ComparisonOp::Le, 1.0);
+        }
+    }
+    for (ty, terms) in per_type.iter().enumerate() {
+        if !terms.is_empty() {
+            lp.add_constraint(terms.as_slice(), ComparisonOp::Le, f64::from(free[ty]));
+        }
+    }
+    let solved = if vars.is_empty() { None } else { lp.solve().ok() };
+    let Some(solution) = solved.as_ref().and_then(|o| o.solution()) else { return allocate(jobs, capacity) };
+    // Per job, its options with their fractions.
+    let mut by_job: Vec<Vec<(f64, f64, usize, u32)>> = vec![Vec::new(); jobs.len()];
+    for &(j, ty, size, gain, v) in &vars {
+        by_job[j].push((solution.var_value(v), gain, ty, size));
+    }
+    let mut order: Vec<(f64, usize)> = by_job
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.is_empty())
+        .map(|(j, o)| (o.iter().map(|x| x.0).fold(0.0, f64::max), j))
+        .filter(|x| x.0 > 1e-6)
+        .collect();
+    order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, j) in order {
+        let mut options = by_job[j].clone();
+        options.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+        if let Some(&(_, _, ty, size)) = options.iter().find(|o| o.0 > 1e-6 && free[o.2] >= o.3) {
+            free[ty] -= size;
+            out[j] = Some((ty, size));
+        }
+    }
+    leftovers(jobs, &mut out, &mut free);
+    out
+}
+
+/// `policy::slaq`'s step 4 by type: workers still free go first to the jobs that have none
+/// (least served first; the type that gains most, then the one with most free workers), so a
+/// job predicted to have converged still runs and reports; then, round after round, each job
+/// (fewest workers first) grows to its next allowed size on its type where that gains no less
+/// than it has. Nothing is left idle that a job could use without losing.
+fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
+    let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| out[j].is_none()).collect();
+    order.sort_by(|&a, &b| jobs[a].attained.total_cmp(&jobs[b].attained).then(a.cmp(&b)));
+    for j in order {
+        let pick = jobs[j]
+            .options
+            .iter()
+            .enumerate()
+            .filter_map(|(t, g)| {
+                let g = g.as_ref()?;
+                let i = g.sizes.iter().position(|&s| s <= free[t])?;
+                Some((g.gains[i] / f64::from(g.sizes[i]), free[t], t, g.sizes[i]))
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)));
+        if let Some((_, _, t, size)) = pick {
+            free[t] -= size;
+            out[j] = Some((t, size));
+        }
+    }
+    loop {
+        let mut grew = false;
+        let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| out[j].is_some()).collect();
+        order.sort_by_key(|&j| (out[j].map_or(0, |a| a.1), j));
+        for j in order {
+            let Some((t, size)) = out[j] else { continue };
+            let Some(g) = &jobs[j].options[t] else { continue };
+            let Some(i) = g.sizes.iter().position(|&s| s == size) else { continue };
+            if let Some((&next, &gain)) = g.sizes.get(i + 1).zip(g.gains.get(i + 1))
+                && next - size <= free[t]
+                && gain >= g.gains[i]
+            {
+                free[t] -= next - size;
+                out[j] = Some((t, next));
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+}
+
+/// A job as the typed finish-time bound sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DueJob {
+    /// Steps it has left.
+    pub remaining: f64,
+    /// Seconds from now to its deadline (K times its fair finish, from its arrival).
+    pub time_left: f64,
+    /// Per type: (size, steps per second) at each size it may run at there.
+    pub options: Vec<Vec<(u32, f64)>>,
+    /// Its type and size now.
+    pub current: Option<(usize, u32)>,
+    /// The largest size a late job is granted.
+    pub late_max: u32,
+}
+
+/// The bound's grants; see the module documentation. `epoch_s`: until the next decision;
+/// `restart_s`: what a change of type or size costs.
+pub fn due_grants(jobs: &[DueJob], capacity: &[u32], epoch_s: f64, restart_s: f64) -> TypedAllocation {
+    let mut free = capacity.to_vec();
+    let mut out: TypedAllocation = vec![None; jobs.len()];
+    // (slack, job): the slack at the job's fastest option.
+    let mut order: Vec<(f64, usize)> = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        let fastest = job.options.iter().flatten().map(|o| o.1).fold(0.0, f64::max);
+        if fastest > 0.0 && job.remaining > 0.0 {
+            order.push((job.time_left - job.remaining / fastest, j));
+        }
+    }
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for (_, j) in order {
+        let job = &jobs[j];
+        let cost = |ty: usize, size: u32| if job.current == Some((ty, size)) { 0.0 } else { restart_s };
+        let meets = |ty: usize, size: u32, rate: f64, wait: f64| {
+            rate * (job.time_left - wait - cost(ty, size)).max(0.0) >= job.remaining
+        };
+        // Options that meet the deadline now: fewest workers, then the current one, then the
+        // fastest.
+        let mut now: Vec<(u32, bool, f64, usize)> = Vec::new();
+        let mut late: Vec<(f64, usize, u32)> = Vec::new();
+        for (ty, opts) in job.options.iter().enumerate() {
+            for &(size, rate) in opts.iter().filter(|o| o.1 > 0.0) {
+                if meets(ty, size, rate, 0.0) {
+                    now.push((size, job.current != Some((ty, size)), -rate, ty));
+                }
+                if size <= job.late_max {
+                    late.push((rate, ty, size));
+                }
+            }
+        }
+        now.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)).then(a.3.cmp(&b.3)));
+        let pick = if let Some(&(size, _, rate, ty)) = now.first() {
+            // Granted only if waiting an epoch at this option would miss the deadline.
+            if meets(ty, size, -rate, epoch_s + restart_s) {
+                continue;
+            }
+            now.iter().map(|&(s, _, _, t)| (t, s)).find(|&(t, s)| free[t] >= s)
+        } else {
+            None
+        };
+        // Late, or no option that meets it fits: the fastest that fits, within `late_max`.
+        late.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2)).then(a.1.cmp(&b.1)));
+        let pick = pick.or_else(|| late.iter().map(|&(_, t, s)| (t, s)).find(|&(t, s)| free[t] >= s));
+        if let Some((ty, size)) = pick {
+            free[ty] -= size;
+            out[j] = Some((ty, size));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{JobBid, Problem};
+    use proptest::prelude::*;
+
+    fn one(sizes: &[u32], gains: &[f64]) -> Option<TypeGains> {
+        Some(TypeGains { sizes: sizes.to_vec(), gains: gains.to_vec() })
+    }
+
+    #[test]
+    fn each_job_goes_to_the_type_where_a_worker_gains_most() {
+        // Two types of one worker each. Job 0 gains 10 on type 0 and 2 on type 1; job 1 gains 3
+        // on either. Greedy: job 0 takes type 0 (10), job 1 type 1 (3).
+        let jobs = vec![
+            TypedJob { options: vec![one(&[1], &[10.0]), one(&[1], &[2.0])], grant: None, attained: 0.0 },
+            TypedJob { options: vec![one(&[1], &[3.0]), one(&[1], &[3.0])], grant: None, attained: 0.0 },
+        ];
+        assert_eq!(allocate(&jobs, &[1, 1]), vec![Some((0, 1)), Some((1, 1))]);
+        // A grant is honoured first even where the greedy would not put it.
+        let granted = vec![TypedJob { grant: Some((1, 1)), ..jobs[0].clone() }, jobs[1].clone()];
+        assert_eq!(allocate(&granted, &[1, 1]), vec![Some((1, 1)), Some((0, 1))]);
+        // A job never spans types: two workers of different types, a job that wants two.
+        let big = vec![TypedJob {
+            options: vec![one(&[1, 2], &[1.0, 3.0]), one(&[1, 2], &[1.0, 3.0])],
+            grant: None,
+            attained: 0.0,
+        }];
+        assert_eq!(allocate(&big, &[1, 1]), vec![Some((0, 1))]);
+        // Allowed sizes only: 1 or 4, with the step to 4 paying more per worker.
+        let sized = vec![TypedJob { options: vec![one(&[1, 4], &[1.0, 8.0])], grant: None, attained: 0.0 }];
+        assert_eq!(allocate(&sized, &[4]), vec![Some((0, 4))]);
+        assert_eq!(allocate(&sized, &[3]), vec![Some((0, 1))]);
+    }
+
+    #[test]
+    fn the_exact_solve_gives_the_fast_type_to_the_job_that_loses_most_elsewhere() {
+        // Job 0 gains 10 on the fast type and 9 on the slow one; job 1 10 and 1.4. One of each.
+        let jobs = vec![
+            TypedJob { options: vec![one(&[1], &[10.0]), one(&[1], &[9.0])], grant: None, attained: 0.0 },
+            TypedJob { options: vec![one(&[1], &[10.0]), one(&[1], &[1.4])], grant: None, attained: 0.0 },
+        ];
+        assert_eq!(allocate(&jobs, &[1, 1]), vec![Some((0, 1)), Some((1, 1))], "the greedy: 11.4");
+        assert_eq!(allocate_exact(&jobs, &[1, 1]), vec![Some((1, 1)), Some((0, 1))], "exact: 19");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// One type with every size allowed and concave gains: the same counts as the one-type
+        /// greedy (`policy::slaq`), so the typed step extends the planner rather than replacing it.
+        #[test]
+        fn one_type_is_the_one_type_greedy(
+            rates in proptest::collection::vec((0.05f64..2.0, 0.3f64..0.95), 1..8),
+            capacity in 1u32..40,
+        ) {
+            let max = 12u32;
+            let curve = |(a, r): (f64, f64), k: u32| a * (1.0 - r.powi(k as i32)) / (1.0 - r);
+            let jobs: Vec<TypedJob> = rates.iter().map(|&p| {
+                let sizes: Vec<u32> = (1..=max).collect();
+                let gains = sizes.iter().map(|&k| curve(p, k)).collect();
+                TypedJob { options: vec![Some(TypeGains { sizes, gains })], grant: None, attained: 0.0 }
+            }).collect();
+            let typed = allocate(&jobs, &[capacity]);
+            let fns: Vec<_> = rates.iter().map(|&p| move |k: u32| curve(p, k.min(max))).collect();
+            let bids: Vec<JobBid<_>> = fns.iter().map(|f| JobBid { max_workers: max, ..JobBid::new(Some(f)) }).collect();
+            let flat = crate::policy::slaq::allocate(&Problem { num_workers: capacity, jobs: &bids });
+            let counts: Vec<u32> = typed.iter().map(|a| a.map_or(0, |(_, k)| k)).collect();
+            prop_assert_eq!(counts.iter().sum::<u32>(), flat.workers.iter().sum::<u32>());
+            let value = |c: &[u32]| c.iter().zip(&rates).map(|(&k, &p)| curve(p, k)).sum::<f64>();
+            prop_assert!((value(&counts) - value(&flat.workers)).abs() < 1e-9, "{:?} {:?}", counts, flat.workers);
+        }
+
+        /// Never more workers of a type than it has, one type per job, allowed sizes only.
+        #[test]
+        fn capacity_and_sizes_hold(
+            gains in proptest::collection::vec(proptest::collection::vec(0.0f64..5.0, 3), 1..20),
+            caps in proptest::collection::vec(0u32..9, 3),
+        ) {
+            let jobs: Vec<TypedJob> = gains.iter().map(|g| TypedJob {
+                options: g.iter().enumerate().map(|(t, &x)| (t != 2 || x > 1.0).then(|| TypeGains {
+                    sizes: vec![1, 2, 4], gains: vec![x, 1.5 * x, 2.0 * x],
+                })).collect(),
+                grant: None,
+                attained: 0.0,
+            }).collect();
+            let a = allocate(&jobs, &caps);
+            for (t, &cap) in caps.iter().enumerate() {
+                let used: u32 = a.iter().flatten().filter(|x| x.0 == t).map(|x| x.1).sum();
+                prop_assert!(used <= cap);
+            }
+            for (job, got) in jobs.iter().zip(&a) {
+                if let Some((t, k)) = *got {
+                    prop_assert!(job.options[t].as_ref().is_some_and(|g| g.sizes.contains(&k)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_bound_grants_lazily_the_fewest_workers_that_meet_the_deadline() {
+        // 1000 steps left, 1 step/s on one worker, 2 on two (type 0); 0.9 on one of type 1.
+        let job = |time_left: f64| DueJob {
+            remaining: 1000.0,
+            time_left,
+            options: vec![vec![(1, 1.0), (2, 2.0)], vec![(1, 0.9)]],
+            current: None,
+            late_max: 2,
+        };
+        // Plenty of time: no grant.
+        assert_eq!(due_grants(&[job(5000.0)], &[2, 1], 60.0, 10.0), vec![None]);
+        // 1005 s left: one worker of type 0 would just make it now, not after waiting an epoch.
+        assert_eq!(due_grants(&[job(1015.0)], &[2, 1], 60.0, 10.0), vec![Some((0, 1))]);
+        // Type 0 full: the fastest option that fits, though it will be late.
+        assert_eq!(due_grants(&[job(1015.0)], &[0, 1], 60.0, 10.0), vec![Some((1, 1))]);
+        // Late (100 s left): the fastest option within late_max.
+        assert_eq!(due_grants(&[job(100.0)], &[2, 1], 60.0, 10.0), vec![Some((0, 2))]);
+        assert_eq!(due_grants(&[DueJob { late_max: 1, ..job(100.0) }], &[2, 1], 60.0, 10.0), vec![Some((0, 1))]);
+        // Two due jobs, one worker: the one with less slack first, whatever their order.
+        let single = |t: f64| DueJob { options: vec![vec![(1, 1.0)], vec![]], ..job(t) };
+        assert_eq!(due_grants(&[single(1040.0), single(1015.0)], &[1, 0], 60.0, 10.0), vec![None, Some((0, 1))]);
+        assert_eq!(due_grants(&[single(1015.0), single(1040.0)], &[1, 0], 60.0, 10.0), vec![Some((0, 1)), None]);
+    }
+}
