@@ -40,7 +40,8 @@ ctx = slaq.elastic.init()  # slaq: torch.distributed from the agent's environmen
 def log(event, **fields):
     if args.log:
         line = json.dumps({"event": event, "job": ctx.job, "rank": ctx.rank, "world": ctx.world_size,
-                           "generation": ctx.generation, "pid": os.getpid(), "t": time.time(), **fields})
+                           "generation": ctx.generation, "accelerator": ctx.accelerator, "pid": os.getpid(),
+                           "t": time.time(), **fields})
         with open(args.log, "a") as f:
             f.write(line + "\n")
 

@@ -761,20 +761,17 @@ impl AllocatorActor {
     }
 
     /// On a cluster of several worker types: each worker's type and each job's speed on each
-    /// (after measuring the epoch that ended, `quality::speeds`); `None` on one type.
+    /// (after measuring the epoch that ended, `quality::speeds`); `None` on one type. Jobs'
+    /// speeds are measured whenever some worker names its type, one type or several.
     fn typed_cluster(&mut self, now_s: f64) -> Option<TypedCluster> {
         let mut names: Vec<&str> = self.registry.iter().map(|(_, w)| accelerator(&w.spec)).collect();
         names.sort_unstable();
         names.dedup();
-        if names.len() < 2 {
+        // Workers that name no type: nothing to measure or decide by type.
+        if names == [DEFAULT_ACCELERATOR] {
             return None;
         }
         let names: Vec<String> = names.into_iter().map(str::to_string).collect();
-        let type_of: Vec<usize> = self
-            .registry
-            .iter()
-            .map(|(_, w)| names.binary_search_by(|n| n.as_str().cmp(accelerator(&w.spec))).unwrap_or(0))
-            .collect();
         // The epoch that ended: a job that ran through it on one type and count, in one
         // generation, measured its speed there.
         for entry in self.jobs.values_mut() {
@@ -808,6 +805,15 @@ impl AllocatorActor {
                 entry.probe = one_type.then_some(now);
             }
         }
+        // One type in use: measured (a type that joins later is then compared), not decided.
+        if names.len() < 2 {
+            return None;
+        }
+        let type_of: Vec<usize> = self
+            .registry
+            .iter()
+            .map(|(_, w)| names.binary_search_by(|n| n.as_str().cmp(accelerator(&w.spec))).unwrap_or(0))
+            .collect();
         let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds));
         let speeds = self
             .jobs
@@ -972,6 +978,7 @@ impl AllocatorActor {
                     restarts: e.supervision.restarts,
                     submitted: e.command.is_some(),
                     restart_s: e.supervision.restart_s,
+                    speeds: e.speeds.measured.clone(),
                 })
                 .collect(),
             workers: self

@@ -79,6 +79,10 @@ pub struct JobStatus {
     /// report (a moving average), once measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_s: Option<f64>,
+    /// On a cluster of several worker types: its measured seconds per iteration on one worker
+    /// of each type it has run on, and the epochs measured there (`quality::speeds`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub speeds: BTreeMap<String, (f64, u32)>,
 }
 
 /// How a job ended, kept for a while after it left (`slaq submit --wait` reads it).

@@ -22,6 +22,7 @@ mod security;
 mod shared;
 mod sim;
 mod submit;
+mod typed;
 
 use std::path::PathBuf;
 

@@ -33,9 +33,15 @@ fn torch_python() -> PathBuf {
 }
 
 fn agent(url: &str, id: &str, machine: &str, dir: &Path) -> ChildGuard {
+    typed_agent(url, id, machine, dir, None)
+}
+
+/// An agent whose two workers are of `accelerator` (`None`: the type `default`).
+fn typed_agent(url: &str, id: &str, machine: &str, dir: &Path, accelerator: Option<&str>) -> ChildGuard {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{id}.log"))).expect("log");
     Command::new(env!("CARGO_BIN_EXE_slaq"))
         .args(["worker", "--id", id, "--machine", machine, "--slots", "2", "--advertise", "127.0.0.1"])
+        .args(accelerator.map(|a| ["--accelerator", a]).into_iter().flatten())
         .args(["--nats", url, "--beat-ms", "300", "--stop-grace-s", "10"])
         .env("RUST_LOG", "slaq=info")
         .stderr(log)
@@ -213,6 +219,15 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
         said_all.push_str(&said);
     }
 
+    // A typed cluster (issue #31): a third agent of another type joins. A job alone runs on
+    // the four `default` workers; when their agents stop it moves, from its checkpoint, to the
+    // two `cpu-b` workers and finishes there. Every generation is one type.
+    let mut n3 = Some(typed_agent(&nats.url, "n3", "node-3", &dir, Some("cpu-b")));
+    let mut t = submit(&nats.url, &python, "ddp-t", &dir, 300);
+    wait_events(&dir, "ddp-t on the four default workers", long, |e| {
+        latest_world(e, "ddp-t").is_some_and(|(_, w)| w == 4)
+    })
+    .await;
     // The agents stop; nothing of any job is left.
     for agent in [n1.take(), n2.take()].into_iter().flatten() {
         let mut agent = agent;
@@ -222,6 +237,31 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
         }
         let status = agent.0.wait().expect("the agent exits");
         assert!(status.success(), "the agent exits cleanly on SIGTERM: {status}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = t.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "ddp-t did not finish on the cpu-b workers in time");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let said = std::fs::read_to_string(dir.join("ddp-t.submit.log")).unwrap_or_default();
+    assert!(status.success(), "ddp-t: {status}; it said: {said}");
+    let typed: Vec<Value> = events(&dir).into_iter().filter(|s| is(s, "start", "ddp-t")).collect();
+    let mut kinds: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for s in &typed {
+        kinds.entry(int(s, "generation")).or_default().insert(s["accelerator"].as_str().unwrap_or("?").to_string());
+    }
+    assert!(kinds.values().all(|k| k.len() == 1), "a generation of ddp-t spanned types: {kinds:?}");
+    let order: Vec<&String> = kinds.values().flatten().collect();
+    assert_eq!((order.first().map(|s| s.as_str()), order.last().map(|s| s.as_str())), (Some("default"), Some("cpu-b")));
+    if let Some(mut agent) = n3.take() {
+        // SAFETY: kill(2) with plain integers.
+        unsafe {
+            libc::kill(agent.0.id() as i32, libc::SIGTERM);
+        }
+        assert!(agent.0.wait().expect("the agent exits").success());
     }
     let needle = dir.to_string_lossy().to_string();
     let left = processes_naming(&needle);
