@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::job::{Bid, BidUpdate, JobActor, WorkersChanged, job_model};
 use super::registry::{JobRef, WorkerRegistry};
+use super::types::{self, JobSpeeds};
 use crate::bus::Publisher;
 use crate::bus::durable::Durable;
 use crate::cluster::ranks::{self, PortBook};
@@ -20,11 +21,11 @@ use crate::metrics::Metrics;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::{
-    AcceleratorUse, EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch,
-    Outcome, RejectCause, RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
+    EndReason, EpochGains, EpochSummary, JobAllocation, JobCommand, JobOutcome, JobStatus, Launch, Outcome,
+    RejectCause, RendezvousUse, Role, Running, StatusSnapshot, WorkerAssignment, WorkerSpec, WorkerStatus,
 };
 use crate::quality::GainCurve;
-use crate::quality::speeds::{TypeRatios, TypeSpeeds};
+use crate::quality::speeds::TypeRatios;
 use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, PlanSettings};
 
 /// What the allocator needs of the configuration.
@@ -177,30 +178,9 @@ struct JobEntry {
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
     /// finish-time bound is on and it declared its length (`max_iters`); else empty (no `Pace`).
     pace_rates: Vec<f64>,
-    /// Its speed on each worker type, measured (issue #31; only on a cluster of several types).
-    speeds: TypeSpeeds,
-    /// The epoch being measured: since when, its iteration then, and the type, count and
-    /// generation it runs in.
-    probe: Option<SpeedProbe>,
+    /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
+    speeds: JobSpeeds,
 }
-
-/// An epoch of a job's progress being measured on one type and count.
-#[derive(Clone, Debug, PartialEq)]
-struct SpeedProbe {
-    since_s: f64,
-    iter: u64,
-    accelerator: String,
-    count: u32,
-    generation: u64,
-}
-
-/// A worker's type: its `kind` (`slaq worker --accelerator`), `default` without one.
-pub fn accelerator(spec: &crate::protocol::WorkerSpec) -> &str {
-    spec.kind.as_deref().unwrap_or(DEFAULT_ACCELERATOR)
-}
-
-/// The type of a worker that names none.
-pub const DEFAULT_ACCELERATOR: &str = "default";
 
 impl JobEntry {
     fn new(key: u64, addr: Option<Addr<JobActor>>, now_s: f64) -> Self {
@@ -223,8 +203,7 @@ impl JobEntry {
             supervision: Supervision::default(),
             since_s: now_s,
             pace_rates: Vec::new(),
-            speeds: TypeSpeeds::default(),
-            probe: None,
+            speeds: JobSpeeds::default(),
         }
     }
 }
@@ -502,7 +481,7 @@ impl AllocatorActor {
             gains,
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
-            accelerators: self.accelerator_use(),
+            accelerators: types::accelerator_use(&self.registry),
         };
         if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
             self.publisher.send_all(vec![m]);
@@ -764,68 +743,28 @@ impl AllocatorActor {
     /// (after measuring the epoch that ended, `quality::speeds`); `None` on one type. Jobs'
     /// speeds are measured whenever some worker names its type, one type or several.
     fn typed_cluster(&mut self, now_s: f64) -> Option<TypedCluster> {
-        let mut names: Vec<&str> = self.registry.iter().map(|(_, w)| accelerator(&w.spec)).collect();
-        names.sort_unstable();
-        names.dedup();
-        // Workers that name no type: nothing to measure or decide by type.
-        if names == [DEFAULT_ACCELERATOR] {
-            return None;
-        }
-        let names: Vec<String> = names.into_iter().map(str::to_string).collect();
-        // The epoch that ended: a job that ran through it on one type and count, in one
-        // generation, measured its speed there.
+        let names = types::names(&self.registry)?;
         for entry in self.jobs.values_mut() {
-            let (Some(bid), Some(first)) = (entry.bid.as_ref(), entry.workers.first()) else {
-                entry.probe = None;
-                continue;
-            };
-            let Some(ty) = self.registry.get(first).map(|w| accelerator(&w.spec).to_string()) else { continue };
-            let one_type =
-                entry.workers.iter().all(|w| self.registry.get(w).is_some_and(|w| accelerator(&w.spec) == ty));
-            let (count, iter) = (entry.workers.len() as u32, bid.last_iter.unwrap_or(0));
-            let now = SpeedProbe { since_s: now_s, iter, accelerator: ty, count, generation: entry.generation };
-            if let (Some(p), Some(g)) = (&entry.probe, bid.gain.as_ref())
-                && one_type
-                && p.accelerator == now.accelerator
-                && p.count == count
-                && p.generation == now.generation
-                && iter > p.iter
-            {
-                let time = &g.curve().time;
-                let shape = time.seconds(count) / time.seconds(1);
-                entry.speeds.observe(&now.accelerator, (now_s - p.since_s) / (iter - p.iter) as f64, shape);
-            }
-            let same = entry.probe.as_ref().is_some_and(|p| {
-                p.accelerator == now.accelerator
-                    && p.count == now.count
-                    && p.generation == now.generation
-                    && p.iter == iter
-            });
-            if !same {
-                entry.probe = one_type.then_some(now);
-            }
+            let bid = entry.bid.as_ref();
+            let (iter, time) = (bid.and_then(|b| b.last_iter).unwrap_or(0), bid.and_then(|b| b.gain.as_ref()));
+            let on = types::world_type(&self.registry, &entry.workers);
+            let count = entry.workers.len() as u32;
+            entry.speeds.epoch(on, count, iter, entry.generation, time.map(|g| &g.curve().time), now_s);
         }
         // One type in use: measured (a type that joins later is then compared), not decided.
         if names.len() < 2 {
             return None;
         }
-        let type_of: Vec<usize> = self
-            .registry
-            .iter()
-            .map(|(_, w)| names.binary_search_by(|n| n.as_str().cmp(accelerator(&w.spec))).unwrap_or(0))
-            .collect();
-        let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds));
+        let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds.measured));
         let speeds = self
             .jobs
             .values()
             .map(|e| {
                 let t1 = e.bid.as_ref().and_then(|b| b.gain.as_ref()).map(|g| g.curve().time.seconds(1));
-                let declared = e.bid.as_ref().and_then(|b| b.speeds.as_deref());
-                let running_on = e.probe.as_ref().map(|p| p.accelerator.as_str());
-                names.iter().map(|n| e.speeds.speed(n, t1, running_on, &ratios, declared)).collect()
+                e.speeds.row(&names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
             })
             .collect();
-        Some(TypedCluster { type_of, speeds })
+        Some(TypedCluster { type_of: types::type_of(&self.registry, &names), speeds })
     }
 
     /// Each worker's machine as a dense index (a worker without one is its own machine), or
@@ -978,7 +917,7 @@ impl AllocatorActor {
                     restarts: e.supervision.restarts,
                     submitted: e.command.is_some(),
                     restart_s: e.supervision.restart_s,
-                    speeds: e.speeds.measured.clone(),
+                    speeds: e.speeds.measured.measured.clone(),
                 })
                 .collect(),
             workers: self
@@ -993,7 +932,7 @@ impl AllocatorActor {
                     role: w.role,
                     silent_s: now_s - w.last_seen_s,
                     refused: w.refused,
-                    accelerator: Some(accelerator(&w.spec).to_string()),
+                    accelerator: Some(types::accelerator(&w.spec).to_string()),
                 })
                 .collect(),
             // The message counters live in the metrics registry (one source for both).
@@ -1003,26 +942,8 @@ impl AllocatorActor {
             num_workers: if filter.own { 0 } else { self.registry.len() },
             truncated: false,
             ended: self.ended.iter().filter(|o| wanted(&o.job)).cloned().collect(),
-            accelerators: if filter.own { Default::default() } else { self.accelerator_use() },
+            accelerators: if filter.own { Default::default() } else { types::accelerator_use(&self.registry) },
         }
-    }
-
-    /// Workers and busy workers per type: a linear scan over the few types per worker.
-    fn accelerator_use(&self) -> std::collections::BTreeMap<String, AcceleratorUse> {
-        let mut by: Vec<(&str, AcceleratorUse)> = Vec::new();
-        for (_, w) in self.registry.iter() {
-            let name = accelerator(&w.spec);
-            let i = match by.iter().position(|(n, _)| *n == name) {
-                Some(i) => i,
-                None => {
-                    by.push((name, AcceleratorUse::default()));
-                    by.len() - 1
-                }
-            };
-            by[i].1.workers += 1;
-            by[i].1.busy += usize::from(w.job.is_some());
-        }
-        by.into_iter().map(|(n, u)| (n.to_string(), u)).collect()
     }
 }
 

@@ -4,3 +4,4 @@
 pub mod allocator;
 pub mod job;
 pub mod registry;
+pub mod types;

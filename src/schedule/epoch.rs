@@ -23,6 +23,7 @@ use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
+use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, fair_by_fit};
 
 /// One job as the planner sees it.
 #[derive(Clone, Debug)]
@@ -116,12 +117,41 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
 }
 
 /// Steps 1 and 2 on several worker types: each job's type and count
-/// ([`super::typed::allocate_exact`] on its gains at its speed on each type; under the fair
-/// policy, fair counts placed on the types by fit), then on each type its workers as step 2
-/// does. A job's own minimum is granted first on the type it runs on (or the fastest for it
-/// with room); the fairness floor and the finish-time bound are not applied on typed clusters.
+/// ([`typed_counts`]), then on each type its workers as step 2 does.
 fn typed_plan<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> (Vec<u32>, Vec<Option<usize>>) {
-    use super::typed::{TypeGains, TypedJob, allocate_exact};
+    let chosen = typed_counts(input, types);
+    let counts: Vec<u32> = chosen.iter().map(|c| c.map_or(0, |x| x.1)).collect();
+    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
+    let mut next = vec![None; input.current.len()];
+    for t in 0..num_types {
+        let members: Vec<usize> = (0..types.type_of.len()).filter(|&w| types.type_of[w] == t).collect();
+        let counts_t: Vec<u32> = chosen.iter().map(|c| c.filter(|x| x.0 == t).map_or(0, |x| x.1)).collect();
+        let current_t: Vec<Option<usize>> = members.iter().map(|&w| input.current[w]).collect();
+        let machines_t: Option<Vec<usize>> = input.machine_of.map(|m| members.iter().map(|&w| m[w]).collect());
+        let sub = EpochInput {
+            policy: input.policy,
+            plan: input.plan,
+            place: input.place,
+            jobs: input.jobs,
+            machine_of: machines_t.as_deref(),
+            current: &current_t,
+            seed: input.seed,
+            types: None,
+        };
+        for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
+            next[w] = job;
+        }
+    }
+    (counts, next)
+}
+
+/// The count step of `plan_epoch` on several worker types (`EpochInput::types`): each job's
+/// type and count, [`super::typed::allocate_exact`] on its gains at its speed on each type (a move to another
+/// type keeps `keep_on_move` of them); under the fair policy, fair counts put on the types by
+/// fit ([`super::typed::fair_by_fit`]). A job's own minimum is granted first on the type it runs on (or the
+/// fastest for it with room); the fairness floor and the finish-time bound are not applied on
+/// typed clusters.
+fn typed_counts<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> TypedAllocation {
     let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
     let mut capacity = vec![0u32; num_types];
     for &t in types.type_of {
@@ -191,85 +221,13 @@ fn typed_plan<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> (Vec<u
             TypedJob { options, grant, attained: job.bid.attained_service }
         })
         .collect();
-    let chosen = if input.policy == PolicyKind::Fair {
-        typed_fair(input, &jobs, &capacity, &now)
+    if input.policy == PolicyKind::Fair {
+        let bounds: Vec<(u32, u32, f64)> =
+            input.jobs.iter().map(|j| (j.bid.min_workers, j.bid.max_workers, j.bid.attained_service)).collect();
+        fair_by_fit(&bounds, &jobs, &capacity, &now)
     } else {
         allocate_exact(&jobs, &capacity)
-    };
-    let counts: Vec<u32> = chosen.iter().map(|c| c.map_or(0, |x| x.1)).collect();
-    // Step 2 on each type's workers alone.
-    let mut next = vec![None; input.current.len()];
-    for t in 0..num_types {
-        let members: Vec<usize> = (0..types.type_of.len()).filter(|&w| types.type_of[w] == t).collect();
-        let counts_t: Vec<u32> = chosen.iter().map(|c| c.filter(|x| x.0 == t).map_or(0, |x| x.1)).collect();
-        let current_t: Vec<Option<usize>> = members.iter().map(|&w| input.current[w]).collect();
-        let machines_t: Option<Vec<usize>> = input.machine_of.map(|m| members.iter().map(|&w| m[w]).collect());
-        let sub = EpochInput {
-            policy: input.policy,
-            plan: input.plan,
-            place: input.place,
-            jobs: input.jobs,
-            machine_of: machines_t.as_deref(),
-            current: &current_t,
-            seed: input.seed,
-            types: None,
-        };
-        for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
-            next[w] = job;
-        }
     }
-    (counts, next)
-}
-
-/// The fair policy on typed workers: heterogeneity-agnostic max-min counts (`policy::fair`
-/// over the whole cluster), each job then put on a type that holds its count (the one it runs
-/// on first, else the one with most room), shrunk to what fits where none does.
-fn typed_fair<G: GainFn>(
-    input: &EpochInput<'_, G>,
-    jobs: &[super::typed::TypedJob],
-    capacity: &[u32],
-    now: &[Option<(usize, u32)>],
-) -> super::typed::TypedAllocation {
-    type NoGain = fn(u32) -> f64;
-    let bids: Vec<JobBid<NoGain>> = input
-        .jobs
-        .iter()
-        .map(|j| JobBid {
-            min_workers: j.bid.min_workers,
-            max_workers: j.bid.max_workers,
-            attained_service: j.bid.attained_service,
-            gain: None,
-        })
-        .collect();
-    let total: u32 = capacity.iter().sum();
-    let counts = crate::policy::fair::allocate(&crate::policy::Problem { num_workers: total, jobs: &bids }).workers;
-    let mut free = capacity.to_vec();
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&j| (std::cmp::Reverse(counts[j]), j));
-    let mut out = vec![None; jobs.len()];
-    for j in order {
-        let want = counts[j];
-        let fits = |t: usize, k: u32, free: &[u32]| {
-            jobs[j].options[t].as_ref().is_some_and(|g| g.sizes.contains(&k)) && free[t] >= k
-        };
-        let whole = now[j].map(|x| x.0).filter(|&t| fits(t, want, &free)).or_else(|| {
-            (0..free.len()).filter(|&t| fits(t, want, &free)).max_by_key(|&t| (free[t], std::cmp::Reverse(t)))
-        });
-        let pick = match whole {
-            Some(t) => Some((t, want)),
-            None => (0..free.len())
-                .filter_map(|t| {
-                    let g = jobs[j].options[t].as_ref()?;
-                    g.sizes.iter().copied().filter(|&k| k <= free[t] && k <= want).max().map(|k| (t, k))
-                })
-                .max_by_key(|&(t, k)| (k, std::cmp::Reverse(t))),
-        };
-        if let Some((t, k)) = pick.filter(|x| x.1 > 0) {
-            free[t] -= k;
-            out[j] = Some((t, k));
-        }
-    }
-    out
 }
 
 /// Step 2: each worker's next job. On machines with several slots jobs are placed with

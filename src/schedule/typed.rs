@@ -16,6 +16,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use crate::policy::JobBid;
+
 /// A job's gains on one worker type, at the sizes it may run at there.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypeGains {
@@ -260,6 +262,56 @@ fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
             break;
         }
     }
+}
+
+/// The fair policy on typed workers: heterogeneity-agnostic max-min counts (`policy::fair`
+/// over the whole cluster, from each job's (min, max, attained service) in `bounds`), each job then put on a type that holds its count (the one it runs
+/// on first, else the one with most room), shrunk to what fits where none does.
+pub fn fair_by_fit(
+    bounds: &[(u32, u32, f64)],
+    jobs: &[TypedJob],
+    capacity: &[u32],
+    now: &[Option<(usize, u32)>],
+) -> TypedAllocation {
+    type NoGain = fn(u32) -> f64;
+    let bids: Vec<JobBid<NoGain>> = bounds
+        .iter()
+        .map(|&(min_workers, max_workers, attained_service)| JobBid {
+            min_workers,
+            max_workers,
+            attained_service,
+            gain: None,
+        })
+        .collect();
+    let total: u32 = capacity.iter().sum();
+    let counts = crate::policy::fair::allocate(&crate::policy::Problem { num_workers: total, jobs: &bids }).workers;
+    let mut free = capacity.to_vec();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&j| (std::cmp::Reverse(counts[j]), j));
+    let mut out = vec![None; jobs.len()];
+    for j in order {
+        let want = counts[j];
+        let fits = |t: usize, k: u32, free: &[u32]| {
+            jobs[j].options[t].as_ref().is_some_and(|g| g.sizes.contains(&k)) && free[t] >= k
+        };
+        let whole = now[j].map(|x| x.0).filter(|&t| fits(t, want, &free)).or_else(|| {
+            (0..free.len()).filter(|&t| fits(t, want, &free)).max_by_key(|&t| (free[t], std::cmp::Reverse(t)))
+        });
+        let pick = match whole {
+            Some(t) => Some((t, want)),
+            None => (0..free.len())
+                .filter_map(|t| {
+                    let g = jobs[j].options[t].as_ref()?;
+                    g.sizes.iter().copied().filter(|&k| k <= free[t] && k <= want).max().map(|k| (t, k))
+                })
+                .max_by_key(|&(t, k)| (k, std::cmp::Reverse(t))),
+        };
+        if let Some((t, k)) = pick.filter(|x| x.1 > 0) {
+            free[t] -= k;
+            out[j] = Some((t, k));
+        }
+    }
+    out
 }
 
 /// A job as the typed finish-time bound sees it.

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_types;
 mod cluster_bench;
 mod live;
 mod offline;

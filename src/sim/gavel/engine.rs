@@ -128,7 +128,63 @@ struct JobState<'a> {
     attained: f64,
 }
 
-impl JobState<'_> {
+impl<'a> JobState<'a> {
+    fn new(job: &'a GavelJob) -> Self {
+        let mut best = job.loss.clone();
+        for i in 1..best.len() {
+            best[i] = best[i].min(best[i - 1]);
+        }
+        JobState {
+            job,
+            best,
+            done: 0.0,
+            alloc: None,
+            last_type: None,
+            finished: None,
+            area: 0.0,
+            restarts: 0,
+            predictor: None,
+            reported: 0,
+            refit_at: 0,
+            fair_done: 0.0,
+            fair_finish: None,
+            attained: 0.0,
+        }
+    }
+
+    /// One round from `from` on `alloc` at `rate` steps/s (after a restart if `alloc` is new);
+    /// returns the seconds it held its workers.
+    fn play_round(&mut self, alloc: Option<(usize, u32)>, rate: f64, from: f64, config: &GavelConfig) -> f64 {
+        let restart = alloc.is_some() && alloc != self.alloc;
+        self.restarts += u32::from(restart);
+        self.alloc = alloc;
+        if let Some((t, _)) = alloc {
+            self.last_type = Some(t);
+        }
+        let to = from + config.round_s;
+        let start = if restart { from + config.restart_s } else { from };
+        self.advance(from, start.min(to), 0.0);
+        let held_until = if self.advance(start.min(to), to, rate) { self.finished.unwrap_or(to) } else { to };
+        let held_s = if alloc.is_some() { held_until - from } else { 0.0 };
+        self.attained += f64::from(alloc.map_or(0, |a| a.1)) * held_s;
+        if self.finished.is_some() {
+            self.alloc = None;
+        }
+        feed_reports(self, rate, alloc.map_or(0, |a| a.1));
+        held_s
+    }
+
+    /// The fair clock over one round at the agnostic policy's `rate`.
+    fn book_fair_clock(&mut self, rate: f64, now: f64, round_s: f64) {
+        if self.fair_finish.is_none() {
+            let left = self.job.steps - self.fair_done;
+            if rate * round_s >= left && rate > 0.0 {
+                self.fair_finish = Some(now + left / rate);
+            }
+            self.fair_done += rate * round_s;
+        }
+    }
+
     fn quality(&self, steps: f64) -> f64 {
         let i = ((steps / self.job.steps_per_report()).floor() as usize).min(self.best.len() - 1);
         let (first, last) = (self.job.loss[0], self.job.loss[self.job.loss.len() - 1]);
@@ -174,31 +230,7 @@ pub fn run(
     let types = cluster.types.len();
     let (lo, hi) = (config.measure.0.min(trace.len()), config.measure.1.min(trace.len()));
     let cutoff = trace.last().map_or(0.0, |j| j.arrival_s) + config.cutoff_s;
-    let mut jobs: Vec<JobState> = trace
-        .iter()
-        .map(|job| {
-            let mut best = job.loss.clone();
-            for i in 1..best.len() {
-                best[i] = best[i].min(best[i - 1]);
-            }
-            JobState {
-                job,
-                best,
-                done: 0.0,
-                alloc: None,
-                last_type: None,
-                finished: None,
-                area: 0.0,
-                restarts: 0,
-                predictor: None,
-                reported: 0,
-                refit_at: 0,
-                fair_done: 0.0,
-                fair_finish: None,
-                attained: 0.0,
-            }
-        })
-        .collect();
+    let mut jobs: Vec<JobState> = trace.iter().map(JobState::new).collect();
     let equal: Vec<f64> = trace.iter().map(|j| cluster.equal_share_rate(table, j.job_type, j.scale_factor)).collect();
     let mut busy_s = vec![0.0; types];
     let mut rounds = Rounds::default();
@@ -235,38 +267,14 @@ pub fn run(
             }
         };
         for (&j, alloc) in active.iter().zip(next) {
-            let state = &mut jobs[j];
-            let restart = alloc.is_some() && alloc != state.alloc;
-            if restart {
-                state.restarts += 1;
-            }
-            state.alloc = alloc;
-            if let Some((t, _)) = alloc {
-                state.last_type = Some(t);
-            }
-            let (from, to) = (now, now + config.round_s);
             let rate = alloc.map_or(0.0, |(t, k)| cluster.rate(table, t, trace[j].job_type, k));
-            let start = if restart { from + config.restart_s } else { from };
-            state.advance(from, start.min(to), 0.0);
-            let held_until = if state.advance(start.min(to), to, rate) { state.finished.unwrap_or(to) } else { to };
+            let held_s = jobs[j].play_round(alloc, rate, now, config);
             if let Some((t, k)) = alloc {
-                busy_s[t] += f64::from(k) * (held_until - from);
-                state.attained += f64::from(k) * (held_until - from);
+                busy_s[t] += f64::from(k) * held_s;
             }
-            if state.finished.is_some() {
-                state.alloc = None;
-            }
-            feed_reports(state, rate, alloc.map_or(0, |a| a.1));
         }
         for (&j, &rate) in active.iter().zip(&fair_rates) {
-            let state = &mut jobs[j];
-            if state.fair_finish.is_none() {
-                let left = trace[j].steps - state.fair_done;
-                if rate * config.round_s >= left && rate > 0.0 {
-                    state.fair_finish = Some(now + left / rate);
-                }
-                state.fair_done += rate * config.round_s;
-            }
+            jobs[j].book_fair_clock(rate, now, config.round_s);
         }
         // Jobs that arrive during the round wait for the next: their loss counts meanwhile.
         let to = now + config.round_s;

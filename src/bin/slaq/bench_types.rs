@@ -1,0 +1,84 @@
+//! `slaq bench alloc --types N`: the typed count step (`schedule::typed`) timed on N worker
+//! types, the greedy beside the exact LP.
+
+use crate::args::BenchAllocArgs;
+
+/// Times the typed count step on `types` worker types (the workers split evenly): each job
+/// runs on type `t` at a speed of its own (`0.25..1` times its speed on type 0, drawn from its
+/// index), at sizes 1, 2, 4 and 8, with a restart priced on every option but its current one.
+pub(crate) fn typed_decisions(
+    predictors: &[slaq::quality::JobPredictor],
+    args: &BenchAllocArgs,
+    epoch_s: f64,
+) -> anyhow::Result<serde_json::Value> {
+    use slaq::schedule::typed::{TypeGains, TypedJob, allocate, allocate_exact};
+    use std::time::Instant;
+    let types = args.types;
+    let mut capacity = vec![args.workers / types as u32; types];
+    capacity[0] += args.workers % types as u32;
+    let speed = |j: usize, t: usize| {
+        if t == 0 { 1.0 } else { 0.25 + 0.75 * (((j * 7919 + t * 104_729) % 1000) as f64 / 1000.0) }
+    };
+    let (mut greedy_ms, mut exact_ms, mut build_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut greedy_gain, mut exact_gain) = (0.0, 0.0);
+    for run in 0..args.runs {
+        let start = Instant::now();
+        let jobs: Vec<TypedJob> = predictors
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let current = (j + run) % types;
+                let curve = p.gain_curve(epoch_s, 1);
+                let options = (0..types)
+                    .map(|t| {
+                        let curve = curve.as_ref()?;
+                        let sizes = vec![1, 2, 4, 8];
+                        let keep = |k: u32| if t == current && k == 1 { 1.0 } else { 0.9 };
+                        let gains =
+                            sizes.iter().map(|&k| curve.gain_of(curve.iterations(k) * speed(j, t)) * keep(k)).collect();
+                        Some(TypeGains { sizes, gains })
+                    })
+                    .collect();
+                TypedJob { options, grant: None, attained: 0.0 }
+            })
+            .collect();
+        let built = Instant::now();
+        let greedy = allocate(&jobs, &capacity);
+        let greedy_done = Instant::now();
+        let exact = allocate_exact(&jobs, &capacity);
+        let exact_done = Instant::now();
+        let value = |a: &[Option<(usize, u32)>]| -> f64 {
+            a.iter()
+                .zip(&jobs)
+                .filter_map(|(x, job)| {
+                    let (t, k) = (*x)?;
+                    let g = job.options[t].as_ref()?;
+                    Some(g.gains[g.sizes.iter().position(|&s| s == k)?])
+                })
+                .sum()
+        };
+        for (t, &cap) in capacity.iter().enumerate() {
+            for a in [&greedy, &exact] {
+                let used: u32 = a.iter().flatten().filter(|x| x.0 == t).map(|x| x.1).sum();
+                anyhow::ensure!(used <= cap, "type {t}: {used} workers of {cap}");
+            }
+        }
+        (greedy_gain, exact_gain) = (value(&greedy), value(&exact));
+        build_ms.push((built - start).as_secs_f64() * 1e3);
+        greedy_ms.push((greedy_done - built).as_secs_f64() * 1e3);
+        exact_ms.push((exact_done - greedy_done).as_secs_f64() * 1e3);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(serde_json::json!({
+        "options_ms": median(build_ms),
+        "greedy_ms": median(greedy_ms),
+        "exact_ms": median(exact_ms),
+        // Above this many jobs the exact step is the greedy.
+        "exact_max_jobs": slaq::schedule::typed::EXACT_MAX_JOBS,
+        "greedy_total_gain": greedy_gain,
+        "exact_total_gain": exact_gain,
+    }))
+}
