@@ -95,9 +95,8 @@ fn best_step(j: usize, job: &TypedJob, now: Option<(usize, u32)>, free: &[u32]) 
     best
 }
 
-/// SLAQ's greedy by type; see the module documentation. Only steps with a positive gain are
-/// taken.
-pub fn allocate(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
+/// The jobs' grants, while capacity lasts (in job order), and the workers left per type.
+fn granted(jobs: &[TypedJob], capacity: &[u32]) -> (TypedAllocation, Vec<u32>) {
     let mut free = capacity.to_vec();
     let mut out: TypedAllocation = vec![None; jobs.len()];
     for (j, job) in jobs.iter().enumerate() {
@@ -110,6 +109,13 @@ pub fn allocate(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
             out[j] = Some((ty, size));
         }
     }
+    (out, free)
+}
+
+/// SLAQ's greedy by type; see the module documentation. Only steps with a positive gain are
+/// taken.
+pub fn allocate(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
+    let (mut out, mut free) = granted(jobs, capacity);
     let mut heap: BinaryHeap<Step> =
         jobs.iter().enumerate().filter_map(|(j, job)| best_step(j, job, out[j], &free)).collect();
     while let Some(step) = heap.pop() {
@@ -152,18 +158,7 @@ pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
     if jobs.len() > EXACT_MAX_JOBS {
         return allocate(jobs, capacity);
     }
-    let mut free = capacity.to_vec();
-    let mut out: TypedAllocation = vec![None; jobs.len()];
-    for (j, job) in jobs.iter().enumerate() {
-        if let Some((ty, size)) = job.grant
-            && ty < free.len()
-            && free[ty] >= size
-            && size > 0
-        {
-            free[ty] -= size;
-            out[j] = Some((ty, size));
-        }
-    }
+    let (mut out, mut free) = granted(jobs, capacity);
     let mut lp = Problem::new(OptimizationDirection::Maximize);
     let mut per_type: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); free.len()];
     let mut vars: Vec<(usize, usize, u32, f64, microlp::Variable)> = Vec::new();

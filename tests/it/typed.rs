@@ -19,6 +19,28 @@ const WAIT: Duration = Duration::from_secs(40);
 /// Iterations per second per step per second of the table (the emulation runs fast).
 const PACE: f64 = 8.0;
 
+async fn start() -> (NatsServer, InProcessScheduler, async_nats::Client, Subjects) {
+    let nats = NatsServer::start();
+    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    wait_status(&c, &s).await;
+    (nats, scheduler, c, s)
+}
+
+/// Heartbeats for `ids` until dropped.
+fn beat(c: &async_nats::Client, s: &Subjects, ids: Vec<String>) -> Background {
+    let (c, s) = (c.clone(), s.clone());
+    Background::spawn(async move {
+        loop {
+            for w in &ids {
+                bus::publish(&c, s.worker_beat(w), Encoding::MsgPack, &Heartbeat::new(w)).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
 fn table() -> Throughputs {
     Throughputs::load(
         &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/gavel/simulation_throughputs.json"),
@@ -73,11 +95,7 @@ fn emulate_job(
 
 #[tokio::test]
 async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_the_fast_type() {
-    let nats = NatsServer::start();
-    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
+    let (nats, scheduler, c, s) = start().await;
     let table = table();
     let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
     // Two V100s and four K80s.
@@ -89,17 +107,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
         assert!(ack.ok, "{ack:?}");
         type_of.insert(id.into(), kind.into());
     }
-    let beats = {
-        let (c, s, ids) = (c.clone(), s.clone(), type_of.keys().cloned().collect::<Vec<_>>());
-        Background::spawn(async move {
-            loop {
-                for w in &ids {
-                    bus::publish(&c, s.worker_beat(w), Encoding::MsgPack, &Heartbeat::new(w)).await.unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let beats = beat(&c, &s, type_of.keys().cloned().collect());
     // ResNet-50 runs 7.2 times as fast on a V100 as on a K80; A3C 2.1 times.
     let mixed = Arc::new(Mutex::new(Vec::new()));
     let mut jobs = Vec::new();
@@ -146,11 +154,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
 
 #[tokio::test]
 async fn a_job_measures_its_speed_on_each_type_it_runs_on() {
-    let nats = NatsServer::start();
-    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
-    let c = client(&nats.url).await;
-    let s = Subjects::new("slaq").unwrap();
-    wait_status(&c, &s).await;
+    let (nats, scheduler, c, s) = start().await;
     let table = table();
     let j = table.job_types.iter().position(|t| t == "ResNet-50 (batch size 128)").unwrap();
     let speeds: BTreeMap<String, f64> = [
@@ -170,21 +174,10 @@ async fn a_job_measures_its_speed_on_each_type_it_runs_on() {
             assert!(ack.ok);
         }
     };
-    let beat = |ids: Vec<&'static str>| {
-        let (c, s) = (c.clone(), s.clone());
-        Background::spawn(async move {
-            loop {
-                for w in &ids {
-                    bus::publish(&c, s.worker_beat(w), Encoding::MsgPack, &Heartbeat::new(w)).await.unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
     // A K80 cluster; a job that declares nothing runs there and measures it.
     hello("k0").await;
     hello("k1").await;
-    let k80_beats = beat(vec!["k0", "k1"]);
+    let k80_beats = beat(&c, &s, vec!["k0".into(), "k1".into()]);
     let spec = JobSpec { max_workers: Some(2), ..JobSpec::new("resnet") };
     let ack: Ack =
         bus::request(&c, s.job_hello("resnet"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
@@ -202,7 +195,7 @@ async fn a_job_measures_its_speed_on_each_type_it_runs_on() {
     drop(k80_beats);
     hello("v0").await;
     hello("v1").await;
-    let v100_beats = beat(vec!["v0", "v1"]);
+    let v100_beats = beat(&c, &s, vec!["v0".into(), "v1".into()]);
     let st = eventually(&c, &s, WAIT, "the job measured both types", |st| {
         measured(st, "k80").is_some_and(|m| m.1 >= 8) && measured(st, "v100").is_some_and(|m| m.1 >= 8)
     })
