@@ -95,7 +95,7 @@ fn emulate_job(
 
 #[tokio::test]
 async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_the_fast_type() {
-    let (nats, scheduler, c, s) = start().await;
+    let (_nats, scheduler, c, s) = start().await;
     let table = table();
     let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
     // Two V100s and four K80s.
@@ -154,7 +154,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
 
 #[tokio::test]
 async fn a_job_measures_its_speed_on_each_type_it_runs_on() {
-    let (nats, scheduler, c, s) = start().await;
+    let (_nats, scheduler, c, s) = start().await;
     let table = table();
     let j = table.job_types.iter().position(|t| t == "ResNet-50 (batch size 128)").unwrap();
     let speeds: BTreeMap<String, f64> = [
