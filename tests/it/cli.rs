@@ -176,3 +176,72 @@ fn bench_placement_json_has_the_documented_shape() {
     assert!(v["decision"][1]["lp_rounding_ms"].as_f64().is_some_and(|ms| ms > 0.0));
     assert!(!slaq(&["bench", "placement", "--sizes", "64"]).status.success(), "a size without machines is refused");
 }
+
+#[test]
+fn simulate_gavel_json_has_the_documented_shape_and_bad_settings_are_clear_errors() {
+    let table = concat!(env!("CARGO_MANIFEST_DIR"), "/data/gavel/simulation_throughputs.json");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slaq"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["simulate", "--gavel-throughputs", table, "--cluster", "v100=4,p100=4,k80=4", "--jobs", "40"])
+            .args(extra)
+            .output()
+            .expect("slaq runs")
+    };
+    let out = run(&["--jobs-per-hour", "1.0", "--seed", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let policies = v["policies"].as_object().expect("one object for one rate and seed");
+    assert_eq!(policies.keys().collect::<Vec<_>>(), ["fair", "gavel", "slaq", "slaq-blind"]);
+    for (name, p) in policies {
+        for key in [
+            "mean_jct_s",
+            "p95_jct_s",
+            "makespan_s",
+            "mean_loss_area",
+            "worst_slowdown_vs_fair",
+            "p95_slowdown_vs_fair",
+        ] {
+            assert!(p[key].is_number(), "{name}: {key} in {p}");
+        }
+        // The run stops when the arrivals end: some long jobs of a short trace are unfinished.
+        assert!(p["unfinished"].as_u64().is_some_and(|u| u < 40) && p["measured_jobs"] == 40, "{name}: {p}");
+        assert_eq!(p["busy_fraction_by_type"].as_object().unwrap().len(), 3);
+    }
+    // A sweep: runs keyed by rate and seed, and the means.
+    let out = run(&["--jobs-per-hour", "0.5,1.0", "--seed", "1,2", "--policy", "fair,slaq", "--multi-gpu", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(v["runs"][3]["jobs_per_hour"], 1.0);
+    assert_eq!(v["runs"][3]["seed"], 2);
+    assert_eq!(v["means"].as_array().unwrap().len(), 4);
+    // Clear errors.
+    for (args, says) in [
+        (vec!["--cluster", "a100=4"], "a100"),
+        (vec!["--cluster", "v100=four"], "TYPE=COUNT"),
+        (vec!["--policy", "tiresias"], "unknown policy"),
+        (vec!["--measure-jobs", "30..90"], "past the trace"),
+    ] {
+        let mut all = vec!["--jobs-per-hour", "1.0"];
+        all.extend(args.iter().copied());
+        let out = Command::new(env!("CARGO_BIN_EXE_slaq"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["simulate", "--gavel-throughputs", table, "--jobs", "40"])
+            .args(&all)
+            .output()
+            .expect("slaq runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+    let bad = std::env::temp_dir().join(format!("slaq-gavel-bad-{}.json", std::process::id()));
+    std::fs::write(&bad, "{\"v100\": {\"ResNet\": {\"null\": 1}}}").unwrap();
+    let out = slaq(&["simulate", "--gavel-throughputs", bad.to_str().unwrap(), "--cluster", "v100=1"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("is not"), "{out:?}");
+    // A job type that runs on no type of the cluster.
+    std::fs::write(&bad, "{\"v100\": {\"('A', 1)\": {\"null\": 1}, \"('B', 1)\": {\"null\": 0}}}").unwrap();
+    let out = slaq(&["simulate", "--gavel-throughputs", bad.to_str().unwrap(), "--cluster", "v100=1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"B\" has no usable throughput"), "{err}");
+    std::fs::remove_file(bad).ok();
+}

@@ -239,7 +239,8 @@ fn gavel(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
     );
     let rates = if args.jobs_per_hour.is_empty() { vec![2.0] } else { args.jobs_per_hour.clone() };
     anyhow::ensure!(rates.iter().all(|r| r.is_finite() && *r > 0.0), "--jobs-per-hour must be positive");
-    let mut config = GavelConfig { measure, ..GavelConfig::default() };
+    let scale_up = if args.scale_up == "spare" { gavel::ScaleUp::Spare } else { gavel::ScaleUp::Always };
+    let mut config = GavelConfig { measure, scale_up, ..GavelConfig::default() };
     if let Some(k) = args.max_slowdown {
         anyhow::ensure!(k == 0.0 || k >= 1.0, "--max-slowdown must be 0 (off) or at least 1");
         config.max_slowdown = k;
@@ -263,7 +264,7 @@ fn gavel(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
-            "Gavel's setting: {} ({} GPUs), {num_jobs} jobs, measured {}..{}, seeds {:?}, {}, round {} s, restart {} s, K {}",
+            "Gavel's setting: {} ({} GPUs), {num_jobs} jobs, measured {}..{}, seeds {:?}, {}, round {} s, restart {} s, K {}, scale-up {}",
             args.cluster,
             cluster.size(),
             measure.0,
@@ -272,7 +273,8 @@ fn gavel(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
             if sweep.multi_gpu { "multi-GPU" } else { "single-GPU" },
             config.round_s,
             config.restart_s,
-            config.max_slowdown
+            config.max_slowdown,
+            args.scale_up
         );
         print!("{}", gavel::report::table(&means));
     }

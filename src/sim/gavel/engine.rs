@@ -14,7 +14,7 @@
 
 use crate::policy::gavel::{Fractions, Rounds, TimeJob, fair_fractions, max_min_fractions};
 use crate::quality::{JobPredictor, PredictorConfig};
-use crate::schedule::typed::{DueJob, TypeGains, TypedJob, allocate_exact, due_grants};
+use crate::schedule::typed::{DueJob, TypeGains, TypedJob, allocate, allocate_exact, due_grants};
 
 use super::table::{Cluster, SCALE_FACTORS, Throughputs};
 use super::workload::GavelJob;
@@ -64,6 +64,8 @@ pub struct GavelConfig {
     pub cutoff_s: f64,
     /// Rounds between refits of a job's predictor.
     pub refit_rounds: u32,
+    /// When slaq runs a job on more workers than its scale factor.
+    pub scale_up: ScaleUp,
     pub predictor: PredictorConfig,
 }
 
@@ -77,9 +79,21 @@ impl Default for GavelConfig {
             measure: (0, usize::MAX),
             cutoff_s: 0.0,
             refit_rounds: 5,
+            scale_up: ScaleUp::Always,
             predictor: PredictorConfig::default(),
         }
     }
+}
+
+/// When slaq runs a job on more workers than it asked for (its scale factor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleUp {
+    /// Wherever the quality gain says so (SLAQ's objective alone).
+    Always,
+    /// Only with workers no job needs at its own size: first every job at its scale factor
+    /// (types and who runs decided by the gain, the bound's grants first), then the spare
+    /// workers to the largest gains per worker of growing on the same type.
+    Spare,
 }
 
 /// What happened to one job.
@@ -107,6 +121,9 @@ pub struct PolicyRun {
     /// Worker-seconds busy per cluster type, and the run's length.
     pub busy_s: Vec<f64>,
     pub end_s: f64,
+    /// Work left when the run stopped, over every job of the trace, in seconds of one V100
+    /// (each job's remaining fraction of its steps times its duration on its V100s).
+    pub backlog_s: f64,
 }
 
 struct JobState<'a> {
@@ -296,7 +313,12 @@ pub fn run(
             restarts: s.restarts,
         })
         .collect();
-    PolicyRun { policy, jobs: results, busy_s, end_s: now }
+    let backlog_s = jobs
+        .iter()
+        .filter(|s| s.job.arrival_s <= now && s.finished.is_none())
+        .map(|s| (1.0 - s.done / s.job.steps) * s.job.duration_s * f64::from(s.job.scale_factor))
+        .sum();
+    PolicyRun { policy, jobs: results, busy_s, end_s: now, backlog_s }
 }
 
 /// The agnostic fair policy's rate for each active job (steps/s): its fair fraction times its
@@ -354,6 +376,30 @@ fn feed_reports(state: &mut JobState, rate: f64, workers: u32) {
             p.observe_time(workers, spr / rate);
         }
     }
+}
+
+/// [`ScaleUp::Spare`]: every job at its own size first (`allocate_exact` on those options alone,
+/// grants first), then, from there, the greedy grows jobs on their types with what is left.
+fn own_size_first(typed: &mut [TypedJob], own: &[u32], capacity: &[u32]) -> Vec<Option<(usize, u32)>> {
+    let at_own: Vec<TypedJob> = typed.iter().zip(own).map(|(t, &k)| at_own_size(t, k)).collect();
+    for (t, base) in typed.iter_mut().zip(allocate_exact(&at_own, capacity)) {
+        t.grant = base;
+    }
+    allocate(typed, capacity)
+}
+
+/// `job` with only its own size (and its grant where it is larger) on each type.
+fn at_own_size(job: &TypedJob, size: u32) -> TypedJob {
+    let options = job
+        .options
+        .iter()
+        .map(|o| {
+            let o = o.as_ref()?;
+            let i = o.sizes.iter().position(|&k| k == size)?;
+            Some(TypeGains { sizes: vec![size], gains: vec![o.gains[i]] })
+        })
+        .collect();
+    TypedJob { options, ..job.clone() }
 }
 
 struct Plan<'a> {
@@ -444,7 +490,13 @@ impl Plan<'_> {
                 t.grant = g;
             }
         }
-        allocate_exact(&typed, &self.cluster.counts)
+        match self.config.scale_up {
+            ScaleUp::Always => allocate_exact(&typed, &self.cluster.counts),
+            ScaleUp::Spare => {
+                let own: Vec<u32> = active.iter().map(|&j| jobs[j].job.scale_factor).collect();
+                own_size_first(&mut typed, &own, &self.cluster.counts)
+            }
+        }
     }
 
     /// K times the job's fair finish, from its arrival (the fair clock's projection while it
@@ -456,5 +508,26 @@ impl Plan<'_> {
             if fair_rate > 0.0 { self.now + left / fair_rate } else { f64::INFINITY }
         });
         arrival + self.config.max_slowdown * (fair_finish - arrival)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_scale_up_runs_every_job_at_its_own_size_before_growing_any() {
+        // Four GPUs of one type; job 0 gains 1.0 on one GPU and 3.5 on four, job 1 0.5 on one:
+        // SLAQ's objective alone gives job 0 all four; with spare scale-up both run, and job 0
+        // grows only into what is left.
+        let gains = |g: &[f64]| Some(TypeGains { sizes: vec![1, 2, 4][..g.len()].to_vec(), gains: g.to_vec() });
+        let mut typed = vec![
+            TypedJob { options: vec![gains(&[1.0, 1.9, 3.5])], grant: None, attained: 0.0 },
+            TypedJob { options: vec![gains(&[0.5])], grant: None, attained: 0.0 },
+        ];
+        assert_eq!(allocate_exact(&typed, &[4]), vec![Some((0, 4)), None]);
+        assert_eq!(own_size_first(&mut typed.clone(), &[1, 1], &[4]), vec![Some((0, 2)), Some((0, 1))]);
+        // With room for everyone at its size and more, the spare goes where it gains.
+        assert_eq!(own_size_first(&mut typed, &[1, 1], &[5]), vec![Some((0, 4)), Some((0, 1))]);
     }
 }

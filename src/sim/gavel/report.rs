@@ -12,6 +12,9 @@
 //!   an unfinished job counts its area so far.
 //! - **`worst_slowdown_vs_fair`, `p95_slowdown_vs_fair`**: a job's JCT over its JCT under `fair`
 //!   on the same trace, over jobs finished in both.
+//! - **`backlog_v100_h`**: the work left when the run stopped, over every job of the trace, in
+//!   V100-GPU-hours (remaining fraction × duration on its V100s): whether a policy that leaves
+//!   measured jobs unfinished did less work or other work first.
 //! - **`busy_fraction_by_type`**: worker-seconds held by jobs (restarts included) over the type's
 //!   worker-seconds, over the whole run.
 
@@ -33,6 +36,10 @@ pub struct PolicySummary {
     pub p95_slowdown_vs_fair: Option<f64>,
     pub busy_fraction_by_type: BTreeMap<String, f64>,
     pub unfinished: usize,
+    /// Work left when the run stopped, all jobs of the trace, in V100-GPU-hours: a policy that
+    /// leaves some measured jobs unfinished may still have done as much work (it chose other
+    /// jobs first), or less (it wasted capacity).
+    pub backlog_v100_h: f64,
     pub measured_jobs: usize,
     pub mean_restarts: f64,
 }
@@ -90,6 +97,7 @@ pub fn summarise(runs: &[PolicyRun], cluster: &Cluster, window: (usize, usize)) 
                 p95_slowdown_vs_fair: finite(percentile(&slowdowns, 0.95)),
                 busy_fraction_by_type: busy,
                 unfinished,
+                backlog_v100_h: run.backlog_s / 3600.0,
                 measured_jobs: measured.len(),
                 mean_restarts: mean(&measured.iter().map(|j| f64::from(j.restarts)).collect::<Vec<_>>()),
             };
@@ -110,6 +118,8 @@ pub struct RateMeans {
     pub worst_slowdown_vs_fair: Option<f64>,
     pub p95_slowdown_vs_fair: Option<f64>,
     pub unfinished: usize,
+    /// Mean over the seeds.
+    pub backlog_v100_h: f64,
 }
 
 /// Averages `cells` over seeds, per rate and policy.
@@ -133,6 +143,7 @@ pub fn means(cells: &[Cell]) -> Vec<RateMeans> {
                 worst_slowdown_vs_fair: of.iter().filter_map(|s| s.worst_slowdown_vs_fair).reduce(f64::max),
                 p95_slowdown_vs_fair: avg(of.iter().filter_map(|s| s.p95_slowdown_vs_fair).collect()),
                 unfinished: of.iter().map(|s| s.unfinished).sum(),
+                backlog_v100_h: of.iter().map(|s| s.backlog_v100_h).sum::<f64>() / n,
                 policy,
             }
         })
@@ -146,12 +157,12 @@ fn hours(s: Option<f64>) -> String {
 /// The means as a table: one row per rate and policy.
 pub fn table(means: &[RateMeans]) -> String {
     let mut out = String::from(
-        "jobs/h  policy       seeds  mean JCT (h)  loss area (h)  worst slowdown  p95 slowdown  unfinished\n",
+        "jobs/h  policy       seeds  mean JCT (h)  loss area (h)  worst slowdown  p95 slowdown  unfinished  backlog (V100-h)\n",
     );
     for m in means {
         let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}x"));
         out.push_str(&format!(
-            "{:<7} {:<12} {:>5}  {:>12}  {:>13.2}  {:>14}  {:>12}  {:>10}\n",
+            "{:<7} {:<12} {:>5}  {:>12}  {:>13.2}  {:>14}  {:>12}  {:>10}  {:>16.0}\n",
             m.jobs_per_hour,
             m.policy,
             m.seeds,
@@ -159,7 +170,8 @@ pub fn table(means: &[RateMeans]) -> String {
             m.mean_loss_area,
             x(m.worst_slowdown_vs_fair),
             x(m.p95_slowdown_vs_fair),
-            m.unfinished
+            m.unfinished,
+            m.backlog_v100_h
         ));
     }
     out
