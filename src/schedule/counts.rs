@@ -65,6 +65,11 @@ impl PlanSettings {
     pub fn slowdown_bound(&self) -> f64 {
         if self.max_slowdown >= 1.0 { self.max_slowdown } else { f64::INFINITY }
     }
+
+    /// Whether the floor or the bound constrains a quality policy at all.
+    pub fn bounded(&self) -> bool {
+        self.floor > 0.0 || self.slowdown_bound().is_finite()
+    }
 }
 
 /// One job's floor bookkeeping: what it was entitled to and what it got, per epoch, over the
@@ -207,21 +212,10 @@ pub fn plan<G: GainFn>(
     ledgers: &mut [FloorLedger],
 ) -> Allocation {
     debug_assert_eq!(bids.len(), ledgers.len());
-    let fair = fair_shares(num_workers, bids);
-    let bound = settings.slowdown_bound();
-    let allocation = if policy == PolicyKind::Fair || (settings.floor <= 0.0 && !bound.is_finite()) {
+    let allocation = if policy == PolicyKind::Fair || !settings.bounded() {
         policy.allocate(&Problem { num_workers, jobs: bids })
     } else {
-        let mut floors = if paces.is_empty() {
-            vec![0; bids.len()]
-        } else {
-            debug_assert_eq!(paces.len(), bids.len());
-            let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
-            slowdown_floors(bound, num_workers, &max, &fair, paces, ledgers)
-        };
-        if settings.floor > 0.0 {
-            floor_workers(settings.floor, num_workers, bids, ledgers, &fair, &mut floors);
-        }
+        let floors = floors(settings, num_workers, bids, paces, ledgers);
         let raised: Vec<JobBid<ByRef<'_, G>>> = bids
             .iter()
             .zip(&floors)
@@ -234,10 +228,48 @@ pub fn plan<G: GainFn>(
             .collect();
         policy.allocate(&Problem { num_workers, jobs: &raised })
     };
-    for ((ledger, &share), &got) in ledgers.iter_mut().zip(&fair).zip(&allocation.workers) {
-        ledger.record(share, f64::from(got), settings.floor_window);
-    }
+    let got: Vec<f64> = allocation.workers.iter().map(|&w| f64::from(w)).collect();
+    book(settings, num_workers, bids, &got, ledgers);
     allocation
+}
+
+/// The workers each job must get this epoch before the policy decides: the finish-time bound's
+/// (for the jobs with a `pace`; `paces` empty: none has one), then the service floor's. Moves
+/// every job's fair clock. What the jobs then got is booked with [`book`].
+pub fn floors<G>(
+    settings: &PlanSettings,
+    num_workers: u32,
+    bids: &[JobBid<G>],
+    paces: &[Option<Pace<'_>>],
+    ledgers: &mut [FloorLedger],
+) -> Vec<u32> {
+    let fair = fair_shares(num_workers, bids);
+    let mut floors = if paces.is_empty() {
+        vec![0; bids.len()]
+    } else {
+        debug_assert_eq!(paces.len(), bids.len());
+        let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
+        slowdown_floors(settings.slowdown_bound(), num_workers, &max, &fair, paces, ledgers)
+    };
+    if settings.floor > 0.0 {
+        floor_workers(settings.floor, num_workers, bids, ledgers, &fair, &mut floors);
+    }
+    floors
+}
+
+/// Books each job's fair share and what it `got` (workers, or their equivalent) into its floor
+/// ledger's window.
+pub fn book<G>(
+    settings: &PlanSettings,
+    num_workers: u32,
+    bids: &[JobBid<G>],
+    got: &[f64],
+    ledgers: &mut [FloorLedger],
+) {
+    let fair = fair_shares(num_workers, bids);
+    for ((ledger, &share), &got) in ledgers.iter_mut().zip(&fair).zip(got) {
+        ledger.record(share, got, settings.floor_window);
+    }
 }
 
 /// Raises `floors` (what each job already has, from the finish-time bound) to the workers each

@@ -19,7 +19,7 @@ use crate::cluster::model::BatchChoice;
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 
 use super::batch::batch_to_run;
-use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict_sizes};
+use super::counts::{FloorLedger, PlanSettings, book, floors, honoured_minimums, plan, restrict_sizes};
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
@@ -97,7 +97,7 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
     let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
     let typed = input.types.filter(|t| t.type_of.iter().any(|&x| x != t.type_of[0]));
     let (counts, next) = match typed {
-        Some(types) => typed_plan(input, &types),
+        Some(types) => typed_plan(input, &types, ledgers),
         None => {
             let counts = counts(input, num_workers, ledgers);
             let next = workers(input, &counts);
@@ -118,8 +118,12 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
 
 /// Steps 1 and 2 on several worker types: each job's type and count
 /// ([`typed_counts`]), then on each type its workers as step 2 does.
-fn typed_plan<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> (Vec<u32>, Vec<Option<usize>>) {
-    let chosen = typed_counts(input, types);
+fn typed_plan<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    types: &Types<'_>,
+    ledgers: &mut [FloorLedger],
+) -> (Vec<u32>, Vec<Option<usize>>) {
+    let chosen = typed_counts(input, types, ledgers);
     let counts: Vec<u32> = chosen.iter().map(|c| c.map_or(0, |x| x.1)).collect();
     let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
     let mut next = vec![None; input.current.len()];
@@ -146,17 +150,29 @@ fn typed_plan<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> (Vec<u
 }
 
 /// The count step of `plan_epoch` on several worker types (`EpochInput::types`): each job's
-/// type and count, [`super::typed::allocate_exact`] on its gains at its speed on each type (a move to another
-/// type keeps `keep_on_move` of them); under the fair policy, fair counts put on the types by
-/// fit ([`super::typed::fair_by_fit`]). A job's own minimum is granted first on the type it runs on (or the
-/// fastest for it with room); the fairness floor and the finish-time bound are not applied on
-/// typed clusters.
-fn typed_counts<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> TypedAllocation {
+/// type and count, [`super::typed::allocate_exact`] on its gains at its speed on each type (a
+/// move to another type keeps `keep_on_move` of them); under the fair policy, fair counts put on
+/// the types by fit ([`super::typed::fair_by_fit`]).
+///
+/// The fairness floor and the finish-time bound hold here as on one type, in **equal-share
+/// workers** (Gavel's normalisation): a job's fair reference is its share of every type, so its
+/// one-worker speed is its mean speed over the cluster's workers, `e_j = Σ_t v_jt·n_t / N`. The
+/// bound's fair clock runs at `e_j` times its rates, and a floor of `w` workers is granted as
+/// the fewest workers of one type that run the job at least as fast as `w` equal-share workers
+/// (its current type first, else its fastest): parking a job on K80s does not meet it. What a
+/// job got is booked as `k·v_jt / e_j` equal-share workers. A job's own minimum is granted
+/// within the same grant.
+fn typed_counts<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    types: &Types<'_>,
+    ledgers: &mut [FloorLedger],
+) -> TypedAllocation {
     let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
     let mut capacity = vec![0u32; num_types];
     for &t in types.type_of {
         capacity[t] += 1;
     }
+    let num_workers = u32::try_from(types.type_of.len()).unwrap_or(u32::MAX);
     // Each job's type now: the type most of its workers are of.
     let mut held = vec![vec![0u32; num_types]; input.jobs.len()];
     for (w, job) in input.current.iter().enumerate() {
@@ -174,8 +190,16 @@ fn typed_counts<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> Type
                 .map(|(t, &c)| (t, c))
         })
         .collect();
-    let speed = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0);
-    let jobs: Vec<TypedJob> = input
+    let speed = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0).max(0.0);
+    // Each job's equal-share speed: its speed on a worker drawn at random from the cluster.
+    let equal: Vec<f64> = (0..input.jobs.len())
+        .map(|j| {
+            let total: f64 = (0..num_types).map(|t| speed(j, t) * f64::from(capacity[t])).sum();
+            total / f64::from(num_workers.max(1))
+        })
+        .collect();
+    let bids = bids_of(input, num_workers);
+    let mut jobs: Vec<TypedJob> = input
         .jobs
         .iter()
         .enumerate()
@@ -204,30 +228,94 @@ fn typed_counts<G: GainFn>(input: &EpochInput<'_, G>, types: &Types<'_>) -> Type
                     (!sizes.is_empty()).then_some(TypeGains { sizes, gains })
                 })
                 .collect::<Vec<_>>();
-            let min = job.bid.min_workers.min(job.bid.max_workers);
-            let grant = (min > 0)
-                .then(|| {
-                    let on = |t: usize| {
-                        options[t].as_ref().and_then(|g| g.sizes.iter().copied().find(|&k| k >= min)).map(|k| (t, k))
-                    };
-                    now[j].and_then(|(t, _)| on(t)).or_else(|| {
-                        (0..num_types)
-                            .filter(|&t| capacity[t] >= min)
-                            .max_by(|&a, &b| speed(j, a).total_cmp(&speed(j, b)))
-                            .and_then(on)
-                    })
-                })
-                .flatten();
-            TypedJob { options, grant, attained: job.bid.attained_service }
+            TypedJob { options, grant: None, attained: job.bid.attained_service }
         })
         .collect();
-    if input.policy == PolicyKind::Fair {
+    // The floors, in equal-share workers: the bound's clock at each job's equal-share speed.
+    let fair_policy = input.policy == PolicyKind::Fair;
+    let scaled: Vec<Option<Vec<f64>>> = input
+        .jobs
+        .iter()
+        .zip(&equal)
+        .map(|(job, &e)| job.pace.map(|p| p.rates.iter().map(|r| r * e).collect()))
+        .collect();
+    let paces: Vec<Option<Pace<'_>>> = if input.jobs.iter().any(|j| j.pace.is_some()) {
+        input
+            .jobs
+            .iter()
+            .zip(&scaled)
+            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates, ..p }))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let floors = if fair_policy || !input.plan.bounded() {
+        vec![0; jobs.len()]
+    } else {
+        floors(&input.plan, num_workers, &bids, &paces, ledgers)
+    };
+    // A job's rate on `k` workers, relative to one: its time model's where it has a pace.
+    let rate = |j: usize, k: u32| match &input.jobs[j].pace {
+        Some(p) => p.rate(f64::from(k)) / p.rate(1.0).max(1e-12),
+        None => f64::from(k),
+    };
+    let mut free = capacity.clone();
+    let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| floors[j] > 0 || bids[j].min_workers > 0).collect();
+    order.sort_by_key(|&j| (std::cmp::Reverse(floors[j]), j));
+    for j in order {
+        let min = bids[j].min_workers;
+        let need = if floors[j] > 0 { equal[j] * rate(j, floors[j]) } else { 0.0 };
+        jobs[j].grant = grant_on_types(&jobs[j], min, need, now[j], &free, |t, k| speed(j, t) * rate(j, k));
+        if let Some((t, k)) = jobs[j].grant {
+            free[t] -= k;
+        }
+    }
+    let chosen = if fair_policy {
         let bounds: Vec<(u32, u32, f64)> =
             input.jobs.iter().map(|j| (j.bid.min_workers, j.bid.max_workers, j.bid.attained_service)).collect();
         fair_by_fit(&bounds, &jobs, &capacity, &now)
     } else {
         allocate_exact(&jobs, &capacity)
+    };
+    let got: Vec<f64> = chosen
+        .iter()
+        .enumerate()
+        .map(|(j, c)| c.map_or(0.0, |(t, k)| f64::from(k) * speed(j, t) / equal[j].max(1e-12)))
+        .collect();
+    book(&input.plan, num_workers, &bids, &got, ledgers);
+    chosen
+}
+
+/// The grant of one job on typed workers: the fewest workers (at least `min`) of one type
+/// whose rate (`rate(type, k)`) reaches `need`, on its type `now` if that can, else on the
+/// type where it is fastest; none reaching it, its fastest option that fits. `None`: nothing
+/// owed, or nothing fits in `free`.
+fn grant_on_types(
+    job: &TypedJob,
+    min: u32,
+    need: f64,
+    now: Option<(usize, u32)>,
+    free: &[u32],
+    rate: impl Fn(usize, u32) -> f64,
+) -> Option<(usize, u32)> {
+    if min == 0 && need <= 0.0 {
+        return None;
     }
+    let fits = |t: usize| {
+        job.options[t].as_ref().map(|g| g.sizes.iter().copied().filter(move |&k| k >= min.max(1) && k <= free[t]))
+    };
+    let meets = |t: usize| fits(t).and_then(|mut ks| ks.find(|&k| rate(t, k) >= need * (1.0 - 1e-9))).map(|k| (t, k));
+    let fastest = |(t, k): (usize, u32)| rate(t, k);
+    let types = 0..job.options.len();
+    now.and_then(|(t, _)| meets(t))
+        .or_else(|| {
+            types.clone().filter_map(meets).min_by(|a, b| a.1.cmp(&b.1).then(fastest(*b).total_cmp(&fastest(*a))))
+        })
+        .or_else(|| {
+            types
+                .filter_map(|t| fits(t).and_then(|ks| ks.max()).map(|k| (t, k)))
+                .max_by(|a, b| fastest(*a).total_cmp(&fastest(*b)))
+        })
 }
 
 /// Step 2: each worker's next job. On machines with several slots jobs are placed with
@@ -291,8 +379,9 @@ fn batches_and_roles<G>(input: &EpochInput<'_, G>, plan: &mut EpochPlan) {
     }
 }
 
-/// Step 1: workers per job.
-fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut [FloorLedger]) -> Vec<u32> {
+/// The jobs' bids as the count step takes them: a job's own minimum is a request, honoured
+/// within its fair share only (one job asking for the cluster must not take it).
+fn bids_of<'g, G>(input: &EpochInput<'g, G>, num_workers: u32) -> Vec<JobBid<ByRef<'g, G>>> {
     let jobs = input.jobs;
     let mut bids: Vec<JobBid<ByRef<'_, G>>> = jobs
         .iter()
@@ -303,8 +392,6 @@ fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut 
             gain: j.bid.gain.as_ref().map(ByRef),
         })
         .collect();
-    // A job's own minimum is a request, honoured within its fair share only: one job asking for
-    // the cluster must not take it.
     if jobs.iter().any(|j| j.own_minimum && j.bid.min_workers > 0) {
         let honoured = honoured_minimums(num_workers, &bids);
         for ((bid, job), min) in bids.iter_mut().zip(jobs).zip(honoured) {
@@ -313,6 +400,13 @@ fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut 
             }
         }
     }
+    bids
+}
+
+/// Step 1: workers per job.
+fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut [FloorLedger]) -> Vec<u32> {
+    let jobs = input.jobs;
+    let bids = bids_of(input, num_workers);
     let paces: Vec<Option<Pace<'_>>> =
         if jobs.iter().any(|j| j.pace.is_some()) { jobs.iter().map(|j| j.pace).collect() } else { Vec::new() };
     let mut counts = plan(input.policy, &input.plan, num_workers, &bids, &paces, ledgers).workers;
@@ -405,6 +499,73 @@ mod tests {
         let one = [0; 8];
         let p1 = plan(&current, Types { type_of: &one, ..types });
         assert_eq!(p1, plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]));
+    }
+
+    #[test]
+    fn on_typed_workers_the_floor_and_the_bound_are_met_in_equal_share_workers() {
+        // Workers 0-3 fast (type 0), 4-7 four times slower for both jobs: each job's
+        // equal-share speed is (4·1 + 4·0.25)/8 = 0.625. Job 0 gains on every worker, job 1
+        // (converged) on none: pure quality parks job 1 on the slow workers (rate 1.0).
+        let model = test_job(Layout::new());
+        let eager: Gain = |w| f64::from(w);
+        let done: Gain = |_| 0.0;
+        let rates: Vec<f64> = (0..=8u32).map(f64::from).collect();
+        let pace = Pace { age_s: 0.0, done: 0.0, remaining: 1000.0, rates: &rates, wait_s: 5.0 };
+        fn job<'a>(model: &'a JobModel, g: Gain, pace: Option<Pace<'a>>) -> EpochJob<'a, Gain> {
+            EpochJob {
+                bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
+                own_minimum: true,
+                sizes: None,
+                model,
+                pace,
+            }
+        }
+        let type_of = [0, 0, 0, 0, 1, 1, 1, 1];
+        let speeds = vec![vec![1.0, 0.25], vec![1.0, 0.25]];
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 1.0 };
+        let current = [None; 8];
+        let run = |jobs: &[EpochJob<'_, Gain>], plan: PlanSettings, ledgers: &mut [FloorLedger]| {
+            let (_, place) = settings();
+            let input = EpochInput {
+                policy: PolicyKind::Slaq,
+                plan,
+                place,
+                jobs,
+                machine_of: None,
+                current: &current,
+                seed: 7,
+                types: Some(types),
+            };
+            plan_epoch(&input, ledgers)
+        };
+        let on = |p: &EpochPlan, j: usize| -> (Vec<usize>, f64) {
+            let ws = of_job(&p.next, j);
+            let rate = ws.iter().map(|&w| speeds[j][type_of[w]]).sum();
+            (ws.iter().map(|&w| type_of[w]).collect(), rate)
+        };
+        let no_pace = [job(&model, eager, None), job(&model, done, None)];
+        let off = PlanSettings { floor: 0.0, floor_window: 4, max_slowdown: 0.0 };
+        let p = run(&no_pace, off, &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(on(&p, 1).0, vec![1; 4], "unbounded, the converged job is parked on the slow workers");
+        // The service floor (half its share of 4 equal-share workers: 2, worth 1.25 fast
+        // workers' speed) is met on fast workers, not by parking it on 2 slow ones.
+        let floor = PlanSettings { floor: 0.5, ..off };
+        let mut ledgers = vec![FloorLedger::default(); 2];
+        let p = run(&no_pace, floor, &mut ledgers);
+        let (types_1, rate_1) = on(&p, 1);
+        assert!(rate_1 >= 0.625 * 2.0, "floor met in speed: {types_1:?}, rate {rate_1}");
+        assert!(types_1.windows(2).all(|w| w[0] == w[1]), "one type: {types_1:?}");
+        assert_eq!(types_1, vec![0, 0]);
+        // What it got is booked as equal-share workers: 2 fast ones are 3.2.
+        assert!((ledgers[1].granted() - 2.0 / 0.625).abs() < 1e-9, "{}", ledgers[1].granted());
+        // The finish-time bound (K = 2): fair finish 1000 / (4 · 0.625) = 400 s, so 1.25 units
+        // per second are due from now, and waiting an epoch would miss: 2 fast workers.
+        let paced = [job(&model, eager, Some(pace)), job(&model, done, Some(pace))];
+        let bound = PlanSettings { max_slowdown: 2.0, ..off };
+        let p = run(&paced, bound, &mut vec![FloorLedger::default(); 2]);
+        let (types_1, rate_1) = on(&p, 1);
+        assert_eq!(types_1, vec![0, 0], "bound met on the type fast enough");
+        assert!(rate_1 >= 1.25);
     }
 
     #[test]
