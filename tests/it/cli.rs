@@ -208,6 +208,9 @@ fn simulate_gavel_json_has_the_documented_shape_and_bad_settings_are_clear_error
         assert!(p["unfinished"].as_u64().is_some_and(|u| u < 40) && p["measured_jobs"] == 40, "{name}: {p}");
         assert_eq!(p["busy_fraction_by_type"].as_object().unwrap().len(), 3);
     }
+    // The trace's capacity bound: 12 GPUs keep up with about half a job an hour of jobs that
+    // average 17 V100-hours.
+    assert!(v["max_jobs_per_hour"].as_f64().is_some_and(|m| m > 0.05 && m < 5.0), "{v}");
     // A sweep: runs keyed by rate and seed, and the means.
     let out = run(&["--jobs-per-hour", "0.5,1.0", "--seed", "1,2", "--policy", "fair,slaq", "--multi-gpu", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -258,7 +258,7 @@ fn gavel(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
     }
     if args.json {
         let value = match cells.as_slice() {
-            [one] => serde_json::json!({ "policies": one.policies }),
+            [one] => serde_json::json!({ "policies": one.policies, "max_jobs_per_hour": one.max_jobs_per_hour }),
             _ => serde_json::json!({ "runs": cells, "means": means }),
         };
         println!("{}", serde_json::to_string_pretty(&value)?);

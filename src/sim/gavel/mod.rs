@@ -3,6 +3,7 @@
 //! policies decided in rounds (`engine`) and their figures (`report`).
 //! `slaq simulate --gavel-throughputs FILE` runs [`sweep`].
 
+pub mod capacity;
 pub mod engine;
 pub mod report;
 pub mod table;
@@ -57,7 +58,12 @@ pub fn sweep(
         .map(|(i, (rate, seed, _))| {
             let of: Vec<PolicyRun> =
                 tasks.iter().zip(&runs).filter(|(t, _)| t.0 == i).map(|(_, r)| r.clone()).collect();
-            Cell { jobs_per_hour: *rate, seed: *seed, policies: report::summarise(&of, cluster, sweep.config.measure) }
+            Cell {
+                jobs_per_hour: *rate,
+                seed: *seed,
+                max_jobs_per_hour: capacity::max_jobs_per_hour(table, cluster, &traces[i].2),
+                policies: report::summarise(&of, cluster, sweep.config.measure),
+            }
         })
         .collect())
 }

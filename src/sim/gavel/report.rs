@@ -15,6 +15,10 @@
 //! - **`backlog_v100_h`**: the work left when the run stopped, over every job of the trace, in
 //!   V100-GPU-hours (remaining fraction × duration on its V100s): whether a policy that leaves
 //!   measured jobs unfinished did less work or other work first.
+//! - **`max_jobs_per_hour`** (per trace, not per policy): the most jobs per hour the cluster
+//!   could keep up with on the trace's work mix, every job at its best per-GPU throughput and
+//!   nothing lost to restarts (`capacity`): at a rate above it no policy sustains the load, and
+//!   unfinished jobs measure how a policy overloads, not whether.
 //! - **`busy_fraction_by_type`**: worker-seconds held by jobs (restarts included) over the type's
 //!   worker-seconds, over the whole run.
 
@@ -49,6 +53,8 @@ pub struct PolicySummary {
 pub struct Cell {
     pub jobs_per_hour: f64,
     pub seed: u64,
+    /// The most jobs per hour the cluster can keep up with on this trace's work mix.
+    pub max_jobs_per_hour: f64,
     pub policies: BTreeMap<String, PolicySummary>,
 }
 
@@ -120,6 +126,8 @@ pub struct RateMeans {
     pub unfinished: usize,
     /// Mean over the seeds.
     pub backlog_v100_h: f64,
+    /// The traces' capacity bound, mean over the seeds.
+    pub max_jobs_per_hour: f64,
 }
 
 /// Averages `cells` over seeds, per rate and policy.
@@ -132,6 +140,8 @@ pub fn means(cells: &[Cell]) -> Vec<RateMeans> {
         .map(|(rate, policy)| {
             let of: Vec<&PolicySummary> =
                 cells.iter().filter(|c| c.jobs_per_hour == rate).filter_map(|c| c.policies.get(&policy)).collect();
+            let bounds: Vec<f64> =
+                cells.iter().filter(|c| c.jobs_per_hour == rate).map(|c| c.max_jobs_per_hour).collect();
             let n = of.len() as f64;
             let sustained: Vec<f64> = of.iter().filter(|s| s.unfinished == 0).filter_map(|s| s.mean_jct_s).collect();
             let avg = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
@@ -144,6 +154,7 @@ pub fn means(cells: &[Cell]) -> Vec<RateMeans> {
                 p95_slowdown_vs_fair: avg(of.iter().filter_map(|s| s.p95_slowdown_vs_fair).collect()),
                 unfinished: of.iter().map(|s| s.unfinished).sum(),
                 backlog_v100_h: of.iter().map(|s| s.backlog_v100_h).sum::<f64>() / n,
+                max_jobs_per_hour: bounds.iter().sum::<f64>() / bounds.len().max(1) as f64,
                 policy,
             }
         })
@@ -157,13 +168,14 @@ fn hours(s: Option<f64>) -> String {
 /// The means as a table: one row per rate and policy.
 pub fn table(means: &[RateMeans]) -> String {
     let mut out = String::from(
-        "jobs/h  policy       seeds  mean JCT (h)  loss area (h)  worst slowdown  p95 slowdown  unfinished  backlog (V100-h)\n",
+        "jobs/h  (max)  policy       seeds  mean JCT (h)  loss area (h)  worst slowdown  p95 slowdown  unfinished  backlog (V100-h)\n",
     );
     for m in means {
         let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}x"));
         out.push_str(&format!(
-            "{:<7} {:<12} {:>5}  {:>12}  {:>13.2}  {:>14}  {:>12}  {:>10}  {:>16.0}\n",
+            "{:<7} {:>5.2}  {:<12} {:>5}  {:>12}  {:>13.2}  {:>14}  {:>12}  {:>10}  {:>16.0}\n",
             m.jobs_per_hour,
+            m.max_jobs_per_hour,
             m.policy,
             m.seeds,
             hours(m.mean_jct_s),
