@@ -670,6 +670,8 @@ impl AllocatorActor {
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
         let (mut without_ranks, mut without_ranks_count): (Option<&str>, usize) = (None, 0);
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
+        // On a cluster of several types, each job is told its world's type.
+        let typed = types::names(&self.registry).is_some();
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
@@ -717,8 +719,16 @@ impl AllocatorActor {
             if (job_changed[j] && workers != entry.workers) || batch_changed {
                 let workers = if job_changed[j] { workers } else { entry.workers.clone() };
                 entry.batch = batches[j];
-                let message =
-                    JobAllocation { job: id.clone(), epoch, workers, batch_size: batches[j], term: self.settings.term };
+                let accelerator =
+                    typed.then(|| types::world_type(&self.registry, &workers)).flatten().map(str::to_string);
+                let message = JobAllocation {
+                    job: id.clone(),
+                    epoch,
+                    workers,
+                    batch_size: batches[j],
+                    term: self.settings.term,
+                    accelerator,
+                };
                 outgoing.push(self.publisher.message(self.publisher.subjects().job_alloc(id), &message));
                 entry.workers = message.workers;
             }

@@ -157,11 +157,11 @@ fn typed_plan<G: GainFn>(
 /// The fairness floor and the finish-time bound hold here as on one type, in **equal-share
 /// workers** (Gavel's normalisation): a job's fair reference is its share of every type, so its
 /// one-worker speed is its mean speed over the cluster's workers, `e_j = Σ_t v_jt·n_t / N`. The
-/// bound's fair clock runs at `e_j` times its rates, and a floor of `w` workers is granted as
-/// the fewest workers of one type that run the job at least as fast as `w` equal-share workers
-/// (its current type first, else its fastest): parking a job on K80s does not meet it. What a
-/// job got is booked as `k·v_jt / e_j` equal-share workers. A job's own minimum is granted
-/// within the same grant.
+/// bound's fair clock runs at `e_j` times its rates. A job owed a floor of `w` workers may then
+/// run only on options (a type and a size) at least as fast as `w` equal-share workers, and
+/// each is worth more than any gain ([`owe`]): the allocation serves it first, on whichever
+/// type suits the others best, and parking it on K80s does not meet it. What a job got is
+/// booked as `k·v_jt / e_j` equal-share workers. A job's own minimum is owed the same way.
 fn typed_counts<G: GainFn>(
     input: &EpochInput<'_, G>,
     types: &Types<'_>,
@@ -259,15 +259,21 @@ fn typed_counts<G: GainFn>(
         Some(p) => p.rate(f64::from(k)) / p.rate(1.0).max(1e-12),
         None => f64::from(k),
     };
-    let mut free = capacity.clone();
-    let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| floors[j] > 0 || bids[j].min_workers > 0).collect();
-    order.sort_by_key(|&j| (std::cmp::Reverse(floors[j]), j));
-    for j in order {
+    // A job owed workers (its floor, its own minimum) may run only where they meet it, and is
+    // worth more there than any gain: the allocation serves every such job it can, on whichever
+    // type suits the others best, then the gains decide.
+    let bonus = 1.0
+        + 2.0
+            * jobs
+                .iter()
+                .map(|job| job.options.iter().flatten().flat_map(|g| g.gains.iter().copied()).fold(0.0, f64::max))
+                .filter(|g| g.is_finite())
+                .sum::<f64>();
+    for (j, job) in jobs.iter_mut().enumerate() {
         let min = bids[j].min_workers;
         let need = if floors[j] > 0 { equal[j] * rate(j, floors[j]) } else { 0.0 };
-        jobs[j].grant = grant_on_types(&jobs[j], min, need, now[j], &free, |t, k| speed(j, t) * rate(j, k));
-        if let Some((t, k)) = jobs[j].grant {
-            free[t] -= k;
+        if min > 0 || need > 0.0 {
+            owe(job, min, need, bonus, |t, k| speed(j, t) * rate(j, k));
         }
     }
     let chosen = if fair_policy {
@@ -286,36 +292,36 @@ fn typed_counts<G: GainFn>(
     chosen
 }
 
-/// The grant of one job on typed workers: the fewest workers (at least `min`) of one type
-/// whose rate (`rate(type, k)`) reaches `need`, on its type `now` if that can, else on the
-/// type where it is fastest; none reaching it, its fastest option that fits. `None`: nothing
-/// owed, or nothing fits in `free`.
-fn grant_on_types(
-    job: &TypedJob,
-    min: u32,
-    need: f64,
-    now: Option<(usize, u32)>,
-    free: &[u32],
-    rate: impl Fn(usize, u32) -> f64,
-) -> Option<(usize, u32)> {
-    if min == 0 && need <= 0.0 {
-        return None;
-    }
-    let fits = |t: usize| {
-        job.options[t].as_ref().map(|g| g.sizes.iter().copied().filter(move |&k| k >= min.max(1) && k <= free[t]))
+/// Restricts a job's options to those that give it at least `min` workers and a rate
+/// (`rate(type, k)`) of at least `need`, each worth `bonus` more; if none does, to its fastest
+/// option.
+fn owe(job: &mut TypedJob, min: u32, need: f64, bonus: f64, rate: impl Fn(usize, u32) -> f64) {
+    let meets = |t: usize, k: u32| k >= min.max(1) && rate(t, k) >= need * (1.0 - 1e-9);
+    let sizes_of = |job: &TypedJob| -> Vec<(usize, u32)> {
+        job.options
+            .iter()
+            .enumerate()
+            .flat_map(|(t, g)| g.iter().flat_map(move |g| g.sizes.iter().map(move |&k| (t, k))))
+            .collect()
     };
-    let meets = |t: usize| fits(t).and_then(|mut ks| ks.find(|&k| rate(t, k) >= need * (1.0 - 1e-9))).map(|k| (t, k));
-    let fastest = |(t, k): (usize, u32)| rate(t, k);
-    let types = 0..job.options.len();
-    now.and_then(|(t, _)| meets(t))
-        .or_else(|| {
-            types.clone().filter_map(meets).min_by(|a, b| a.1.cmp(&b.1).then(fastest(*b).total_cmp(&fastest(*a))))
-        })
-        .or_else(|| {
-            types
-                .filter_map(|t| fits(t).and_then(|ks| ks.max()).map(|k| (t, k)))
-                .max_by(|a, b| fastest(*a).total_cmp(&fastest(*b)))
-        })
+    let all = sizes_of(job);
+    let fastest = all.iter().copied().max_by(|a, b| rate(a.0, a.1).total_cmp(&rate(b.0, b.1)));
+    let any = all.iter().any(|&(t, k)| meets(t, k));
+    for (t, option) in job.options.iter_mut().enumerate() {
+        let Some(g) = option.as_mut() else { continue };
+        let kept: Vec<(u32, f64)> = g
+            .sizes
+            .iter()
+            .zip(&g.gains)
+            .filter(|&(&k, _)| if any { meets(t, k) } else { fastest == Some((t, k)) })
+            .map(|(&k, &gain)| (k, gain + bonus))
+            .collect();
+        if kept.is_empty() {
+            *option = None;
+        } else {
+            (g.sizes, g.gains) = kept.into_iter().unzip();
+        }
+    }
 }
 
 /// Step 2: each worker's next job. On machines with several slots jobs are placed with
@@ -566,6 +572,44 @@ mod tests {
         let (types_1, rate_1) = on(&p, 1);
         assert_eq!(types_1, vec![0, 0], "bound met on the type fast enough");
         assert!(rate_1 >= 1.25);
+    }
+
+    #[test]
+    fn a_job_owed_its_floor_is_not_pinned_to_its_type_when_another_type_serves_it_and_the_others_better() {
+        // Two fast workers (0, 1) and four slow ones. Each job holds one fast worker and is
+        // owed its floor; job 0 runs 7.2 times slower on the slow type, job 1 only 2.1 times.
+        // Both floors are met with job 0 on both fast workers and job 1 on the four slow ones,
+        // and that is what the gains want: no slow worker may stay idle.
+        let model = test_job(Layout::new());
+        let g: Gain = |w| 1.0 - 0.8f64.powi(w as i32);
+        let job = EpochJob {
+            bid: JobBid { max_workers: 4, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model: &model,
+            pace: None,
+        };
+        let jobs = [job.clone(), job];
+        let type_of = [0, 0, 1, 1, 1, 1];
+        let speeds = vec![vec![1.0, 1.0 / 7.2], vec![1.0, 1.0 / 2.1]];
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9 };
+        let current = [Some(1), Some(0), None, None, None, None];
+        let (_, place) = settings();
+        // A floor of 0.3 of a share of 3: one equal-share worker each, which one fast worker meets.
+        let plan = PlanSettings { floor: 0.3, floor_window: 4, max_slowdown: 0.0 };
+        let input = EpochInput {
+            policy: PolicyKind::Slaq,
+            plan,
+            place,
+            jobs: &jobs,
+            machine_of: None,
+            current: &current,
+            seed: 7,
+            types: Some(types),
+        };
+        let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(of_job(&p.next, 0), vec![0, 1]);
+        assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
     }
 
     #[test]

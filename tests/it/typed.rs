@@ -48,15 +48,19 @@ fn table() -> Throughputs {
     .unwrap()
 }
 
+/// Allocations a job saw that mix types or misname them: (workers, the type named).
+type Bad = Arc<Mutex<Vec<(Vec<String>, Option<String>)>>>;
+
 /// One emulated job: runs at its type's throughput on the workers of its latest allocation
-/// (nothing on a mixed world, which it records), reporting its loss as it goes.
+/// (nothing on a mixed world), reporting its loss as it goes; records every allocation that
+/// mixes types or does not name its workers' type.
 fn emulate_job(
     c: async_nats::Client,
     s: Subjects,
     job: String,
     speeds: BTreeMap<String, f64>,
     type_of: HashMap<String, String>,
-    mixed: Arc<Mutex<Vec<Vec<String>>>>,
+    mixed: Bad,
 ) -> Background {
     Background::spawn(async move {
         let mut allocs = c.subscribe(s.job_alloc(&job)).await.unwrap();
@@ -67,8 +71,9 @@ fn emulate_job(
             while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(20), allocs.next()).await {
                 if let Ok(a) = slaq::protocol::decode::<JobAllocation>(Encoding::MsgPack, &msg.payload, "alloc") {
                     let kinds: Vec<&String> = a.workers.iter().filter_map(|w| type_of.get(w)).collect();
-                    if kinds.windows(2).any(|k| k[0] != k[1]) {
-                        mixed.lock().unwrap().push(a.workers.clone());
+                    // A world is one type, and the allocation names it (none without workers).
+                    if kinds.windows(2).any(|k| k[0] != k[1]) || a.accelerator.as_ref() != kinds.first().copied() {
+                        mixed.lock().unwrap().push((a.workers.clone(), a.accelerator.clone()));
                     }
                     workers = a.workers;
                 }
@@ -147,7 +152,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
     }
     let st = wait_status(&c, &s).await;
     assert_eq!((on(&st, "resnet"), on(&st, "a3c").len()), (vec!["v100".to_string(); 2], 4));
-    assert!(mixed.lock().unwrap().is_empty(), "mixed worlds sent: {:?}", mixed.lock().unwrap());
+    assert!(mixed.lock().unwrap().is_empty(), "mixed or misnamed worlds sent: {:?}", mixed.lock().unwrap());
     drop((jobs, beats));
     drop(scheduler);
 }

@@ -94,6 +94,9 @@ class Wire(unittest.TestCase):
         a = Allocation.from_message({"job": "j", "epoch": 7, "workers": ["w1", "w2"], "batch_size": 128})
         self.assertEqual((a.epoch, a.workers, a.batch_size), (7, ["w1", "w2"], 128))
         self.assertIsNone(Allocation.from_message({"epoch": 1, "workers": []}).batch_size)
+        typed = Allocation.from_message({"epoch": 2, "workers": ["v0"], "accelerator": "v100"})
+        self.assertEqual(typed.accelerator, "v100")
+        self.assertIsNone(Allocation.from_message({"epoch": 1, "workers": []}).accelerator)
 
 
 class Loops(unittest.TestCase):

@@ -77,15 +77,20 @@ class Allocation:
     #: The term of the scheduler that decided it (a replicated scheduler's lease, or a
     #: restart's incarnation): a newer term counts its epochs from 1 again.
     term: Optional[int] = None
+    #: The workers' type (``slaq worker --accelerator``; a world is one type), on a cluster of
+    #: several types; None on a cluster of one type or without workers.
+    accelerator: Optional[str] = None
 
     @classmethod
     def from_message(cls, message: dict) -> "Allocation":
         term = message.get("term")
+        accelerator = message.get("accelerator")
         return cls(
             epoch=int(message.get("epoch", 0)),
             workers=[str(w) for w in message.get("workers", [])],
             batch_size=message.get("batch_size"),
             term=None if term is None else int(term),
+            accelerator=None if accelerator is None else str(accelerator),
         )
 
     def order(self) -> tuple:
