@@ -577,6 +577,7 @@ impl AllocatorActor {
             current,
             seed: self.epoch,
             types,
+            tenants: None,
         };
         schedule::plan_epoch(&input, ledgers)
     }

@@ -23,6 +23,7 @@ use super::counts::{FloorLedger, PlanSettings, book, floors, honoured_minimums, 
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
+use super::tenants::{Quotas, TenantShare, quotas};
 use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, fair_by_fit};
 
 /// One job as the planner sees it.
@@ -60,6 +61,18 @@ pub struct EpochInput<'a, G> {
     /// more than one type in use, each job gets a type and a count ([`super::typed`]), and its
     /// workers are all of that type.
     pub types: Option<Types<'a>>,
+    /// Teams (issue #32): each job's tenant and each tenant's share. The count step then runs
+    /// inside each tenant's quota ([`super::tenants::quotas`]) on the tenant's own jobs (not yet
+    /// on a cluster of several worker types, where tenants are ignored).
+    pub tenants: Option<Tenancy<'a>>,
+}
+
+/// Each job's tenant and what each tenant is promised.
+#[derive(Clone, Copy, Debug)]
+pub struct Tenancy<'a> {
+    pub shares: &'a [TenantShare],
+    /// `tenant_of[j]`: job `j`'s tenant, an index into `shares` (a job with none gets nothing).
+    pub tenant_of: &'a [usize],
 }
 
 /// The worker types of a cluster and how fast each job runs on each.
@@ -89,6 +102,8 @@ pub struct EpochPlan {
     /// Jobs with an SLO that run this epoch, and of them those predicted to miss it.
     pub slo_jobs: usize,
     pub slo_missed: usize,
+    /// Each tenant's workers and how they came about, with `EpochInput::tenants`.
+    pub quotas: Option<Quotas>,
 }
 
 /// The epoch's decision (see the module's documentation). `ledgers` (one per job) carry the
@@ -96,10 +111,18 @@ pub struct EpochPlan {
 pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedger]) -> EpochPlan {
     let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
     let typed = input.types.filter(|t| t.type_of.iter().any(|&x| x != t.type_of[0]));
+    let mut quotas = None;
     let (counts, next) = match typed {
         Some(types) => typed_plan(input, &types, ledgers),
         None => {
-            let counts = counts(input, num_workers, ledgers);
+            let counts = match input.tenants {
+                Some(tenancy) => {
+                    let (counts, q) = tenant_counts(input, &tenancy, num_workers, ledgers);
+                    quotas = Some(q);
+                    counts
+                }
+                None => counts(input, num_workers, ledgers),
+            };
             let next = workers(input, &counts);
             (counts, next)
         }
@@ -111,6 +134,7 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
         slo_jobs: 0,
         slo_missed: 0,
         next,
+        quotas,
     };
     batches_and_roles(input, &mut plan);
     plan
@@ -141,6 +165,7 @@ fn typed_plan<G: GainFn>(
             current: &current_t,
             seed: input.seed,
             types: None,
+            tenants: None,
         };
         for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
             next[w] = job;
@@ -409,6 +434,66 @@ fn bids_of<'g, G>(input: &EpochInput<'g, G>, num_workers: u32) -> Vec<JobBid<ByR
     bids
 }
 
+/// Step 1 with tenants: each tenant's quota ([`quotas`], its demand being what its jobs could
+/// use), then step 1 inside each quota on the tenant's jobs (their floors and bounds against
+/// their share of it).
+fn tenant_counts<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    tenancy: &Tenancy<'_>,
+    num_workers: u32,
+    ledgers: &mut [FloorLedger],
+) -> (Vec<u32>, Quotas) {
+    let tenants = tenancy.shares.len();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); tenants];
+    let mut demand = vec![0u32; tenants];
+    for (j, job) in input.jobs.iter().enumerate() {
+        if let Some(&t) = tenancy.tenant_of.get(j).filter(|&&t| t < tenants) {
+            members[t].push(j);
+            demand[t] = demand[t].saturating_add(job.bid.max_workers).min(num_workers);
+        }
+    }
+    let quotas = quotas(num_workers, tenancy.shares, &demand);
+    let mut out = vec![0u32; input.jobs.len()];
+    for (t, members) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
+        let jobs: Vec<EpochJob<'_, ByRef<'_, G>>> = members
+            .iter()
+            .map(|&j| {
+                let job = &input.jobs[j];
+                EpochJob {
+                    bid: JobBid {
+                        min_workers: job.bid.min_workers,
+                        max_workers: job.bid.max_workers,
+                        attained_service: job.bid.attained_service,
+                        gain: job.bid.gain.as_ref().map(ByRef),
+                    },
+                    own_minimum: job.own_minimum,
+                    sizes: job.sizes,
+                    model: job.model,
+                    pace: job.pace,
+                }
+            })
+            .collect();
+        let own = EpochInput {
+            policy: input.policy,
+            plan: input.plan,
+            place: input.place,
+            jobs: &jobs,
+            machine_of: None,
+            current: &[],
+            seed: input.seed,
+            types: None,
+            tenants: None,
+        };
+        let mut own_ledgers: Vec<FloorLedger> = members.iter().map(|&j| std::mem::take(&mut ledgers[j])).collect();
+        let counts = counts(&own, quotas.workers[t], &mut own_ledgers);
+        for ((&j, c), ledger) in members.iter().zip(counts).zip(own_ledgers) {
+            out[j] = c;
+            ledgers[j] = ledger;
+        }
+    }
+    (out, quotas)
+}
+
 /// Step 1: workers per job.
 fn counts<G: GainFn>(input: &EpochInput<'_, G>, num_workers: u32, ledgers: &mut [FloorLedger]) -> Vec<u32> {
     let jobs = input.jobs;
@@ -451,7 +536,17 @@ mod tests {
         current: &'a [Option<usize>],
     ) -> EpochInput<'a, Gain> {
         let (plan, place) = settings();
-        EpochInput { policy: PolicyKind::Slaq, plan, place, jobs, machine_of, current, seed: 7, types: None }
+        EpochInput {
+            policy: PolicyKind::Slaq,
+            plan,
+            place,
+            jobs,
+            machine_of,
+            current,
+            seed: 7,
+            types: None,
+            tenants: None,
+        }
     }
 
     fn of_job(next: &[Option<usize>], j: usize) -> Vec<usize> {
@@ -541,6 +636,7 @@ mod tests {
                 current: &current,
                 seed: 7,
                 types: Some(types),
+                tenants: None,
             };
             plan_epoch(&input, ledgers)
         };
@@ -606,10 +702,55 @@ mod tests {
             current: &current,
             seed: 7,
             types: Some(types),
+            tenants: None,
         };
         let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
         assert_eq!(of_job(&p.next, 0), vec![0, 1]);
         assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn with_tenants_each_tenant_s_jobs_share_its_quota_and_idle_guarantees_are_borrowed() {
+        // Tenants A and B guaranteed 4 of 8 each. A's job gains on every worker, B's two jobs
+        // barely: by quality alone A would take nearly all; each tenant holds its 4 instead,
+        // and B's 4 go to its own two jobs.
+        let model = test_job(Layout::new());
+        let eager: Gain = |w| f64::from(w);
+        let meek: Gain = |w| 1e-3 * f64::from(w.min(1));
+        let job = |g: Gain| EpochJob {
+            bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model: &model,
+            pace: None,
+        };
+        let jobs = [job(eager), job(meek), job(meek)];
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let current = [None; 8];
+        let plan = |tenant_of: &[usize], jobs: &[EpochJob<'_, Gain>]| {
+            let tenancy = Tenancy { shares: &shares, tenant_of };
+            let input = EpochInput { tenants: Some(tenancy), ..input(jobs, None, &current) };
+            plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()])
+        };
+        let untenanted = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 3]);
+        assert!(untenanted.counts[0] >= 6, "{:?}", untenanted.counts);
+        let p = plan(&[0, 1, 1], &jobs);
+        assert_eq!(p.counts[0], 4);
+        assert_eq!(p.counts[1] + p.counts[2], 4);
+        assert!(p.counts[1] >= 1 && p.counts[2] >= 1, "{:?}", p.counts);
+        let q = p.quotas.expect("quotas");
+        assert_eq!((q.workers, q.borrowed), (vec![4, 4], vec![0, 0]));
+        // B has no jobs: A borrows B's idle guarantee.
+        let p = plan(&[0], &jobs[..1]);
+        assert_eq!(p.counts, vec![8]);
+        assert_eq!(p.quotas.unwrap().lent, vec![0, 4]);
+        // A job of no tenant gets nothing.
+        assert_eq!(plan(&[0, 7, 1], &jobs).counts[1], 0);
+        // Every worker is given to one job, and each job's workers are what its count says.
+        let p = plan(&[0, 1, 1], &jobs);
+        for (j, &c) in p.counts.iter().enumerate() {
+            assert_eq!(of_job(&p.next, j).len() as u32, c);
+        }
     }
 
     #[test]
@@ -774,6 +915,7 @@ mod tests {
                 current: &current,
                 seed,
                 types: None,
+                tenants: None,
             };
             let mut ledgers = vec![FloorLedger::default(); jobs.len()];
             let p = plan_epoch(&input, &mut ledgers.clone());

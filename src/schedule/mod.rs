@@ -7,6 +7,7 @@
 //! - [`counts`]: the bound, the fairness floor, then the policy, then allowed sizes: workers per job.
 //! - [`place`]: counts to concrete workers, with locality where machines have several slots.
 //! - [`batch`]: Courier's batch and a parameter-server job's roles on the layout chosen.
+//! - [`tenants`]: teams: each tenant's workers (guarantee, borrowing by weight, lending limits).
 //! - [`epoch`]: [`plan_epoch`], the four in order.
 
 pub mod batch;
@@ -16,6 +17,7 @@ pub mod epoch;
 pub mod job;
 pub mod place;
 pub mod slowdown;
+pub mod tenants;
 pub mod typed;
 
 pub use batch::{batch_for, batch_to_run};
@@ -24,7 +26,8 @@ pub use counts::{
     DEFAULT_FLOOR, DEFAULT_MAX_SLOWDOWN, FloorLedger, PlanSettings, fair_shares, honoured_minimums, plan,
     restrict_sizes,
 };
-pub use epoch::{EpochInput, EpochJob, EpochPlan, Types, plan_epoch};
+pub use epoch::{EpochInput, EpochJob, EpochPlan, Tenancy, Types, plan_epoch};
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
 pub use slowdown::{Pace, PaceLedger};
+pub use tenants::{Quotas, TenantShare, quotas};

@@ -601,6 +601,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
             current: &current,
             seed: e as u64,
             types: None,
+            tenants: None,
         };
         let plan = schedule::plan_epoch(&input, &mut ledgers);
         let want: Vec<(Option<String>, Role)> = plan

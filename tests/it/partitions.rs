@@ -260,6 +260,7 @@ mod wire_bids {
             current,
             seed,
             types: None,
+            tenants: None,
         };
         let mut ledgers = vec![FloorLedger::default(); bids.len()];
         schedule::plan_epoch(&input, &mut ledgers)

@@ -322,6 +322,7 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         current: &current,
         seed: 0,
         types: None,
+        tenants: None,
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);

@@ -1,0 +1,232 @@
+//! Teams on one cluster (issue #32, first step): how many workers each tenant holds this epoch,
+//! before its own jobs share them by quality ([`super::plan_epoch`] runs the count step inside
+//! each tenant's quota).
+//!
+//! 1. **Guarantees.** Each tenant's `guaranteed` workers; guarantees that sum past the cluster
+//!    are scaled down in proportion ([`scaled_guarantees`], largest remainder), never a panic.
+//! 2. **Entitlement.** A tenant with demand gets up to its guarantee: `min(demand, guarantee)`,
+//!    whatever others hold (taking it back from borrowers is the caller's reclaim).
+//! 3. **Idle capacity.** The workers nobody is guaranteed, plus what each tenant lends of its
+//!    idle guarantee: at most its `lend_limit` (the rest stays reserved for it, idle).
+//! 4. **Borrowing.** That idle capacity goes, a worker at a time, to the tenant that wants more
+//!    and has borrowed least per unit of `weight` (weighted max-min in whole workers), each up to
+//!    its demand and its `borrow_limit`.
+//!
+//! Pure and deterministic; property-tested below (caps, entitlement, lending, work conservation,
+//! weights).
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// What one tenant is promised (its configuration, in workers).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TenantShare {
+    /// Workers it gets whenever it has the demand.
+    pub guaranteed: u32,
+    /// How idle capacity is split among the tenants that want more (> 0).
+    pub weight: f64,
+    /// How far above its guarantee it may go (`None`: no limit).
+    pub borrow_limit: Option<u32>,
+    /// How much of its idle guarantee others may use (`None`: all of it).
+    pub lend_limit: Option<u32>,
+}
+
+impl TenantShare {
+    /// A tenant with no guarantee and weight 1, borrowing and lending without limit.
+    pub fn new(guaranteed: u32) -> Self {
+        TenantShare { guaranteed, weight: 1.0, borrow_limit: None, lend_limit: None }
+    }
+}
+
+/// Each tenant's workers this epoch, and how they came about.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quotas {
+    /// Workers it holds: its entitlement plus what it borrowed.
+    pub workers: Vec<u32>,
+    /// Its guarantee as honoured (scaled down when the guarantees exceed the cluster).
+    pub guaranteed: Vec<u32>,
+    /// Workers above its guarantee.
+    pub borrowed: Vec<u32>,
+    /// Workers of its idle guarantee that others hold.
+    pub lent: Vec<u32>,
+}
+
+/// The guarantees as the cluster can honour them: unchanged if they fit, else scaled down in
+/// proportion, whole workers by largest remainder (ties to the lower index).
+pub fn scaled_guarantees(cluster: u32, guaranteed: &[u32]) -> Vec<u32> {
+    let total: u64 = guaranteed.iter().map(|&g| u64::from(g)).sum();
+    if total <= u64::from(cluster) {
+        return guaranteed.to_vec();
+    }
+    let exact: Vec<f64> = guaranteed.iter().map(|&g| f64::from(g) * f64::from(cluster) / total as f64).collect();
+    let mut out: Vec<u32> = exact.iter().map(|x| x.floor() as u32).collect();
+    let mut left = cluster - out.iter().sum::<u32>();
+    let mut order: Vec<usize> = (0..exact.len()).collect();
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(a.cmp(&b)));
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        if out[i] < guaranteed[i] {
+            out[i] += 1;
+            left -= 1;
+        }
+    }
+    out
+}
+
+/// A tenant's next borrowed worker, keyed by its borrowing per weight after it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Next {
+    key: f64,
+    tenant: usize,
+}
+
+impl Eq for Next {}
+impl PartialOrd for Next {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Next {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Least key first (a max-heap, reversed); ties to the lower tenant.
+        other.key.total_cmp(&self.key).then(other.tenant.cmp(&self.tenant))
+    }
+}
+
+/// Each tenant's workers on a cluster of `cluster` workers, given what its jobs could use
+/// (`demand`, one per tenant); see the module documentation.
+pub fn quotas(cluster: u32, tenants: &[TenantShare], demand: &[u32]) -> Quotas {
+    debug_assert_eq!(tenants.len(), demand.len());
+    let promised: Vec<u32> = tenants.iter().map(|t| t.guaranteed).collect();
+    let guaranteed = scaled_guarantees(cluster, &promised);
+    let entitled: Vec<u32> = guaranteed.iter().zip(demand).map(|(&g, &d)| g.min(d)).collect();
+    let unguaranteed = cluster - guaranteed.iter().sum::<u32>();
+    let lendable: Vec<u32> = tenants
+        .iter()
+        .zip(&guaranteed)
+        .zip(&entitled)
+        .map(|((t, &g), &e)| (g - e).min(t.lend_limit.unwrap_or(u32::MAX)))
+        .collect();
+    let pool = unguaranteed + lendable.iter().sum::<u32>();
+    // Borrowing: a worker at a time to the least borrowed per weight among those wanting more.
+    let cap: Vec<u32> = tenants
+        .iter()
+        .zip(&entitled)
+        .zip(demand)
+        .zip(&guaranteed)
+        .map(|(((t, &e), &d), &g)| (d - e).min(g.saturating_add(t.borrow_limit.unwrap_or(u32::MAX)).saturating_sub(e)))
+        .collect();
+    let weight =
+        |i: usize| if tenants[i].weight > 0.0 && tenants[i].weight.is_finite() { tenants[i].weight } else { 1.0 };
+    let mut borrowed = vec![0u32; tenants.len()];
+    let mut heap: BinaryHeap<Next> =
+        (0..tenants.len()).filter(|&i| cap[i] > 0).map(|i| Next { key: 1.0 / weight(i), tenant: i }).collect();
+    let mut left = pool;
+    while left > 0 {
+        let Some(next) = heap.pop() else { break };
+        let i = next.tenant;
+        borrowed[i] += 1;
+        left -= 1;
+        if borrowed[i] < cap[i] {
+            heap.push(Next { key: f64::from(borrowed[i] + 1) / weight(i), tenant: i });
+        }
+    }
+    // What was borrowed beyond the unguaranteed workers came from the lenders, in proportion to
+    // what each could lend (largest remainder).
+    let from_lenders = borrowed.iter().sum::<u32>().saturating_sub(unguaranteed);
+    let lent = if from_lenders == 0 { vec![0; tenants.len()] } else { scaled_guarantees(from_lenders, &lendable) };
+    let workers = entitled.iter().zip(&borrowed).map(|(&e, &b)| e + b).collect();
+    Quotas { workers, guaranteed, borrowed, lent }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn entitlement_first_then_idle_capacity_by_weight() {
+        // 64 workers, A and B guaranteed 32 each. B alone wants all: it borrows A's idle 32.
+        let ab = [TenantShare::new(32), TenantShare::new(32)];
+        let q = quotas(64, &ab, &[0, 64]);
+        assert_eq!((q.workers.clone(), q.borrowed.clone(), q.lent.clone()), (vec![0, 64], vec![0, 32], vec![32, 0]));
+        // A comes back: it gets its 32, B keeps its own 32.
+        assert_eq!(quotas(64, &ab, &[40, 64]).workers, vec![32, 32]);
+        // A lends at most 24 of its idle guarantee: B stays at 32 + 24.
+        let lender = [TenantShare { lend_limit: Some(24), ..TenantShare::new(32) }, TenantShare::new(32)];
+        assert_eq!(quotas(64, &lender, &[0, 64]).workers, vec![0, 56]);
+        // Three saturated tenants without guarantees, weights 1:1:2: 16/16/32 of 64.
+        let w = |weight| TenantShare { weight, ..TenantShare::new(0) };
+        assert_eq!(quotas(64, &[w(1.0), w(1.0), w(2.0)], &[64, 64, 64]).workers, vec![16, 16, 32]);
+        // A borrow limit holds, and what it leaves goes to the others.
+        let capped = [TenantShare { borrow_limit: Some(4), ..TenantShare::new(10) }, TenantShare::new(10)];
+        assert_eq!(quotas(40, &capped, &[40, 40]).workers, vec![14, 26]);
+    }
+
+    #[test]
+    fn guarantees_past_the_cluster_are_scaled_down_in_proportion() {
+        assert_eq!(scaled_guarantees(64, &[48, 48]), vec![32, 32]);
+        assert_eq!(scaled_guarantees(10, &[5, 5, 5]), vec![4, 3, 3]);
+        assert_eq!(scaled_guarantees(10, &[3, 4]), vec![3, 4]);
+        assert_eq!(quotas(10, &[TenantShare::new(20), TenantShare::new(0)], &[10, 10]).workers, vec![10, 0]);
+    }
+
+    fn tenant() -> impl Strategy<Value = (TenantShare, u32)> {
+        (0u32..40, 1u32..5, prop::option::of(0u32..30), prop::option::of(0u32..30), 0u32..80).prop_map(
+            |(guaranteed, weight, borrow_limit, lend_limit, demand)| {
+                (TenantShare { guaranteed, weight: f64::from(weight), borrow_limit, lend_limit }, demand)
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn quotas_keep_every_promise(cluster in 0u32..120, ts in prop::collection::vec(tenant(), 1..6)) {
+            let tenants: Vec<TenantShare> = ts.iter().map(|t| t.0).collect();
+            let demand: Vec<u32> = ts.iter().map(|t| t.1).collect();
+            let q = quotas(cluster, &tenants, &demand);
+            prop_assert!(q.workers.iter().sum::<u32>() <= cluster);
+            prop_assert!(q.guaranteed.iter().sum::<u32>() <= cluster);
+            let mut lendable_total = 0;
+            for (i, t) in tenants.iter().enumerate() {
+                let g = q.guaranteed[i];
+                // Entitlement: every tenant holds min(demand, guarantee).
+                prop_assert!(q.workers[i] >= demand[i].min(g), "tenant {i} below its entitlement: {q:?}");
+                // Caps: never above its demand, nor its guarantee plus its borrow limit.
+                prop_assert!(q.workers[i] <= demand[i]);
+                if let Some(limit) = t.borrow_limit {
+                    prop_assert!(q.workers[i] <= g + limit, "tenant {i} past its borrow limit: {q:?}");
+                }
+                // Lending: never beyond its idle guarantee, nor its lend limit.
+                let idle = g - demand[i].min(g);
+                let lendable = idle.min(t.lend_limit.unwrap_or(u32::MAX));
+                prop_assert!(q.lent[i] <= lendable, "tenant {i} lent {} of {lendable}: {q:?}", q.lent[i]);
+                lendable_total += lendable;
+                prop_assert_eq!(q.borrowed[i], q.workers[i] - demand[i].min(g));
+            }
+            // Work conservation: a tenant left wanting (below its demand and its cap) means the
+            // idle capacity is all out.
+            let pool = cluster - q.guaranteed.iter().sum::<u32>() + lendable_total;
+            let wanting = tenants.iter().enumerate().any(|(i, t)| {
+                q.workers[i] < demand[i] && t.borrow_limit.is_none_or(|l| q.workers[i] < q.guaranteed[i] + l)
+            });
+            if wanting {
+                prop_assert_eq!(q.borrowed.iter().sum::<u32>(), pool);
+            }
+            // Weights: of two tenants both still wanting, neither borrowed more per weight than
+            // the other would after one more worker.
+            for i in 0..tenants.len() {
+                for j in 0..tenants.len() {
+                    let still = |k: usize| q.workers[k] < demand[k]
+                        && tenants[k].borrow_limit.is_none_or(|l| q.workers[k] < q.guaranteed[k] + l);
+                    if i != j && still(i) && still(j) {
+                        let (wi, wj) = (tenants[i].weight, tenants[j].weight);
+                        prop_assert!(f64::from(q.borrowed[i]) / wi <= f64::from(q.borrowed[j] + 1) / wj + 1e-9);
+                    }
+                }
+            }
+        }
+    }
+}
