@@ -198,23 +198,7 @@ fn typed_counts<G: GainFn>(
         capacity[t] += 1;
     }
     let num_workers = u32::try_from(types.type_of.len()).unwrap_or(u32::MAX);
-    // Each job's type now: the type most of its workers are of.
-    let mut held = vec![vec![0u32; num_types]; input.jobs.len()];
-    for (w, job) in input.current.iter().enumerate() {
-        if let Some(j) = job.filter(|&j| j < input.jobs.len()) {
-            held[j][types.type_of[w]] += 1;
-        }
-    }
-    let now: Vec<Option<(usize, u32)>> = held
-        .iter()
-        .map(|h| {
-            h.iter()
-                .enumerate()
-                .max_by_key(|(t, c)| (**c, std::cmp::Reverse(*t)))
-                .filter(|x| *x.1 > 0)
-                .map(|(t, &c)| (t, c))
-        })
-        .collect();
+    let now = held_types(input, types, num_types);
     let speed = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0).max(0.0);
     // Each job's equal-share speed: its speed on a worker drawn at random from the cluster.
     let equal: Vec<f64> = (0..input.jobs.len())
@@ -231,53 +215,19 @@ fn typed_counts<G: GainFn>(
         .map(|(j, job)| {
             let options = (0..num_types)
                 .map(|t| {
-                    let v = speed(j, t);
-                    let max = job.bid.max_workers.min(capacity[t]);
-                    if v <= 0.0 || max == 0 {
-                        return None;
-                    }
-                    let sizes: Vec<u32> = match job.sizes {
-                        Some(s) => s.iter().copied().filter(|&k| k > 0 && k <= max).collect(),
-                        None => (1..=max.min(crate::policy::table::DEFAULT_TABLE_LEN as u32)).collect(),
-                    };
                     let moved = now[j].is_some_and(|(c, _)| c != t);
                     let keep = if moved { types.keep_on_move } else { 1.0 };
-                    let gains = sizes
-                        .iter()
-                        .map(|&k| match (&job.bid.gain, input.policy) {
-                            (Some(g), PolicyKind::Slaq) => g.gain_at_speed(k, v) * keep,
-                            // No prediction (or the fair policy): work done, at this speed.
-                            _ => v * f64::from(k).sqrt() * keep * 1e-9,
-                        })
-                        .collect();
-                    (!sizes.is_empty()).then_some(TypeGains { sizes, gains })
+                    type_option(input.policy, job, speed(j, t), capacity[t], keep)
                 })
-                .collect::<Vec<_>>();
+                .collect();
             TypedJob { options, grant: None, attained: job.bid.attained_service }
         })
         .collect();
-    // The floors, in equal-share workers: the bound's clock at each job's equal-share speed.
     let fair_policy = input.policy == PolicyKind::Fair;
-    let scaled: Vec<Option<Vec<f64>>> = input
-        .jobs
-        .iter()
-        .zip(&equal)
-        .map(|(job, &e)| job.pace.map(|p| p.rates.iter().map(|r| r * e).collect()))
-        .collect();
-    let paces: Vec<Option<Pace<'_>>> = if input.jobs.iter().any(|j| j.pace.is_some()) {
-        input
-            .jobs
-            .iter()
-            .zip(&scaled)
-            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates, ..p }))
-            .collect()
-    } else {
-        Vec::new()
-    };
     let floors = if fair_policy || !input.plan.bounded() {
         vec![0; jobs.len()]
     } else {
-        floors(&input.plan, num_workers, &bids, &paces, ledgers)
+        equal_share_floors(input, &bids, &equal, num_workers, ledgers)
     };
     // A job's rate on `k` workers, relative to one: its time model's where it has a pace.
     let rate = |j: usize, k: u32| match &input.jobs[j].pace {
@@ -315,6 +265,81 @@ fn typed_counts<G: GainFn>(
         .collect();
     book(&input.plan, num_workers, &bids, &got, ledgers);
     chosen
+}
+
+/// Each job's type now: the type most of its workers are of, and how many.
+fn held_types<G>(input: &EpochInput<'_, G>, types: &Types<'_>, num_types: usize) -> Vec<Option<(usize, u32)>> {
+    let mut held = vec![vec![0u32; num_types]; input.jobs.len()];
+    for (w, job) in input.current.iter().enumerate() {
+        if let Some(j) = job.filter(|&j| j < input.jobs.len()) {
+            held[j][types.type_of[w]] += 1;
+        }
+    }
+    held.iter()
+        .map(|h| {
+            h.iter()
+                .enumerate()
+                .max_by_key(|(t, c)| (**c, std::cmp::Reverse(*t)))
+                .filter(|x| *x.1 > 0)
+                .map(|(t, &c)| (t, c))
+        })
+        .collect()
+}
+
+/// A job's gains on one type where it runs `speed` times as fast as its gain curve assumes,
+/// at every size it may run at among `capacity` workers, `keep` of them kept (a move's cost).
+fn type_option<G: GainFn>(
+    policy: PolicyKind,
+    job: &EpochJob<'_, G>,
+    speed: f64,
+    capacity: u32,
+    keep: f64,
+) -> Option<TypeGains> {
+    let max = job.bid.max_workers.min(capacity);
+    if speed <= 0.0 || max == 0 {
+        return None;
+    }
+    let sizes: Vec<u32> = match job.sizes {
+        Some(s) => s.iter().copied().filter(|&k| k > 0 && k <= max).collect(),
+        None => (1..=max.min(crate::policy::table::DEFAULT_TABLE_LEN as u32)).collect(),
+    };
+    let gains = sizes
+        .iter()
+        .map(|&k| match (&job.bid.gain, policy) {
+            (Some(g), PolicyKind::Slaq) => g.gain_at_speed(k, speed) * keep,
+            // No prediction (or the fair policy): work done, at this speed.
+            _ => speed * f64::from(k).sqrt() * keep * 1e-9,
+        })
+        .collect();
+    (!sizes.is_empty()).then_some(TypeGains { sizes, gains })
+}
+
+/// The floors (the finish-time bound's, then the service floor's) in equal-share workers: each
+/// job's fair clock runs at its equal-share speed `equal[j]` times its rates.
+fn equal_share_floors<G>(
+    input: &EpochInput<'_, G>,
+    bids: &[JobBid<ByRef<'_, G>>],
+    equal: &[f64],
+    num_workers: u32,
+    ledgers: &mut [FloorLedger],
+) -> Vec<u32> {
+    let scaled: Vec<Option<Vec<f64>>> = input
+        .jobs
+        .iter()
+        .zip(equal)
+        .map(|(job, &e)| job.pace.map(|p| p.rates.iter().map(|r| r * e).collect()))
+        .collect();
+    let paces: Vec<Option<Pace<'_>>> = if input.jobs.iter().any(|j| j.pace.is_some()) {
+        input
+            .jobs
+            .iter()
+            .zip(&scaled)
+            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates, ..p }))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    floors(&input.plan, num_workers, bids, &paces, ledgers)
 }
 
 /// Restricts a job's options to those that give it at least `min` workers and a rate

@@ -304,6 +304,11 @@ pub fn run(
         now = to;
         round += 1;
     }
+    finish(policy, &jobs, busy_s, now)
+}
+
+/// The run's record when it stops at `now`.
+fn finish(policy: GavelPolicy, jobs: &[JobState<'_>], busy_s: Vec<f64>, now: f64) -> PolicyRun {
     let results = jobs
         .iter()
         .map(|s| JobResult {
