@@ -952,5 +952,54 @@ mod tests {
             prop_assert!(p.serves.iter().zip(&p.next).all(|(&s, j)| !s || j.is_some_and(|j| jobs[j].3)));
             prop_assert_eq!(plan_epoch(&input, &mut ledgers), p);
         }
+
+        /// With tenants: each tenant's jobs hold at most its quota, every tenant with demand
+        /// at least min(demand, guarantee) of it, and the workers map exactly to the counts.
+        #[test]
+        fn with_tenants_no_tenant_s_jobs_exceed_its_quota(
+            jobs in prop::collection::vec((0usize..4, 1u32..10, 0u32..3), 1..10),
+            shares in prop::collection::vec((0u32..12, 1u32..4, prop::option::of(0u32..8), prop::option::of(0u32..8)), 1..4),
+            workers in 1usize..30,
+            floor in 0.0f64..1.0,
+        ) {
+            let slopes: [Gain; 3] = [|w| f64::from(w).sqrt(), |w| f64::from(w.min(3)), |_| 0.0];
+            let model = test_job(Layout::new());
+            let epoch_jobs: Vec<EpochJob<'_, Gain>> = jobs.iter().map(|&(_, max, g)| EpochJob {
+                bid: JobBid { max_workers: max, attained_service: f64::from(g), ..JobBid::new(Some(slopes[g as usize])) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+                pace: None,
+            }).collect();
+            let shares: Vec<TenantShare> = shares.iter().map(|&(guaranteed, weight, borrow_limit, lend_limit)| {
+                TenantShare { guaranteed, weight: f64::from(weight), borrow_limit, lend_limit }
+            }).collect();
+            let tenant_of: Vec<usize> = jobs.iter().map(|j| j.0).collect();
+            let current = vec![None; workers];
+            let (_, place) = settings();
+            let input = EpochInput {
+                policy: PolicyKind::Slaq,
+                plan: PlanSettings { floor, floor_window: 4, max_slowdown: 0.0 },
+                place,
+                jobs: &epoch_jobs,
+                machine_of: None,
+                current: &current,
+                seed: 1,
+                types: None,
+                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of }),
+            };
+            let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
+            let q = p.quotas.clone().expect("quotas");
+            for t in 0..shares.len() {
+                let held: u32 = (0..jobs.len()).filter(|&j| tenant_of[j] == t).map(|j| p.counts[j]).sum();
+                let demand: u32 = (0..jobs.len()).filter(|&j| tenant_of[j] == t).map(|j| jobs[j].1).sum::<u32>().min(workers as u32);
+                prop_assert!(held <= q.workers[t], "tenant {} holds {} of its {}", t, held, q.workers[t]);
+                prop_assert!(q.workers[t] >= demand.min(q.guaranteed[t]));
+            }
+            for (j, &c) in p.counts.iter().enumerate() {
+                prop_assert!(tenant_of[j] < shares.len() || c == 0);
+                prop_assert_eq!(of_job(&p.next, j).len(), c as usize);
+            }
+        }
     }
 }
