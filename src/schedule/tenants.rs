@@ -12,6 +12,9 @@
 //!    and has borrowed least per unit of `weight` (weighted max-min in whole workers), each up to
 //!    its demand and its `borrow_limit`.
 //!
+//! [`resolve`] checks a configuration (`[tenants.<name>]`: [`TenantConfig`]) and turns it into
+//! shares of a cluster, with a warning (not an error) when the guarantees exceed it.
+//!
 //! Pure and deterministic; property-tested below (caps, entitlement, lending, work conservation,
 //! weights).
 
@@ -36,6 +39,113 @@ impl TenantShare {
     pub fn new(guaranteed: u32) -> Self {
         TenantShare { guaranteed, weight: 1.0, borrow_limit: None, lend_limit: None }
     }
+}
+
+/// One tenant as configured (`[tenants.<name>]`, issue #32): `guaranteed` in workers (an
+/// integer) or as a fraction of the cluster (a number in [0, 1] with a point, e.g. `0.25`).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    #[serde(default)]
+    pub guaranteed: Guarantee,
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub borrow_limit: Option<u32>,
+    #[serde(default)]
+    pub lend_limit: Option<u32>,
+    /// Seconds a borrower's job is given to stop gracefully when its workers are taken back.
+    #[serde(default = "default_grace_s")]
+    pub grace_s: f64,
+    /// Seconds a job keeps workers it got between tenants both above their guarantees.
+    #[serde(default)]
+    pub min_run_s: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_grace_s() -> f64 {
+    60.0
+}
+
+/// A guarantee: whole workers, or a fraction of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Guarantee {
+    Workers(u32),
+    Fraction(f64),
+}
+
+impl Default for Guarantee {
+    fn default() -> Self {
+        Guarantee::Workers(0)
+    }
+}
+
+/// A tenant configuration the scheduler cannot use.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum TenantError {
+    #[error("tenant {0:?}: a name is letters, digits, '-' and '_' (it is a NATS subject token)")]
+    Name(String),
+    #[error("tenant {name:?}: {problem}")]
+    Invalid { name: String, problem: &'static str },
+}
+
+/// Tenants resolved on a cluster of a given size, in name order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub names: Vec<String>,
+    pub shares: Vec<TenantShare>,
+    /// What the configuration asks that the cluster cannot give, said plainly (guarantees past
+    /// the cluster are scaled down, not refused).
+    pub warnings: Vec<String>,
+}
+
+/// Checks `tenants` and turns each into its share of a cluster of `cluster` workers.
+pub fn resolve(
+    cluster: u32,
+    tenants: &std::collections::BTreeMap<String, TenantConfig>,
+) -> Result<Resolved, TenantError> {
+    let mut shares = Vec::with_capacity(tenants.len());
+    for (name, t) in tenants {
+        let invalid = |problem| TenantError::Invalid { name: name.clone(), problem };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(TenantError::Name(name.clone()));
+        }
+        if !(t.weight.is_finite() && t.weight > 0.0) {
+            return Err(invalid("weight must be a positive number"));
+        }
+        if !(t.grace_s.is_finite() && t.grace_s >= 0.0 && t.min_run_s.is_finite() && t.min_run_s >= 0.0) {
+            return Err(invalid("grace_s and min_run_s must be seconds, 0 or more"));
+        }
+        let guaranteed = match t.guaranteed {
+            Guarantee::Workers(w) => w,
+            Guarantee::Fraction(f) if (0.0..=1.0).contains(&f) => (f * f64::from(cluster)).floor() as u32,
+            Guarantee::Fraction(_) => return Err(invalid("a fractional guarantee must be in [0, 1]")),
+        };
+        shares.push(TenantShare {
+            guaranteed,
+            weight: t.weight,
+            borrow_limit: t.borrow_limit,
+            lend_limit: t.lend_limit,
+        });
+    }
+    let names: Vec<String> = tenants.keys().cloned().collect();
+    let asked: Vec<u32> = shares.iter().map(|s| s.guaranteed).collect();
+    let total: u64 = asked.iter().map(|&g| u64::from(g)).sum();
+    let mut warnings = Vec::new();
+    if total > u64::from(cluster) {
+        let scaled = scaled_guarantees(cluster, &asked);
+        let each: Vec<String> =
+            names.iter().zip(asked.iter().zip(&scaled)).map(|(n, (a, s))| format!("{n} {a} -> {s}")).collect();
+        warnings.push(format!(
+            "the guarantees sum to {total} workers on a cluster of {cluster}: each is scaled down in proportion ({})",
+            each.join(", ")
+        ));
+    }
+    Ok(Resolved { names, shares, warnings })
 }
 
 /// Each tenant's workers this epoch, and how they came about.
@@ -171,6 +281,34 @@ mod tests {
         assert_eq!(scaled_guarantees(10, &[5, 5, 5]), vec![4, 3, 3]);
         assert_eq!(scaled_guarantees(10, &[3, 4]), vec![3, 4]);
         assert_eq!(quotas(10, &[TenantShare::new(20), TenantShare::new(0)], &[10, 10]).workers, vec![10, 0]);
+    }
+
+    #[test]
+    fn a_configuration_resolves_with_clear_errors_and_a_warning_for_too_much_guaranteed() {
+        let parse = |text: &str| toml::from_str::<std::collections::BTreeMap<String, TenantConfig>>(text);
+        let tenants = parse(
+            "[vision]\nguaranteed = 0.5\nweight = 2\nlend_limit = 8\n[nlp]\nguaranteed = 16\nborrow_limit = 4\ngrace_s = 30\n",
+        )
+        .unwrap();
+        let r = resolve(64, &tenants).unwrap();
+        assert_eq!(r.names, ["nlp", "vision"]);
+        assert_eq!(r.shares[0], TenantShare { guaranteed: 16, weight: 1.0, borrow_limit: Some(4), lend_limit: None });
+        assert_eq!(r.shares[1], TenantShare { guaranteed: 32, weight: 2.0, borrow_limit: None, lend_limit: Some(8) });
+        assert!(r.warnings.is_empty());
+        assert_eq!(tenants["nlp"].grace_s, 30.0);
+        assert_eq!(tenants["vision"].grace_s, 60.0);
+        // Too much guaranteed: a warning that says what each becomes.
+        let r = resolve(24, &tenants).unwrap();
+        assert_eq!(r.warnings.len(), 1);
+        assert!(r.warnings[0].contains("sum to 28 workers on a cluster of 24"), "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("nlp 16 -> 14, vision 12 -> 10"), "{:?}", r.warnings);
+        // Clear errors.
+        assert!(parse("[a]\nguaranted = 3\n").is_err(), "unknown keys are errors");
+        let bad = |text: &str| resolve(64, &parse(text).unwrap()).unwrap_err().to_string();
+        assert!(bad("[a]\nweight = 0\n").contains("weight"));
+        assert!(bad("[a]\nguaranteed = 1.5\n").contains("[0, 1]"));
+        assert!(bad("[\"a.b\"]\nguaranteed = 1\n").contains("subject token"));
+        assert!(bad("[a]\ngrace_s = -1\n").contains("grace_s"));
     }
 
     fn tenant() -> impl Strategy<Value = (TenantShare, u32)> {
