@@ -68,6 +68,9 @@ struct TypedCluster {
     speeds: Vec<Vec<f64>>,
 }
 
+/// A message encoded for publishing (`None`: it could not be encoded, and that was logged).
+type Encoded = Option<crate::bus::Outgoing>;
+
 /// What a job bids this epoch: its own gains, or (a submitted job, which every change
 /// restarts) those gains with the restart priced in.
 enum BidGain<'a> {
@@ -449,14 +452,17 @@ impl AllocatorActor {
         let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
         let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
         let current = self.current_jobs();
-        let typed = self.typed_cluster(now_s);
+        // The worker types in use (`None`: all of the default type).
+        let names = types::names(&self.registry);
+        let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
         let plan = self.plan(&pinned, &current, &mut ledgers, now_s, typed.as_ref());
         let policy_done = Instant::now();
         let epoch = self.epoch + 1;
         let mut outgoing = Vec::new();
         let (job_changed, workers_moved) =
             self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut outgoing);
-        let resized = self.new_generations(epoch, &plan, &job_changed, ledgers, now_s, &mut outgoing);
+        let (resized, told) = self.new_generations(epoch, &plan, &job_changed, ledgers, now_s, names.is_some());
+        outgoing.extend(told);
         let gains = self.check_predictions(self.settings.epoch.as_secs_f64());
         let publish_started = Instant::now();
         self.publisher.send_all(outgoing.into_iter().flatten().collect());
@@ -594,7 +600,7 @@ impl AllocatorActor {
         plan: &EpochPlan,
         lost: Vec<bool>,
         now_s: f64,
-        outgoing: &mut Vec<Option<crate::bus::Outgoing>>,
+        outgoing: &mut Vec<Encoded>,
     ) -> (Vec<bool>, usize) {
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> =
@@ -648,8 +654,9 @@ impl AllocatorActor {
 
     /// Every job takes its ledger back and books its service; a job whose membership changed
     /// starts a new generation (every member, old or new, is told its rank in it) and is told
-    /// its workers, and so is a job whose batch changed. Returns the jobs whose worker count
-    /// changed, with their new count.
+    /// its workers (naming their type when workers name theirs, `typed`), and so is a job whose
+    /// batch changed. Returns the jobs whose worker count changed, with their new count, and the
+    /// messages to send.
     fn new_generations(
         &mut self,
         epoch: u64,
@@ -657,8 +664,9 @@ impl AllocatorActor {
         job_changed: &[bool],
         ledgers: Vec<FloorLedger>,
         now_s: f64,
-        outgoing: &mut Vec<Option<crate::bus::Outgoing>>,
-    ) -> Vec<(Addr<JobActor>, u32)> {
+        typed: bool,
+    ) -> (Vec<(Addr<JobActor>, u32)>, Vec<Encoded>) {
+        let mut outgoing = Vec::new();
         let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
         for ((worker, _), &after) in self.registry.iter().zip(&plan.next) {
@@ -671,8 +679,6 @@ impl AllocatorActor {
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
         let (mut without_ranks, mut without_ranks_count): (Option<&str>, usize) = (None, 0);
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
-        // On a cluster of several types, each job is told its world's type.
-        let typed = types::names(&self.registry).is_some();
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
@@ -747,14 +753,14 @@ impl AllocatorActor {
                  (agents that share one --advertise address share its 1,000 ports)"
             );
         }
-        resized
+        (resized, outgoing)
     }
 
-    /// On a cluster of several worker types: each worker's type and each job's speed on each
-    /// (after measuring the epoch that ended, `quality::speeds`); `None` on one type. Jobs'
-    /// speeds are measured whenever some worker names its type, one type or several.
-    fn typed_cluster(&mut self, now_s: f64) -> Option<TypedCluster> {
-        let names = types::names(&self.registry)?;
+    /// On a cluster of several worker types (`names`, the types in use): each worker's type and
+    /// each job's speed on each (after measuring the epoch that ended, `quality::speeds`);
+    /// `None` on one type. Jobs' speeds are measured whenever some worker names its type, one
+    /// type or several.
+    fn typed_cluster(&mut self, names: &[String], now_s: f64) -> Option<TypedCluster> {
         for entry in self.jobs.values_mut() {
             let bid = entry.bid.as_ref();
             let (iter, time) = (bid.and_then(|b| b.last_iter).unwrap_or(0), bid.and_then(|b| b.gain.as_ref()));
@@ -772,10 +778,10 @@ impl AllocatorActor {
             .values()
             .map(|e| {
                 let t1 = e.bid.as_ref().and_then(|b| b.gain.as_ref()).map(|g| g.curve().time.seconds(1));
-                e.speeds.row(&names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
+                e.speeds.row(names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
             })
             .collect();
-        Some(TypedCluster { type_of: types::type_of(&self.registry, &names), speeds })
+        Some(TypedCluster { type_of: types::type_of(&self.registry, names), speeds })
     }
 
     /// Each worker's machine as a dense index (a worker without one is its own machine), or

@@ -95,6 +95,16 @@ impl<G> JobBid<G> {
     pub fn new(gain: Option<G>) -> Self {
         JobBid { min_workers: 0, max_workers: u32::MAX, attained_service: 0.0, gain }
     }
+
+    /// The same bid, its gains borrowed.
+    pub fn by_ref(&self) -> JobBid<ByRef<'_, G>> {
+        JobBid {
+            min_workers: self.min_workers,
+            max_workers: self.max_workers,
+            attained_service: self.attained_service,
+            gain: self.gain.as_ref().map(ByRef),
+        }
+    }
 }
 
 /// One allocation decision's input.

@@ -443,8 +443,8 @@ pub struct JobAllocation {
     /// allocation older than one already seen. Absent from a scheduler without replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term: Option<u64>,
-    /// The workers' type (`WorkerSpec.kind`; a world is one type), on a cluster of several
-    /// types. Absent on a cluster of one type, or when the job has no workers.
+    /// The workers' type (`WorkerSpec.kind`; a world is one type). Absent while every worker is
+    /// of the default type, or when the job has no workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<String>,
 }

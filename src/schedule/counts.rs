@@ -212,62 +212,52 @@ pub fn plan<G: GainFn>(
     ledgers: &mut [FloorLedger],
 ) -> Allocation {
     debug_assert_eq!(bids.len(), ledgers.len());
+    let fair = fair_shares(num_workers, bids);
     let allocation = if policy == PolicyKind::Fair || !settings.bounded() {
         policy.allocate(&Problem { num_workers, jobs: bids })
     } else {
-        let floors = floors(settings, num_workers, bids, paces, ledgers);
+        let floors = floors(settings, num_workers, bids, &fair, paces, ledgers);
         let raised: Vec<JobBid<ByRef<'_, G>>> = bids
             .iter()
             .zip(&floors)
-            .map(|(b, &floor)| JobBid {
-                min_workers: b.min_workers.max(floor).min(b.max_workers),
-                max_workers: b.max_workers,
-                attained_service: b.attained_service,
-                gain: b.gain.as_ref().map(ByRef),
-            })
+            .map(|(b, &floor)| JobBid { min_workers: b.min_workers.max(floor).min(b.max_workers), ..b.by_ref() })
             .collect();
         policy.allocate(&Problem { num_workers, jobs: &raised })
     };
     let got: Vec<f64> = allocation.workers.iter().map(|&w| f64::from(w)).collect();
-    book(settings, num_workers, bids, &got, ledgers);
+    book(settings, &fair, &got, ledgers);
     allocation
 }
 
 /// The workers each job must get this epoch before the policy decides: the finish-time bound's
-/// (for the jobs with a `pace`; `paces` empty: none has one), then the service floor's. Moves
-/// every job's fair clock. What the jobs then got is booked with [`book`].
+/// (for the jobs with a `pace`; `paces` empty: none has one), then the service floor's, `fair`
+/// being the jobs' [`fair_shares`]. Moves every job's fair clock. What the jobs then got is
+/// booked with [`book`].
 pub fn floors<G>(
     settings: &PlanSettings,
     num_workers: u32,
     bids: &[JobBid<G>],
+    fair: &[f64],
     paces: &[Option<Pace<'_>>],
     ledgers: &mut [FloorLedger],
 ) -> Vec<u32> {
-    let fair = fair_shares(num_workers, bids);
     let mut floors = if paces.is_empty() {
         vec![0; bids.len()]
     } else {
         debug_assert_eq!(paces.len(), bids.len());
         let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
-        slowdown_floors(settings.slowdown_bound(), num_workers, &max, &fair, paces, ledgers)
+        slowdown_floors(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
     };
     if settings.floor > 0.0 {
-        floor_workers(settings.floor, num_workers, bids, ledgers, &fair, &mut floors);
+        floor_workers(settings.floor, num_workers, bids, ledgers, fair, &mut floors);
     }
     floors
 }
 
 /// Books each job's fair share and what it `got` (workers, or their equivalent) into its floor
 /// ledger's window.
-pub fn book<G>(
-    settings: &PlanSettings,
-    num_workers: u32,
-    bids: &[JobBid<G>],
-    got: &[f64],
-    ledgers: &mut [FloorLedger],
-) {
-    let fair = fair_shares(num_workers, bids);
-    for ((ledger, &share), &got) in ledgers.iter_mut().zip(&fair).zip(got) {
+pub fn book(settings: &PlanSettings, fair: &[f64], got: &[f64], ledgers: &mut [FloorLedger]) {
+    for ((ledger, &share), &got) in ledgers.iter_mut().zip(fair).zip(got) {
         ledger.record(share, got, settings.floor_window);
     }
 }

@@ -19,7 +19,7 @@ use crate::cluster::model::BatchChoice;
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 
 use super::batch::batch_to_run;
-use super::counts::{FloorLedger, PlanSettings, book, floors, honoured_minimums, plan, restrict_sizes};
+use super::counts::{FloorLedger, PlanSettings, book, fair_shares, floors, honoured_minimums, plan, restrict_sizes};
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
@@ -208,6 +208,7 @@ fn typed_counts<G: GainFn>(
         })
         .collect();
     let bids = bids_of(input, num_workers);
+    let fair = fair_shares(num_workers, &bids);
     let mut jobs: Vec<TypedJob> = input
         .jobs
         .iter()
@@ -227,7 +228,7 @@ fn typed_counts<G: GainFn>(
     let floors = if fair_policy || !input.plan.bounded() {
         vec![0; jobs.len()]
     } else {
-        equal_share_floors(input, &bids, &equal, num_workers, ledgers)
+        equal_share_floors(input, &bids, &fair, &equal, num_workers, ledgers)
     };
     // A job's rate on `k` workers, relative to one: its time model's where it has a pace.
     let rate = |j: usize, k: u32| match &input.jobs[j].pace {
@@ -263,7 +264,7 @@ fn typed_counts<G: GainFn>(
         .enumerate()
         .map(|(j, c)| c.map_or(0.0, |(t, k)| f64::from(k) * speed(j, t) / equal[j].max(1e-12)))
         .collect();
-    book(&input.plan, num_workers, &bids, &got, ledgers);
+    book(&input.plan, &fair, &got, ledgers);
     chosen
 }
 
@@ -319,6 +320,7 @@ fn type_option<G: GainFn>(
 fn equal_share_floors<G>(
     input: &EpochInput<'_, G>,
     bids: &[JobBid<ByRef<'_, G>>],
+    fair: &[f64],
     equal: &[f64],
     num_workers: u32,
     ledgers: &mut [FloorLedger],
@@ -339,7 +341,7 @@ fn equal_share_floors<G>(
     } else {
         Vec::new()
     };
-    floors(&input.plan, num_workers, bids, &paces, ledgers)
+    floors(&input.plan, num_workers, bids, fair, &paces, ledgers)
 }
 
 /// Restricts a job's options to those that give it at least `min` workers and a rate
@@ -347,14 +349,12 @@ fn equal_share_floors<G>(
 /// option.
 fn owe(job: &mut TypedJob, min: u32, need: f64, bonus: f64, rate: impl Fn(usize, u32) -> f64) {
     let meets = |t: usize, k: u32| k >= min.max(1) && rate(t, k) >= need * (1.0 - 1e-9);
-    let sizes_of = |job: &TypedJob| -> Vec<(usize, u32)> {
-        job.options
-            .iter()
-            .enumerate()
-            .flat_map(|(t, g)| g.iter().flat_map(move |g| g.sizes.iter().map(move |&k| (t, k))))
-            .collect()
-    };
-    let all = sizes_of(job);
+    let all: Vec<(usize, u32)> = job
+        .options
+        .iter()
+        .enumerate()
+        .flat_map(|(t, g)| g.iter().flat_map(move |g| g.sizes.iter().map(move |&k| (t, k))))
+        .collect();
     let fastest = all.iter().copied().max_by(|a, b| rate(a.0, a.1).total_cmp(&rate(b.0, b.1)));
     let any = all.iter().any(|&(t, k)| meets(t, k));
     for (t, option) in job.options.iter_mut().enumerate() {
@@ -439,15 +439,7 @@ fn batches_and_roles<G>(input: &EpochInput<'_, G>, plan: &mut EpochPlan) {
 /// within its fair share only (one job asking for the cluster must not take it).
 fn bids_of<'g, G>(input: &EpochInput<'g, G>, num_workers: u32) -> Vec<JobBid<ByRef<'g, G>>> {
     let jobs = input.jobs;
-    let mut bids: Vec<JobBid<ByRef<'_, G>>> = jobs
-        .iter()
-        .map(|j| JobBid {
-            min_workers: j.bid.min_workers,
-            max_workers: j.bid.max_workers,
-            attained_service: j.bid.attained_service,
-            gain: j.bid.gain.as_ref().map(ByRef),
-        })
-        .collect();
+    let mut bids: Vec<JobBid<ByRef<'_, G>>> = jobs.iter().map(|j| j.bid.by_ref()).collect();
     if jobs.iter().any(|j| j.own_minimum && j.bid.min_workers > 0) {
         let honoured = honoured_minimums(num_workers, &bids);
         for ((bid, job), min) in bids.iter_mut().zip(jobs).zip(honoured) {
@@ -485,12 +477,7 @@ fn tenant_counts<G: GainFn>(
             .map(|&j| {
                 let job = &input.jobs[j];
                 EpochJob {
-                    bid: JobBid {
-                        min_workers: job.bid.min_workers,
-                        max_workers: job.bid.max_workers,
-                        attained_service: job.bid.attained_service,
-                        gain: job.bid.gain.as_ref().map(ByRef),
-                    },
+                    bid: job.bid.by_ref(),
                     own_minimum: job.own_minimum,
                     sizes: job.sizes,
                     model: job.model,

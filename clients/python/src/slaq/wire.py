@@ -77,8 +77,8 @@ class Allocation:
     #: The term of the scheduler that decided it (a replicated scheduler's lease, or a
     #: restart's incarnation): a newer term counts its epochs from 1 again.
     term: Optional[int] = None
-    #: The workers' type (``slaq worker --accelerator``; a world is one type), on a cluster of
-    #: several types; None on a cluster of one type or without workers.
+    #: The workers' type (``slaq worker --accelerator``; a world is one type); None while every
+    #: worker is of the default type, or without workers.
     accelerator: Optional[str] = None
 
     @classmethod
