@@ -469,7 +469,35 @@ fn tenant_counts<G: GainFn>(
             demand[t] = demand[t].saturating_add(job.bid.max_workers).min(num_workers);
         }
     }
-    let quotas = quotas(num_workers, tenancy.shares, &demand);
+    // A tenant whose jobs use less than its quota (they gain nothing from more) wants only
+    // what they use: the quotas are computed again with that demand, so the rest goes to
+    // tenants that want it (demands only fall: at most one pass per tenant).
+    let fresh = ledgers.to_vec();
+    loop {
+        let q = quotas(num_workers, tenancy.shares, &demand);
+        ledgers.clone_from_slice(&fresh);
+        let out = counts_in_quotas(input, &members, &q, ledgers);
+        let mut lowered = false;
+        for (t, members) in members.iter().enumerate() {
+            let used: u32 = members.iter().map(|&j| out[j]).sum();
+            if used < q.workers[t] && used < demand[t] {
+                demand[t] = used;
+                lowered = true;
+            }
+        }
+        if !lowered {
+            return (out, q);
+        }
+    }
+}
+
+/// Step 1 inside each tenant's quota, on its own jobs.
+fn counts_in_quotas<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    members: &[Vec<usize>],
+    quotas: &Quotas,
+    ledgers: &mut [FloorLedger],
+) -> Vec<u32> {
     let mut out = vec![0u32; input.jobs.len()];
     for (t, members) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
         let jobs: Vec<EpochJob<'_, ByRef<'_, G>>> = members
@@ -503,7 +531,7 @@ fn tenant_counts<G: GainFn>(
             ledgers[j] = ledger;
         }
     }
-    (out, quotas)
+    out
 }
 
 /// Step 1: workers per job.
@@ -763,6 +791,31 @@ mod tests {
         for (j, &c) in p.counts.iter().enumerate() {
             assert_eq!(of_job(&p.next, j).len() as u32, c);
         }
+    }
+
+    #[test]
+    fn with_tenants_a_quota_its_jobs_do_not_use_goes_to_a_tenant_that_wants_it() {
+        // A and B guaranteed 4 of 8 each. A's one job slows down past 2 workers: the 2 it
+        // leaves of its quota go to B, whose job gains on every worker.
+        let model = test_job(Layout::new());
+        let eager: Gain = |w| f64::from(w);
+        let two: Gain = |w| if w <= 2 { f64::from(w) } else { 2.0 - 0.1 * f64::from(w - 2) };
+        let job = |g: Gain| EpochJob {
+            bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model: &model,
+            pace: None,
+        };
+        let jobs = [job(two), job(eager)];
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let current = [None; 8];
+        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 1] };
+        let input = EpochInput { tenants: Some(tenancy), ..input(&jobs, None, &current) };
+        let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.counts, vec![2, 6]);
+        let q = p.quotas.expect("quotas");
+        assert_eq!((q.workers, q.lent), (vec![2, 6], vec![2, 0]));
     }
 
     #[test]

@@ -11,3 +11,4 @@ pub mod curves;
 pub mod gavel;
 pub mod parallel;
 pub mod pollux;
+pub mod teams;

@@ -248,3 +248,43 @@ fn simulate_gavel_json_has_the_documented_shape_and_bad_settings_are_clear_error
     assert!(!out.status.success() && err.contains("\"B\" has no usable throughput"), "{err}");
     std::fs::remove_file(bad).ok();
 }
+
+#[test]
+fn simulate_tenants_json_has_each_tenant_s_figures_and_a_bad_file_is_a_clear_error() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slaq"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["simulate"])
+            .args(args)
+            .output()
+            .expect("slaq runs")
+    };
+    let out = run(&["--tenants", "config/teams/reclaim.toml", "--seed", "1,2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(v["cap_violations"], 0);
+    let tenants = v["tenants"].as_array().unwrap();
+    assert_eq!(tenants.iter().map(|t| t["name"].as_str().unwrap()).collect::<Vec<_>>(), ["a", "b"]);
+    for t in tenants {
+        for key in [
+            "mean_loss_area",
+            "mean_jct_s",
+            "mean_share_seconds_below_guarantee",
+            "max_reclaim_s",
+            "reclaim_bound_s",
+            "jct_ratio_max",
+            "loss_area_ratio_max",
+            "restart_pct",
+        ] {
+            assert!(t[key].is_number(), "{key} in {t}");
+        }
+        assert!(t["max_reclaim_s"].as_f64() <= t["reclaim_bound_s"].as_f64(), "{t}");
+    }
+    let bad = std::env::temp_dir().join(format!("slaq-teams-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[tenants.a]\nguaranteed = 1.5\n").unwrap();
+    let out = run(&["--tenants", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("a fractional guarantee must be in [0, 1]"), "{err}");
+    std::fs::remove_file(bad).ok();
+}

@@ -636,6 +636,11 @@ pub(crate) struct SimulateArgs {
     /// and --out apply.
     #[arg(long)]
     pub(crate) gavel_throughputs: Option<PathBuf>,
+    /// Teams (issue #32): a TOML file with `[tenants.<name>]` and `[arrivals.<name>]` (see
+    /// config/teams/); each tenant's jobs replay --curves, shared on one cluster and each alone
+    /// on its guaranteed workers; --seed, --policy (one), --json apply.
+    #[arg(long)]
+    pub(crate) tenants: Option<PathBuf>,
     /// With --gavel-throughputs: worker types and counts.
     #[arg(long, default_value = "v100=36,p100=36,k80=36")]
     pub(crate) cluster: String,

@@ -7,7 +7,10 @@
 
 use crate::policy::{GainFn, JobBid, PolicyKind};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
-use crate::schedule::{self, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings};
+use crate::schedule::{
+    self, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, Tenancy,
+};
+use crate::sim::teams::Teams;
 
 use super::metrics::{RunMetrics, Tracker};
 use super::replay::ReplayJob;
@@ -106,7 +109,20 @@ struct JobState<'a> {
 }
 
 /// Runs one workload under one policy. Deterministic: same inputs, same result.
-pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progress: impl FnMut(usize)) -> RunMetrics {
+pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, on_progress: impl FnMut(usize)) -> RunMetrics {
+    run_with(jobs, config, policy, None, on_progress)
+}
+
+/// [`run`], with teams ([`crate::sim::teams`]) when `teams` is given: the planner runs inside
+/// each tenant's quota, and every change of workers goes through `teams` (a shrink after the
+/// tenant's grace, a restart on every change).
+pub fn run_with(
+    jobs: &[SimJob],
+    config: &SimConfig,
+    policy: PolicySpec,
+    mut teams: Option<&mut Teams<'_>>,
+    mut on_progress: impl FnMut(usize),
+) -> RunMetrics {
     let predictor_config = PredictorConfig { objective: policy.objective, ..config.predictor };
     let mut states: Vec<JobState<'_>> = jobs
         .iter()
@@ -130,6 +146,9 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
     while num_finished < jobs.len() && now < config.max_time_s {
         // The next event: an arrival, an epoch tick or the earliest iteration completion.
         let mut next_time = next_epoch;
+        if let Some(t) = teams.as_deref().and_then(Teams::next_event) {
+            next_time = next_time.min(t);
+        }
         if let Some(&j) = arrivals.get(next_arrival) {
             next_time = next_time.min(jobs[j].arrival_s);
         }
@@ -140,12 +159,18 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
         }
         let dt = (next_time - now).max(0.0);
         metrics.integrate(active.iter().map(|&j| states[j].replay.view()), dt);
+        if let Some(teams) = teams.as_deref_mut() {
+            teams.integrate(now, dt, active.iter().map(|&j| (j, &states[j].replay)));
+        }
         for &j in &active {
             let s = &mut states[j];
             s.attained_service += dt * f64::from(s.replay.workers);
             s.replay.advance(dt);
         }
         now = next_time;
+        if let Some(teams) = teams.as_deref_mut() {
+            teams.on_time(now, &mut replays(&mut states));
+        }
 
         // Completions.
         let mut k = 0;
@@ -180,7 +205,7 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
         active.sort_unstable();
 
         if now >= next_epoch {
-            reallocate(&mut states, &active, config, policy, now);
+            reallocate(&mut states, &active, config, policy, now, teams.as_deref_mut());
             metrics.sample(now, active.iter().map(|&j| states[j].replay.view()));
             next_epoch = now + config.epoch_s;
         }
@@ -188,6 +213,10 @@ pub fn run(jobs: &[SimJob], config: &SimConfig, policy: PolicySpec, mut on_progr
 
     let outcomes = states.iter().map(|s| s.replay.outcome()).collect();
     metrics.finish(policy.name, outcomes, now)
+}
+
+fn replays<'s, 'a>(states: &'s mut [JobState<'a>]) -> Vec<&'s mut ReplayJob<'a>> {
+    states.iter_mut().map(|s| &mut s.replay).collect()
 }
 
 /// Feeds a resumed job's history, refitting along the way so that its candidates already have
@@ -207,13 +236,20 @@ fn warm_up(predictor: &mut JobPredictor, history: &[f64]) {
 #[derive(Clone, Debug)]
 enum SimGain<'a> {
     Predicted(&'a GainCurve),
-    Oracle { replay: &'a ReplayJob<'a>, horizon_s: f64 },
+    /// With teams, where every change restarts the job: priced as the live scheduler prices a
+    /// submitted job's ([`schedule::restart_priced`]).
+    Priced(schedule::GainTable),
+    Oracle {
+        replay: &'a ReplayJob<'a>,
+        horizon_s: f64,
+    },
 }
 
 impl GainFn for SimGain<'_> {
     fn gain(&self, workers: u32) -> f64 {
         match self {
             SimGain::Predicted(g) => g.gain(workers),
+            SimGain::Priced(t) => t.gain(workers),
             SimGain::Oracle { replay, horizon_s } => oracle_gain(replay, *horizon_s, workers),
         }
     }
@@ -252,7 +288,14 @@ fn predicted_remaining(bid: Option<&GainCurve>, done: f64, one_epoch: f64) -> f6
     optimus.max(done).max(one_epoch).max(1e-9)
 }
 
-fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, policy: PolicySpec, now: f64) {
+fn reallocate(
+    states: &mut [JobState<'_>],
+    active: &[usize],
+    config: &SimConfig,
+    policy: PolicySpec,
+    now: f64,
+    teams: Option<&mut Teams<'_>>,
+) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
     // The finish-time bound's view of each job: its declared length (the curve's iterations, as
     // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
@@ -285,7 +328,17 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         } else if policy.is_oracle() {
             Some(SimGain::Oracle { replay: &s.replay, horizon_s })
         } else {
-            s.bid.as_ref().map(SimGain::Predicted)
+            match (s.bid.as_ref(), teams.as_deref()) {
+                (Some(g), Some(t)) if t.restart_s > 0.0 => Some(SimGain::Priced(schedule::restart_priced(
+                    g,
+                    s.replay.workers,
+                    t.restart_s,
+                    horizon_s,
+                    table,
+                    table as usize + 1,
+                ))),
+                (g, _) => g.map(SimGain::Predicted),
+            }
         };
         let bid = JobBid {
             min_workers: config.min_workers_per_job,
@@ -313,22 +366,35 @@ fn reallocate(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig,
         current.extend(std::iter::repeat_n(Some(i), states[j].replay.workers as usize));
     }
     current.resize(config.num_workers as usize, None);
+    let tenant_of: Vec<usize> =
+        teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
     let input = EpochInput {
         policy: policy.kind,
         plan: config.plan,
-        place: PlaceSettings { placer: Placer::Greedy, restart_s: 0.0, horizon_s: config.gain_horizon_s },
+        place: PlaceSettings {
+            placer: Placer::Greedy,
+            restart_s: teams.as_deref().map_or(0.0, |t| t.restart_s),
+            horizon_s: config.gain_horizon_s,
+        },
         jobs: &epoch_jobs,
         machine_of: None,
         current: &current,
         seed: 0,
         types: None,
-        tenants: None,
+        tenants: teams.as_deref().map(|t| Tenancy { shares: t.shares, tenant_of: &tenant_of }),
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);
     drop(epoch_jobs);
-    for ((&j, &w), ledger) in active.iter().zip(&planned.counts).zip(ledgers) {
-        states[j].replay.workers = w;
+    for (&j, ledger) in active.iter().zip(ledgers) {
         states[j].ledger = ledger;
+    }
+    match teams {
+        Some(teams) => teams.apply(now, active, &planned.counts, planned.quotas.as_ref(), &mut replays(states)),
+        None => {
+            for (&j, &w) in active.iter().zip(&planned.counts) {
+                states[j].replay.workers = w;
+            }
+        }
     }
 }

@@ -17,6 +17,9 @@ pub struct ReplayJob<'a> {
     pub progress: f64,
     pub workers: u32,
     pub active: bool,
+    /// Restarting on its workers (holding them, making no progress): teams' runs only
+    /// ([`crate::sim::teams`]), where every change of workers costs a restart.
+    pub paused: bool,
     /// Best (lowest) loss so far, history included.
     pub best_loss: f64,
     /// The metrics' normalised loss: of the best loss so far, clamped to [0, 1].
@@ -54,6 +57,7 @@ impl<'a> ReplayJob<'a> {
             progress: 0.0,
             workers: 0,
             active: false,
+            paused: false,
             best_loss,
             norm_loss: norm,
             initial_norm_loss: norm,
@@ -70,9 +74,9 @@ impl<'a> ReplayJob<'a> {
         self.job.one_worker_seconds[self.next] * self.speedup.factor(self.workers)
     }
 
-    /// Whether it is running (active with workers).
+    /// Whether it is running (active with workers, not restarting).
     pub fn running(&self) -> bool {
-        self.active && self.workers > 0
+        self.active && self.workers > 0 && !self.paused
     }
 
     /// When its current iteration would finish, at the current speed.

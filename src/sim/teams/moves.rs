@@ -1,0 +1,269 @@
+//! How a teams' run changes a job's workers, as the live path does: a shrink is a graceful stop
+//! (the job is told at once and keeps its workers for its tenant's grace, then restarts on
+//! fewer), a grow waits for free workers and restarts the job on more; every change costs the
+//! job a restart of `restart_s` on all its workers. A shrink not needed to restore a guarantee
+//! waits until the job has run `hold_s` (and its tenant's `min_run_s`) since its last grow.
+
+use crate::schedule::{Quotas, TenantShare};
+use crate::sim::curves::replay::ReplayJob;
+
+use super::track::Track;
+
+/// Each tenant's timing settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TenantTimes {
+    pub grace_s: f64,
+    pub min_run_s: f64,
+}
+
+/// A job's pending change.
+#[derive(Clone, Copy, Debug)]
+struct Move {
+    /// Workers the last plan gave it.
+    target: u32,
+    /// When a shrink to `target` takes effect (told at `noticed_at`).
+    release_at: Option<f64>,
+    noticed_at: f64,
+    /// When its restart ends.
+    resume_at: Option<f64>,
+    /// When it last got workers.
+    grown_at: f64,
+    /// What the last plan gave it (`None` before its first plan).
+    planned: Option<u32>,
+}
+
+impl Default for Move {
+    fn default() -> Self {
+        Move {
+            target: 0,
+            release_at: None,
+            noticed_at: 0.0,
+            resume_at: None,
+            grown_at: f64::NEG_INFINITY,
+            planned: None,
+        }
+    }
+}
+
+/// The teams of one run: who each job belongs to, what each tenant is promised, and the
+/// changes in flight. The engine ([`crate::sim::curves::engine::run_with`]) calls it.
+pub struct Teams<'a> {
+    pub shares: &'a [TenantShare],
+    pub times: &'a [TenantTimes],
+    /// `tenant_of[j]`: the tenant of the workload's job `j`.
+    pub tenant_of: &'a [usize],
+    /// Seconds a change of workers costs the job (no progress on any of its workers).
+    pub restart_s: f64,
+    /// Seconds a job keeps workers it got, unless a guarantee needs them (the live scheduler's
+    /// `min_generation_ms`).
+    pub hold_s: f64,
+    num_workers: u32,
+    max_per_job: u32,
+    moves: Vec<Move>,
+    /// Each tenant's workers in the last plan: grants never take a tenant past it.
+    quota: Vec<u32>,
+    pub track: Track,
+}
+
+impl<'a> Teams<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        num_workers: u32,
+        max_per_job: u32,
+        shares: &'a [TenantShare],
+        times: &'a [TenantTimes],
+        tenant_of: &'a [usize],
+        restart_s: f64,
+        hold_s: f64,
+    ) -> Self {
+        Teams {
+            shares,
+            times,
+            tenant_of,
+            restart_s,
+            hold_s,
+            num_workers,
+            max_per_job,
+            moves: vec![Move::default(); tenant_of.len()],
+            quota: vec![num_workers; shares.len()],
+            track: Track::new(num_workers, shares),
+        }
+    }
+
+    /// The next release or end of a restart.
+    pub fn next_event(&self) -> Option<f64> {
+        self.moves.iter().flat_map(|m| [m.release_at, m.resume_at]).flatten().min_by(f64::total_cmp)
+    }
+
+    /// The run's state over `[now, now + dt]`, for the metrics.
+    pub fn integrate<'r>(&mut self, now: f64, dt: f64, active: impl Iterator<Item = (usize, &'r ReplayJob<'r>)>) {
+        let n = self.shares.len();
+        let (mut held, mut computing, mut demand) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+        for (j, r) in active {
+            let t = self.tenant_of[j];
+            held[t] += r.workers;
+            if r.running() {
+                computing[t] += r.workers;
+            }
+            // What it could use: its plan, or before one, as much as a job may hold.
+            let wants = self.moves[j].planned.unwrap_or(self.max_per_job);
+            demand[t] = demand[t].saturating_add(wants).min(self.num_workers);
+        }
+        self.track.integrate(now, dt, &held, &computing, &demand);
+    }
+
+    /// Restarts that end and shrinks that take effect by `now`; freed workers go to the jobs
+    /// planned more.
+    pub fn on_time(&mut self, now: f64, jobs: &mut [&mut ReplayJob<'_>]) {
+        let mut released = false;
+        for (j, (m, r)) in self.moves.iter_mut().zip(jobs.iter_mut()).enumerate() {
+            if !r.active {
+                *m = Move::default();
+                continue;
+            }
+            if m.resume_at.is_some_and(|t| t <= now) {
+                m.resume_at = None;
+                r.paused = false;
+            }
+            if m.release_at.is_some_and(|t| t <= now) {
+                m.release_at = None;
+                if m.target < r.workers {
+                    let t = self.tenant_of[j];
+                    self.track.revoked(t, r.workers - m.target, now - m.noticed_at);
+                    r.workers = m.target;
+                    Self::restart(m, r, now, self.restart_s, &mut self.track, t);
+                    released = true;
+                }
+            }
+        }
+        if released {
+            self.grant(now, jobs);
+        }
+    }
+
+    /// An epoch's plan (`counts[i]` for job `active[i]`): shrinks are told, grows granted from
+    /// free workers.
+    pub fn apply(
+        &mut self,
+        now: f64,
+        active: &[usize],
+        counts: &[u32],
+        quotas: Option<&Quotas>,
+        jobs: &mut [&mut ReplayJob<'_>],
+    ) {
+        if let Some(q) = quotas {
+            self.track.set_quotas(&q.workers);
+            self.quota.clone_from(&q.workers);
+        }
+        let owed = self.track.guarantee_owed();
+        for (&j, &c) in active.iter().zip(counts) {
+            let (m, held) = (&mut self.moves[j], jobs[j].workers);
+            let times = self.times[self.tenant_of[j]];
+            m.planned = Some(c);
+            if m.release_at.is_some() {
+                // Told to stop: it stops at its deadline, giving up at least what it was told
+                // (a reclaim is never put off by a later plan), and may be granted more after.
+                m.target = m.target.min(c);
+            } else if c >= held {
+                m.target = c;
+            } else if owed || now >= m.grown_at + self.hold_s.max(times.min_run_s) {
+                m.target = c;
+                m.release_at = Some(now + times.grace_s);
+                m.noticed_at = now;
+            } else {
+                m.target = held;
+            }
+        }
+        self.grant(now, jobs);
+        self.track.check_caps(active.iter().map(|&j| (self.tenant_of[j], jobs[j].workers)));
+    }
+
+    /// Free workers to the jobs planned more than they hold, in job order, no tenant past its
+    /// quota (a tenant's jobs still draining hold workers its others were planned).
+    fn grant(&mut self, now: f64, jobs: &mut [&mut ReplayJob<'_>]) {
+        let mut held = vec![0u32; self.quota.len()];
+        for (j, r) in jobs.iter().enumerate().filter(|(_, r)| r.active) {
+            held[self.tenant_of[j]] += r.workers;
+        }
+        let mut free = self.num_workers.saturating_sub(held.iter().sum());
+        for (j, (m, r)) in self.moves.iter_mut().zip(jobs.iter_mut()).enumerate() {
+            if free == 0 {
+                break;
+            }
+            let t = self.tenant_of[j];
+            if !r.active || m.release_at.is_some() || m.target <= r.workers {
+                continue;
+            }
+            let more = (m.target - r.workers).min(free).min(self.quota[t].saturating_sub(held[t]));
+            if more == 0 {
+                continue;
+            }
+            free -= more;
+            held[t] += more;
+            r.workers += more;
+            m.grown_at = now;
+            Self::restart(m, r, now, self.restart_s, &mut self.track, self.tenant_of[j]);
+        }
+    }
+
+    fn restart(m: &mut Move, r: &mut ReplayJob<'_>, now: f64, restart_s: f64, track: &mut Track, tenant: usize) {
+        if r.workers == 0 {
+            m.resume_at = None;
+            r.paused = false;
+            return;
+        }
+        r.paused = true;
+        m.resume_at = Some(now + restart_s);
+        track.restarted(tenant, f64::from(r.workers) * restart_s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::curves::{SpeedupModel, WorkloadConfig, workload};
+    use crate::trace::TraceCurve;
+
+    #[test]
+    fn a_shrink_waits_out_the_grace_is_never_called_off_and_every_change_restarts() {
+        let curve = TraceCurve {
+            id: "c".into(),
+            family: "f".into(),
+            dataset: String::new(),
+            loss: (1..=50).map(|k| 1.0 / f64::from(k)).collect(),
+            iter_seconds: Some(vec![1.0; 50]),
+        };
+        let jobs = workload::generate(&[curve], &WorkloadConfig { num_jobs: 2, ..WorkloadConfig::default() }).unwrap();
+        let speedup = SpeedupModel::default();
+        let mut replays: Vec<ReplayJob<'_>> =
+            jobs.iter().map(|j| ReplayJob::new(j, speedup.curve(j.application))).collect();
+        for r in &mut replays {
+            r.arrive(0.0);
+        }
+        replays[1].workers = 8;
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let times = [TenantTimes { grace_s: 60.0, min_run_s: 0.0 }; 2];
+        let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 30.0);
+        let quotas = |a: u32, b: u32| Quotas { workers: vec![a, b], ..Quotas::default() };
+        let view = |replays: &[ReplayJob<'_>]| -> Vec<u32> { replays.iter().map(|r| r.workers).collect() };
+        // A's job arrives: B is told to give back 4, and keeps them for its grace.
+        teams.integrate(0.0, 0.0, replays.iter().enumerate());
+        teams.apply(0.0, &[0, 1], &[4, 4], Some(&quotas(4, 4)), &mut replays.iter_mut().collect::<Vec<_>>());
+        assert_eq!(view(&replays), [0, 8]);
+        assert_eq!(teams.next_event(), Some(60.0));
+        // A later plan wanting B at 8 again does not call the stop off.
+        teams.apply(5.0, &[0, 1], &[0, 8], Some(&quotas(0, 8)), &mut replays.iter_mut().collect::<Vec<_>>());
+        teams.apply(10.0, &[0, 1], &[4, 4], Some(&quotas(4, 4)), &mut replays.iter_mut().collect::<Vec<_>>());
+        teams.on_time(59.9, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert_eq!(view(&replays), [0, 8]);
+        // At 60 s B restarts on 4 and A gets the 4 freed, both restarting for 9 s.
+        teams.on_time(60.0, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert_eq!(view(&replays), [4, 4]);
+        assert!(replays.iter().all(|r| r.paused));
+        assert_eq!(teams.next_event(), Some(69.0));
+        teams.on_time(69.0, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert!(replays.iter().all(|r| !r.paused && r.running()));
+        let f = teams.track.finish(69.0);
+        assert_eq!((f.tenants[1].revocations, f.tenants[1].min_notice_s), (1, Some(60.0)));
+    }
+}
