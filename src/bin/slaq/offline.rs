@@ -318,7 +318,7 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         summary.min_busy_fraction_while_waiting.map_or("-".to_string(), |b| format!("{:.3}", b)),
     );
     println!(
-        "{:<8} {:>5} {:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8}",
+        "{:<8} {:>5} {:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>6} {:>6} {:>8} {:>11} {:>11}",
         "tenant",
         "guar",
         "max",
@@ -331,13 +331,17 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         "restr%",
         "unfin",
         "JCT s",
-        "xalone",
-        "area xa"
+        "JCT xalone",
+        "area xalone"
     );
     let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    let ratio = |mean: Option<f64>, max: Option<f64>| match (mean, max) {
+        (Some(mean), Some(max)) => format!("{mean:.2}/{max:.2}"),
+        _ => "-".to_string(),
+    };
     for t in &summary.tenants {
         println!(
-            "{:<8} {:>5} {:>5} {:>7.1} {:>7.0} {:>9.1} {:>8.1} {:>7} {:>7.1} {:>6.1} {:>6} {:>8} {:>8} {:>8}",
+            "{:<8} {:>5} {:>5} {:>7.1} {:>7.0} {:>9.1} {:>8.1} {:>7} {:>7.1} {:>6.1} {:>6} {:>8} {:>11} {:>11}",
             t.name,
             t.guaranteed,
             t.max_held,
@@ -350,8 +354,8 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
             t.restart_pct,
             t.unfinished,
             opt(t.mean_jct_s, 0),
-            opt(t.jct_ratio_max, 3),
-            opt(t.loss_area_ratio_max, 3),
+            ratio(t.jct_ratio_mean, t.jct_ratio_max),
+            ratio(t.loss_area_ratio_mean, t.loss_area_ratio_max),
         );
     }
     Ok(())
