@@ -8,7 +8,7 @@
 use crate::policy::{GainFn, JobBid, PolicyKind};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
 use crate::schedule::{
-    self, EpochInput, EpochJob, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, Tenancy,
+    self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, Tenancy,
 };
 use crate::sim::teams::Teams;
 
@@ -144,19 +144,11 @@ pub fn run_with(
     let mut num_finished = 0;
 
     while num_finished < jobs.len() && now < config.max_time_s {
-        // The next event: an arrival, an epoch tick or the earliest iteration completion.
-        let mut next_time = next_epoch;
-        if let Some(t) = teams.as_deref().and_then(Teams::next_event) {
-            next_time = next_time.min(t);
-        }
-        if let Some(&j) = arrivals.get(next_arrival) {
-            next_time = next_time.min(jobs[j].arrival_s);
-        }
-        for &j in &active {
-            if let Some(t) = states[j].replay.completes_at(now) {
-                next_time = next_time.min(t);
-            }
-        }
+        // The next event: an arrival, an epoch tick, the earliest iteration completion, or a
+        // teams' release or end of restart.
+        let mut next_time = next_epoch.min(arrivals.get(next_arrival).map_or(f64::INFINITY, |&j| jobs[j].arrival_s));
+        next_time = active.iter().filter_map(|&j| states[j].replay.completes_at(now)).fold(next_time, f64::min);
+        next_time = next_time.min(teams.as_deref().and_then(Teams::next_event).unwrap_or(f64::INFINITY));
         let dt = (next_time - now).max(0.0);
         metrics.integrate(active.iter().map(|&j| states[j].replay.view()), dt);
         if let Some(teams) = teams.as_deref_mut() {
@@ -172,23 +164,9 @@ pub fn run_with(
             teams.on_time(now, &mut replays(&mut states));
         }
 
-        // Completions.
-        let mut k = 0;
-        while k < active.len() {
-            let s = &mut states[active[k]];
-            if let Some(done) = s.replay.complete(now) {
-                // The simulator only feeds valid points, so a refusal here is a bug.
-                let observed = s.predictor.observe(done.iter, done.loss);
-                debug_assert!(observed.is_ok());
-                s.predictor.observe_time(done.workers, done.seconds);
-                if done.finished {
-                    num_finished += 1;
-                    on_progress(num_finished);
-                    active.swap_remove(k);
-                    continue;
-                }
-            }
-            k += 1;
+        for _ in 0..complete(&mut states, &mut active, now) {
+            num_finished += 1;
+            on_progress(num_finished);
         }
 
         // Arrivals: the job brings its history (as if resumed from a checkpoint).
@@ -213,6 +191,27 @@ pub fn run_with(
 
     let outcomes = states.iter().map(|s| s.replay.outcome()).collect();
     metrics.finish(policy.name, outcomes, now)
+}
+
+/// Iterations done by `now` are observed; jobs that finish leave `active`. Returns how many did.
+fn complete(states: &mut [JobState<'_>], active: &mut Vec<usize>, now: f64) -> usize {
+    let (mut k, mut finished) = (0, 0);
+    while k < active.len() {
+        let s = &mut states[active[k]];
+        if let Some(done) = s.replay.complete(now) {
+            // The simulator only feeds valid points, so a refusal here is a bug.
+            let observed = s.predictor.observe(done.iter, done.loss);
+            debug_assert!(observed.is_ok());
+            s.predictor.observe_time(done.workers, done.seconds);
+            if done.finished {
+                finished += 1;
+                active.swap_remove(k);
+                continue;
+            }
+        }
+        k += 1;
+    }
+    finished
 }
 
 fn replays<'s, 'a>(states: &'s mut [JobState<'a>]) -> Vec<&'s mut ReplayJob<'a>> {
@@ -288,6 +287,39 @@ fn predicted_remaining(bid: Option<&GainCurve>, done: f64, one_epoch: f64) -> f6
     optimus.max(done).max(one_epoch).max(1e-9)
 }
 
+/// A job's gain this epoch: the oracle's truth, or its predictor's bid (priced for a restart
+/// when every change restarts it, `restart_s > 0`).
+fn sim_gain<'s>(
+    s: &'s JobState<'_>,
+    policy: PolicySpec,
+    horizon_s: f64,
+    restart_s: f64,
+    table: u32,
+) -> Option<SimGain<'s>> {
+    if policy.is_oracle() {
+        return Some(SimGain::Oracle { replay: &s.replay, horizon_s });
+    }
+    let g = s.bid.as_ref()?;
+    Some(if restart_s > 0.0 {
+        SimGain::Priced(schedule::restart_priced(g, s.replay.workers, restart_s, horizon_s, table, table as usize + 1))
+    } else {
+        SimGain::Predicted(g)
+    })
+}
+
+/// The finish-time bound's view of a job: its progress and what it has left (its declared
+/// length, or predicted), at the rates of its time model.
+fn pace_of<'s>(s: &JobState<'_>, rates: &'s [f64], config: &SimConfig, now: f64) -> schedule::Pace<'s> {
+    let r = &s.replay;
+    let done = (r.next - r.job.offset) as f64 + r.progress;
+    let remaining = if config.predict_length {
+        predicted_remaining(s.bid.as_ref(), done, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s)
+    } else {
+        (r.job.loss.len() - r.next) as f64 - r.progress
+    };
+    schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
+}
+
 fn reallocate(
     states: &mut [JobState<'_>],
     active: &[usize],
@@ -320,26 +352,12 @@ fn reallocate(
     } else {
         Vec::new()
     };
+    // With teams every change restarts a job: its gains are priced for it.
+    let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut epoch_jobs: Vec<EpochJob<'_, SimGain<'_>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
-        let gain = if !needs_gains {
-            None
-        } else if policy.is_oracle() {
-            Some(SimGain::Oracle { replay: &s.replay, horizon_s })
-        } else {
-            match (s.bid.as_ref(), teams.as_deref()) {
-                (Some(g), Some(t)) if t.restart_s > 0.0 => Some(SimGain::Priced(schedule::restart_priced(
-                    g,
-                    s.replay.workers,
-                    t.restart_s,
-                    horizon_s,
-                    table,
-                    table as usize + 1,
-                ))),
-                (g, _) => g.map(SimGain::Predicted),
-            }
-        };
+        let gain = needs_gains.then(|| sim_gain(s, policy, horizon_s, restart_s, table)).flatten();
         let bid = JobBid {
             min_workers: config.min_workers_per_job,
             max_workers: config.max_workers_per_job,
@@ -348,34 +366,21 @@ fn reallocate(
         };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
         // their counts (the fewest moves maps them to workers, which the simulator does not track).
-        let pace = rates.get(i).map(|rates| {
-            let r = &s.replay;
-            let done = (r.next - r.job.offset) as f64 + r.progress;
-            let remaining = if config.predict_length {
-                predicted_remaining(s.bid.as_ref(), done, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s)
-            } else {
-                (r.job.loss.len() - r.next) as f64 - r.progress
-            };
-            schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
-        });
+        let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));
         epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model, pace });
     }
     // The workers: each active job holds its count of them, in job order, the rest are free.
     let mut current: Vec<Option<usize>> = Vec::with_capacity(config.num_workers as usize);
-    for (i, &j) in active.iter().enumerate() {
-        current.extend(std::iter::repeat_n(Some(i), states[j].replay.workers as usize));
-    }
+    current.extend(
+        active.iter().enumerate().flat_map(|(i, &j)| std::iter::repeat_n(Some(i), states[j].replay.workers as usize)),
+    );
     current.resize(config.num_workers as usize, None);
     let tenant_of: Vec<usize> =
         teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
     let input = EpochInput {
         policy: policy.kind,
         plan: config.plan,
-        place: PlaceSettings {
-            placer: Placer::Greedy,
-            restart_s: teams.as_deref().map_or(0.0, |t| t.restart_s),
-            horizon_s: config.gain_horizon_s,
-        },
+        place: PlaceSettings { placer: Placer::Greedy, restart_s, horizon_s: config.gain_horizon_s },
         jobs: &epoch_jobs,
         machine_of: None,
         current: &current,
@@ -389,10 +394,15 @@ fn reallocate(
     for (&j, ledger) in active.iter().zip(ledgers) {
         states[j].ledger = ledger;
     }
+    apply(states, active, &planned, now, teams);
+}
+
+/// A plan's counts take effect: at once, or through the teams' moves.
+fn apply(states: &mut [JobState<'_>], active: &[usize], plan: &EpochPlan, now: f64, teams: Option<&mut Teams<'_>>) {
     match teams {
-        Some(teams) => teams.apply(now, active, &planned.counts, planned.quotas.as_ref(), &mut replays(states)),
+        Some(teams) => teams.apply(now, active, &plan.counts, plan.quotas.as_ref(), &mut replays(states)),
         None => {
-            for (&j, &w) in active.iter().zip(&planned.counts) {
+            for (&j, &w) in active.iter().zip(&plan.counts) {
                 states[j].replay.workers = w;
             }
         }
