@@ -27,6 +27,7 @@ pub struct Metrics {
     pub slo_jobs: prometheus::IntGaugeVec,
     /// Workers and busy workers per worker type.
     pub accelerator_workers: prometheus::IntGaugeVec,
+    pub tenant_workers: prometheus::IntGaugeVec,
     pub predicted_gain: prometheus::Gauge,
     pub realised_gain: prometheus::Gauge,
     pub predicted_gain_total: prometheus::Counter,
@@ -115,6 +116,14 @@ impl Metrics {
                     "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
                 ),
                 &["state"],
+            )
+            .expect("valid metric"),
+            tenant_workers: prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "slaq_tenant_workers",
+                    "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
+                ),
+                &["tenant", "kind"],
             )
             .expect("valid metric"),
             accelerator_workers: prometheus::IntGaugeVec::new(
@@ -263,6 +272,7 @@ impl Metrics {
             Box::new(self.last_epoch_moved.clone()),
             Box::new(self.slo_jobs.clone()),
             Box::new(self.accelerator_workers.clone()),
+            Box::new(self.tenant_workers.clone()),
             Box::new(self.predicted_gain.clone()),
             Box::new(self.realised_gain.clone()),
             Box::new(self.predicted_gain_total.clone()),
@@ -327,6 +337,20 @@ impl Metrics {
         for (name, used) in &summary.accelerators {
             self.accelerator_workers.with_label_values(&[name.as_str(), "all"]).set(used.workers as i64);
             self.accelerator_workers.with_label_values(&[name.as_str(), "busy"]).set(used.busy as i64);
+        }
+        for (name, u) in &summary.tenants {
+            let kinds = [
+                ("guaranteed", u.guaranteed as usize),
+                ("quota", u.quota as usize),
+                ("held", u.workers as usize),
+                ("borrowed", u.borrowed as usize),
+                ("lent", u.lent as usize),
+                ("jobs", u.jobs),
+                ("waiting", u.waiting),
+            ];
+            for (kind, v) in kinds {
+                self.tenant_workers.with_label_values(&[name.as_str(), kind]).set(v as i64);
+            }
         }
         if let Some(gains) = &summary.gains {
             self.predicted_gain.set(gains.predicted);

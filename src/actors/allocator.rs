@@ -59,6 +59,8 @@ pub struct AllocatorSettings {
     /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
     /// costs its bid that much of it (`schedule::restart_priced`).
     pub bid_horizon_s: f64,
+    /// `[tenants]`: each tenant's jobs are planned inside its quota (`None`: one pool).
+    pub tenants: Option<schedule::tenants::TenantSet>,
 }
 
 /// A cluster of several worker types this epoch: each worker's type (an index into the types'
@@ -488,6 +490,10 @@ impl AllocatorActor {
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
+            tenants: match (&self.settings.tenants, &plan.quotas) {
+                (Some(t), Some(q)) => t.usage(q, &self.tenant_of(), &plan.counts),
+                _ => Default::default(),
+            },
         };
         if let Some(m) = self.publisher.message(self.publisher.subjects().ctl_epoch(), &summary) {
             self.publisher.send_all(vec![m]);
@@ -574,6 +580,10 @@ impl AllocatorActor {
                 1.0
             },
         });
+        // Teams: each job's tenant from its id (its subject), each tenant's share of the
+        // cluster as it is now.
+        let shares = self.settings.tenants.as_ref().map(|t| t.shares(self.registry.len() as u32).shares);
+        let tenant_of = self.tenant_of();
         let input = EpochInput {
             policy: self.settings.policy,
             plan: self.settings.plan,
@@ -583,9 +593,14 @@ impl AllocatorActor {
             current,
             seed: self.epoch,
             types,
-            tenants: None,
+            tenants: shares.as_deref().map(|shares| schedule::Tenancy { shares, tenant_of: &tenant_of }),
         };
         schedule::plan_epoch(&input, ledgers)
+    }
+
+    /// Each job's tenant (in the jobs' id order), with `[tenants]`.
+    fn tenant_of(&self) -> Vec<usize> {
+        self.settings.tenants.as_ref().map_or_else(Vec::new, |t| t.tenant_of(self.jobs.keys().map(String::as_str)))
     }
 
     /// Applies the plan to the registry: each worker whose job or role changed is recorded (and
@@ -960,6 +975,10 @@ impl AllocatorActor {
             truncated: false,
             ended: self.ended.iter().filter(|o| wanted(&o.job)).cloned().collect(),
             accelerators: if filter.own { Default::default() } else { types::accelerator_use(&self.registry) },
+            tenants: match self.history.back() {
+                Some(last) if !filter.own => last.tenants.clone(),
+                _ => Default::default(),
+            },
         }
     }
 }

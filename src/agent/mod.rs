@@ -95,8 +95,8 @@ fn check_assignment(assignment: &WorkerAssignment, me: &str, last: (u64, u64)) -
     if assignment.worker != me {
         return Err("addressed to another worker");
     }
-    if assignment.job.as_deref().is_some_and(|j| !protocol::valid_id(j)) {
-        return Err("job id is not 1-64 characters from [A-Za-z0-9_-]");
+    if assignment.job.as_deref().is_some_and(|j| !protocol::valid_job_id(j)) {
+        return Err("job id is not NAME or TENANT.NAME, each 1-64 characters from [A-Za-z0-9_-]");
     }
     if let Some(launch) = &assignment.launch {
         if assignment.job.is_none() {

@@ -513,7 +513,7 @@ impl Durable {
                         for w in list {
                             let valid = worker_shard(&w.spec.worker) == shard
                                 && protocol::valid_id(&w.spec.worker)
-                                && w.job.as_deref().is_none_or(protocol::valid_id);
+                                && w.job.as_deref().is_none_or(protocol::valid_job_id);
                             if valid {
                                 sharded.insert(w.spec.worker.clone(), w);
                             } else {
@@ -533,7 +533,7 @@ impl Durable {
                 },
                 "assign" => match std::str::from_utf8(&value) {
                     Ok("") => {}
-                    Ok(job) if protocol::valid_id(job) => {
+                    Ok(job) if protocol::valid_job_id(job) => {
                         legacy_jobs.insert(id.to_string(), job.to_string());
                     }
                     _ => state.undecodable += 1,

@@ -79,7 +79,11 @@ pub(super) fn reports_stream(subjects: &Subjects, settings: &DurableSettings) ->
     stream::Config {
         name: stream_name(prefix),
         subjects: match settings.partitions {
-            None => vec![format!("{prefix}.v1.job.*.loss"), format!("{prefix}.v1.job.*.bye")],
+            // A job's reports and byes, and a tenant's job's (`job.<tenant>.<name>.loss`).
+            None => ["*", "*.*"]
+                .iter()
+                .flat_map(|id| [format!("{prefix}.v1.job.{id}.loss"), format!("{prefix}.v1.job.{id}.bye")])
+                .collect(),
             // One subject, so that each partition's filter is a subset of one (2.9 wants that).
             Some(_) => vec![format!("{prefix}.v1.part.*.job.*.*")],
         },

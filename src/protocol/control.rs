@@ -124,6 +124,23 @@ pub struct AcceleratorUse {
     pub busy: usize,
 }
 
+/// One tenant's workers at an epoch (issue #32, `[tenants]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantUse {
+    /// Its guarantee on the cluster as it is (scaled down when the guarantees exceed it).
+    pub guaranteed: u32,
+    /// What the planner gave it: its entitlement plus what it borrows.
+    pub quota: u32,
+    /// Workers its jobs hold after this epoch.
+    pub workers: u32,
+    /// Workers above its guarantee, and of its idle guarantee that others hold.
+    pub borrowed: u32,
+    pub lent: u32,
+    pub jobs: usize,
+    /// Its jobs without workers.
+    pub waiting: usize,
+}
+
 /// What the scheduler believes (`slaq.v1.ctl.status`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusSnapshot {
@@ -166,6 +183,9 @@ pub struct StatusSnapshot {
     /// Workers and busy workers per worker type (`default` for workers that name none).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accelerators: BTreeMap<String, AcceleratorUse>,
+    /// Each tenant's workers at the last epoch (`[tenants]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tenants: BTreeMap<String, TenantUse>,
 }
 
 /// How many of an address's rendezvous ports are held by jobs' rank 0 or cooling after a
@@ -226,6 +246,9 @@ pub struct EpochSummary {
     /// Workers and busy workers per worker type.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accelerators: BTreeMap<String, AcceleratorUse>,
+    /// Each tenant's workers (`[tenants]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tenants: BTreeMap<String, TenantUse>,
 }
 
 /// How good the last epoch's predictions were: over the jobs that bid both before and after

@@ -22,6 +22,9 @@ pub enum RejectCause {
     /// A report or bye of a job that has ended (its bye was read), or of an earlier job of the
     /// same id: it never brings the job back; only a new hello does.
     Ended,
+    /// A hello of a job whose tenant (the first token of its id, from its subject) is not one
+    /// the scheduler serves (issue #32).
+    UnknownTenant,
 }
 
 impl RejectCause {
@@ -43,6 +46,7 @@ impl RejectCause {
             RejectCause::RateLimited => "rate_limited",
             RejectCause::BadReply => "bad_reply",
             RejectCause::Ended => "ended",
+            RejectCause::UnknownTenant => "unknown_tenant",
         }
     }
 }
@@ -54,7 +58,7 @@ pub enum ProtocolError {
     InvalidPrefix(String),
     #[error("subject is not part of the slaq v1 contract")]
     UnknownSubject,
-    #[error("id is not 1-64 characters from [A-Za-z0-9_-]")]
+    #[error("id is not 1-64 characters from [A-Za-z0-9_-] (a job's: NAME or TENANT.NAME)")]
     InvalidId,
     /// `detail` is the decoder's message, which names the field when it can.
     #[error("cannot decode {what}: {detail}")]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::subjects::valid_id;
+use super::subjects::valid_job_id;
 use super::{ProtocolError, RejectCause};
 
 /// Largest accepted batch size in a report or spec.
@@ -18,8 +18,10 @@ fn one_u32() -> u32 {
     1
 }
 
+/// The id a payload names must be its subject's (a worker's subject id is one token, so a
+/// payload naming a tenant's job, two tokens, never matches it).
 fn check_id(field: &str, subject_id: &str) -> Result<(), ProtocolError> {
-    if !valid_id(field) {
+    if !valid_job_id(field) {
         return Err(ProtocolError::InvalidId);
     }
     if field != subject_id {
@@ -230,8 +232,7 @@ impl JobSpec {
             return invalid("max_iters must be at least 1");
         }
         if let Some(speeds) = &self.speeds
-            && (speeds.len() > 64
-                || speeds.iter().any(|(k, &v)| !(crate::protocol::valid_id(k) && v.is_finite() && v > 0.0)))
+            && (speeds.len() > 64 || speeds.iter().any(|(k, &v)| !(super::valid_id(k) && v.is_finite() && v > 0.0)))
         {
             return invalid("speeds: at most 64 worker types (valid ids), each a finite speed > 0");
         }
@@ -549,7 +550,7 @@ impl Heartbeat {
 
     pub fn validate(&self, subject_worker: &str) -> Result<(), ProtocolError> {
         check_id(&self.worker, subject_worker)?;
-        if self.running.as_ref().and_then(|r| r.job.as_deref()).is_some_and(|j| !valid_id(j)) {
+        if self.running.as_ref().and_then(|r| r.job.as_deref()).is_some_and(|j| !valid_job_id(j)) {
             return Err(ProtocolError::InvalidId);
         }
         Ok(())

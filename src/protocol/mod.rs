@@ -17,6 +17,6 @@ mod subjects;
 pub use codec::{Encoding, decode, decode_borrowed, encode};
 pub use control::*;
 pub use errors::{ProtocolError, RejectCause};
-pub use inbound::{Inbound, InboundLimits, inbound};
+pub use inbound::{DEFAULT_TENANT, Inbound, InboundLimits, Tenants, inbound};
 pub use messages::*;
-pub use subjects::{Kind, MAX_ID_LEN, MAX_REPLY_LEN, Subjects, valid_id, valid_reply};
+pub use subjects::{Kind, MAX_ID_LEN, MAX_REPLY_LEN, Subjects, tenant_of, valid_id, valid_job_id, valid_reply};

@@ -10,6 +10,22 @@ pub fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Whether `id` is a valid job id: a name (as [`valid_id`]), or `tenant.name` (issue #32). The
+/// tenant is then a token of every subject of the job (`<prefix>.v1.job.<tenant>.<name>.loss`),
+/// so nats-server's permissions can confine a user to its tenant's jobs.
+pub fn valid_job_id(id: &str) -> bool {
+    match id.split_once('.') {
+        None => valid_id(id),
+        Some((tenant, name)) => valid_id(tenant) && valid_id(name),
+    }
+}
+
+/// A job's tenant: the first token of a two-token job id, read from the subject the job's
+/// message came on, never from its payload. `None` for a one-token id.
+pub fn tenant_of(job: &str) -> Option<&str> {
+    job.split_once('.').map(|(tenant, _)| tenant)
+}
+
 /// Longest reply subject the scheduler answers on.
 pub const MAX_REPLY_LEN: usize = 256;
 
@@ -150,6 +166,12 @@ impl Subjects {
         rest.starts_with("job.").then(|| (p, format!("{}.v1.{rest}", self.prefix)))
     }
 
+    /// The job subjects of tenants' jobs (`job.<tenant>.<name>.<kind>`), which the scheduler
+    /// subscribes to beside [`Self::scheduler_subscriptions`]: hello, status, loss, bye.
+    pub fn tenant_subscriptions(&self) -> [String; 4] {
+        ["hello", "status", "loss", "bye"].map(|kind| format!("{}.v1.job.*.*.{kind}", self.prefix))
+    }
+
     /// The wildcard subscriptions of the scheduler: one per message kind, not one per job.
     pub fn scheduler_subscriptions(&self) -> [String; 6] {
         [
@@ -187,8 +209,9 @@ impl Subjects {
             ("worker", "assign") => Kind::WorkerAssign,
             _ => return Err(ProtocolError::UnknownSubject),
         };
-        // An id with a dot in it would be several tokens: `valid_id` refuses it.
-        if !valid_id(id) {
+        // A worker's id is one token; a job's one, or two with its tenant first.
+        let valid = if scope == "job" { valid_job_id(id) } else { valid_id(id) };
+        if !valid {
             return Err(ProtocolError::InvalidId);
         }
         Ok((kind, id))
@@ -258,7 +281,16 @@ mod tests {
         assert_eq!(s.parse(&s.ctl_status()).unwrap(), (Kind::CtlStatus, ""));
         assert!(s.parse("other.v1.job.j1.loss").is_err());
         assert!(s.parse("slaq.v1.job.j1.nope").is_err());
-        assert!(s.parse("slaq.v1.job.a.b.loss").is_err(), "an id is one token");
+        // A job's id is one token, or two: its tenant and its name. A worker's is one.
+        assert_eq!(s.parse("slaq.v1.job.team-a.j1.loss").unwrap(), (Kind::JobLoss, "team-a.j1"));
+        assert_eq!(s.parse(&s.job_alloc("team-a.j1")).unwrap(), (Kind::JobAlloc, "team-a.j1"));
+        assert_eq!(tenant_of("team-a.j1"), Some("team-a"));
+        assert_eq!(tenant_of("j1"), None);
+        assert!(s.parse("slaq.v1.job.a.b.c.loss").is_err(), "at most two tokens");
+        assert!(s.parse("slaq.v1.job..b.loss").is_err());
+        assert!(s.parse("slaq.v1.worker.a.b.beat").is_err(), "a worker's id is one token");
+        assert!(!valid_job_id("a.b.c") && !valid_job_id(".b") && !valid_job_id("a.") && !valid_job_id("a*.b"));
+        assert_eq!(s.tenant_subscriptions()[2], "slaq.v1.job.*.*.loss");
         assert!(s.parse("slaq.v1.job.loss").is_err());
         assert!(s.parse("slaq.v1.ctl.status.x").is_err());
         assert!(Subjects::new("a..b").is_err());

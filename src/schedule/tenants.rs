@@ -148,6 +148,79 @@ pub fn resolve(
     Ok(Resolved { names, shares, warnings })
 }
 
+/// The tenants a scheduler serves (`[tenants]`, checked): their names in order, and each one's
+/// configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantSet {
+    pub names: Vec<String>,
+    pub configs: std::collections::BTreeMap<String, TenantConfig>,
+}
+
+impl TenantSet {
+    /// Checks `configs` (on an example cluster: what a guarantee becomes depends on the
+    /// cluster's size, which changes; [`Self::shares`] says it each time).
+    pub fn new(configs: std::collections::BTreeMap<String, TenantConfig>) -> Result<Self, TenantError> {
+        resolve(1024, &configs)?;
+        Ok(TenantSet { names: configs.keys().cloned().collect(), configs })
+    }
+
+    /// The index of the tenant of job `job` (`TENANT.NAME`, or a one-token id: `default`), if
+    /// it is one of these.
+    pub fn index_of(&self, job: &str) -> Option<usize> {
+        let tenant = crate::protocol::tenant_of(job).unwrap_or(crate::protocol::DEFAULT_TENANT);
+        self.names.binary_search_by(|n| n.as_str().cmp(tenant)).ok()
+    }
+
+    /// Each job's tenant, an index into `names` (`usize::MAX` for a tenant not served: such a
+    /// job gets nothing).
+    pub fn tenant_of<'j>(&self, jobs: impl Iterator<Item = &'j str>) -> Vec<usize> {
+        jobs.map(|j| self.index_of(j).unwrap_or(usize::MAX)).collect()
+    }
+
+    /// Each tenant's workers as planned: `quotas` and the count of each job (`tenant_of[j]`).
+    pub fn usage(
+        &self,
+        quotas: &Quotas,
+        tenant_of: &[usize],
+        counts: &[u32],
+    ) -> std::collections::BTreeMap<String, crate::protocol::TenantUse> {
+        let mut out: std::collections::BTreeMap<String, crate::protocol::TenantUse> = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(t, name)| {
+                let at = |v: &Vec<u32>| v.get(t).copied().unwrap_or(0);
+                let use_ = crate::protocol::TenantUse {
+                    guaranteed: at(&quotas.guaranteed),
+                    quota: at(&quotas.workers),
+                    borrowed: at(&quotas.borrowed),
+                    lent: at(&quotas.lent),
+                    ..Default::default()
+                };
+                (name.clone(), use_)
+            })
+            .collect();
+        for (&t, &c) in tenant_of.iter().zip(counts) {
+            if let Some(u) = self.names.get(t).and_then(|name| out.get_mut(name)) {
+                u.workers += c;
+                u.jobs += 1;
+                u.waiting += usize::from(c == 0);
+            }
+        }
+        out
+    }
+
+    /// The shares on a cluster of `cluster` workers.
+    pub fn shares(&self, cluster: u32) -> Resolved {
+        // Checked in `new`: resolving cannot fail on any cluster.
+        resolve(cluster, &self.configs).unwrap_or_else(|_| Resolved {
+            names: self.names.clone(),
+            shares: vec![TenantShare::new(0); self.names.len()],
+            warnings: Vec::new(),
+        })
+    }
+}
+
 /// Each tenant's workers this epoch, and how they came about.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Quotas {

@@ -10,6 +10,7 @@ use crate::bus::lease::Fence;
 use crate::policy::PolicyKind;
 use crate::protocol::Subjects;
 use crate::quality::PredictorConfig;
+use crate::schedule::tenants::TenantSet;
 
 /// As written in `config/slaq.toml`; every key optional.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
@@ -22,6 +23,10 @@ pub struct RawConfig {
     pub ha: RawHa,
     pub cluster: RawCluster,
     pub predictor: PredictorConfig,
+    /// `[tenants.<name>]`: teams sharing the cluster (issue #32, docs/teams.md). A job's tenant
+    /// is the first token of its id, `TENANT.NAME`, from the subject it publishes on; a
+    /// one-token id is tenant `default`'s. Empty: one flat pool, every job accepted.
+    pub tenants: std::collections::BTreeMap<String, crate::schedule::tenants::TenantConfig>,
 }
 
 /// `[cluster]`: replicas that share the work (issue #19). With `shared`, the jobs are split
@@ -353,6 +358,8 @@ pub struct ServeConfig {
     /// While this scheduler may act: the replica loop's lease ([`Fence::unfenced`] without
     /// replicas).
     pub fence: Fence,
+    /// `[tenants]`, checked (`None`: one flat pool).
+    pub tenants: Option<TenantSet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -589,7 +596,13 @@ impl RawConfig {
         else {
             return invalid("max_reports_per_s and report_burst must be positive");
         };
+        let tenants = match (self.tenants.is_empty(), partitions.is_some()) {
+            (true, _) => None,
+            (false, true) => return invalid("[tenants] cannot be combined with [cluster] shared yet"),
+            (false, false) => Some(TenantSet::new(self.tenants).map_err(|e| ConfigError::Invalid(e.to_string()))?),
+        };
         Ok(ServeConfig {
+            tenants,
             place,
             max_iter_jump: s.max_iter_jump.max(1),
             report_quota: governor::Quota::per_second(rate).allow_burst(burst),

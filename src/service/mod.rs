@@ -372,6 +372,7 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
         rendezvous: config.rendezvous,
         restart_amortisation: config.restart_amortisation,
         bid_horizon_s: config.horizon_s,
+        tenants: config.tenants.clone(),
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
         fence: config.fence.clone(),
@@ -400,6 +401,7 @@ async fn subscribe(
     durable: Option<&Durable>,
 ) -> Result<Inputs, ServiceError> {
     let [hello, job_status, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
+    let [tenant_hello, tenant_status, tenant_loss, tenant_bye] = config.subjects.tenant_subscriptions();
     let subscribe = |subject: String| {
         let client = client.clone();
         async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
@@ -422,10 +424,16 @@ async fn subscribe(
         })),
         None => {
             subscriptions.push(subscribe(bye).await?);
-            Box::pin(subscribe(loss).await?.map(|m| (m, None)))
+            subscriptions.push(subscribe(tenant_bye).await?);
+            let tenants_loss = subscribe(tenant_loss).await?;
+            Box::pin(futures_util::stream::select(subscribe(loss).await?, tenants_loss).map(|m| (m, None)))
         }
     };
     for subject in [hello, job_status, worker_hello, worker_beat, config.subjects.ctl_status()] {
+        subscriptions.push(subscribe(subject).await?);
+    }
+    // Tenants' jobs (`job.<tenant>.<name>.*`); a partitioned scheduler refuses their hellos.
+    for subject in [tenant_hello, tenant_status] {
         subscriptions.push(subscribe(subject).await?);
     }
     Ok((losses, futures_util::stream::select_all(subscriptions)))
@@ -694,8 +702,17 @@ impl Ingest {
     }
 
     /// What the scheduler accepts of a message (`[scheduler]` limits).
-    fn limits(&self) -> InboundLimits {
-        InboundLimits { max_payload_bytes: self.config.max_payload_bytes, max_min_workers: self.config.max_min_workers }
+    fn limits(&self) -> InboundLimits<'_> {
+        InboundLimits {
+            max_payload_bytes: self.config.max_payload_bytes,
+            max_min_workers: self.config.max_min_workers,
+            // Partitions map one-token ids only: a tenant's job there would lose its reports.
+            tenants: match &self.config.tenants {
+                _ if self.config.durable.partitions.is_some() => protocol::Tenants::OneToken,
+                Some(t) => protocol::Tenants::Only(&t.names),
+                None => protocol::Tenants::Any,
+            },
+        }
     }
 
     /// A job was heard from: its silence ends.

@@ -373,8 +373,12 @@ async fn hold_leases(
 type Loaded = (Vec<(u32, u64)>, Result<Vec<(JobSpec, Option<bytes::Bytes>)>, crate::bus::BusError>);
 
 impl Owner {
-    fn limits(&self) -> InboundLimits {
-        InboundLimits { max_payload_bytes: self.config.max_payload_bytes, max_min_workers: self.config.max_min_workers }
+    fn limits(&self) -> InboundLimits<'_> {
+        InboundLimits {
+            max_payload_bytes: self.config.max_payload_bytes,
+            max_min_workers: self.config.max_min_workers,
+            tenants: protocol::Tenants::OneToken,
+        }
     }
 
     fn refuse(&mut self, error: ProtocolError) {

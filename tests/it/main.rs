@@ -22,6 +22,7 @@ mod security;
 mod shared;
 mod sim;
 mod submit;
+mod teams;
 mod typed;
 
 use std::path::PathBuf;

@@ -12,7 +12,7 @@ proptest! {
         // by hand: accepted exactly when both succeed, refused as undecodable when decoding
         // fails, and what decodes encodes back to the same value.
         let s = Subjects::new("slaq").unwrap();
-        let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024 };
+        let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024, tenants: protocol::Tenants::Any };
         let (loss, hello, bye, worker) = (s.job_loss("j"), s.job_hello("j"), s.job_bye("j"), s.worker_hello("j"));
         for encoding in [Encoding::MsgPack, Encoding::Json] {
             let by_hand = protocol::decode::<LossReport>(encoding, &bytes, "loss report");
@@ -43,8 +43,35 @@ proptest! {
     #[test]
     fn arbitrary_subjects_parse_or_are_refused(subject in "\\PC{0,80}") {
         let s = Subjects::new("slaq").unwrap();
-        if let Ok((_, id)) = s.parse(&subject) {
-            prop_assert!(id.is_empty() || protocol::valid_id(id));
+        if let Ok((kind, id)) = s.parse(&subject) {
+            let job = matches!(kind, protocol::Kind::JobHello | protocol::Kind::JobLoss | protocol::Kind::JobBye | protocol::Kind::JobAlloc | protocol::Kind::JobStatus);
+            let valid = if job { protocol::valid_job_id(id) } else { protocol::valid_id(id) };
+            prop_assert!(id.is_empty() || valid);
+        }
+    }
+
+    /// Whatever a hello's body says (its id, its tenant field), a job accepted on team A's
+    /// subject is team A's job, of tenant team A: the tenant comes from the subject only.
+    #[test]
+    fn no_body_changes_a_job_s_tenant(
+        job in prop_oneof![Just("team-a.j".to_string()), Just("team-b.j".to_string()), Just("j".to_string()), "[a-z.-]{0,20}"],
+        tenant in proptest::option::of(prop_oneof![Just("team-b".to_string()), Just("team-a".to_string()), "\\PC{0,12}"]),
+        weight in prop_oneof![Just(1.0f64), 0.0f64..1e6],
+        json in any::<bool>(),
+    ) {
+        let s = Subjects::new("slaq").unwrap();
+        let names = ["team-a".to_string(), "team-b".to_string()];
+        let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024, tenants: protocol::Tenants::Only(&names) };
+        let encoding = if json { Encoding::Json } else { Encoding::MsgPack };
+        let spec = JobSpec { tenant, weight, ..JobSpec::new(&job) };
+        let bytes = protocol::encode(encoding, &spec).unwrap();
+        match protocol::inbound(&s, "slaq.v1.job.team-a.j.hello", &bytes, encoding, &limits) {
+            Ok(protocol::Inbound::JobHello(spec)) => {
+                prop_assert_eq!(spec.job.as_str(), "team-a.j");
+                prop_assert_eq!(spec.tenant.as_deref(), Some("team-a"));
+            }
+            Ok(other) => prop_assert!(false, "{:?}", other),
+            Err(e) => prop_assert!(job != "team-a.j" || weight <= 0.0, "{}", e),
         }
     }
 
@@ -97,7 +124,7 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
 
     const N: usize = 1_000_000;
     let s = Subjects::new("slaq").unwrap();
-    let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024 };
+    let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024, tenants: protocol::Tenants::Any };
     let mut rng = rand::rngs::StdRng::seed_from_u64(20261122);
     // Valid encodings of every message, each with the subject it belongs on, to mutate.
     let valid: Vec<(Encoding, Vec<u8>, String)> = {
@@ -234,7 +261,10 @@ fn a_million_hostile_messages_are_each_accepted_or_refused_with_a_cause() {
     assert_eq!(cause(&loss, &report(&|r| r.checkpoint_age_s = Some(f64::INFINITY))), Some(RejectCause::NegativeTime));
     assert_eq!(cause(&loss, &report(&|r| r.batch_size = Some(0))), Some(RejectCause::Oversized));
     assert_eq!(cause(&loss, &vec![0x90; 64 * 1024 + 1]), Some(RejectCause::Oversized));
-    assert_eq!(cause("slaq.v1.job.a.b.loss", &report(&|_| {})), Some(RejectCause::InvalidId));
+    assert_eq!(cause("slaq.v1.job.a.b.c.loss", &report(&|_| {})), Some(RejectCause::InvalidId));
+    // A tenant's job (two tokens) is valid; a report must name it whole.
+    assert_eq!(cause("slaq.v1.job.a.b.loss", &report(&|_| {})), Some(RejectCause::IdMismatch));
+    assert_eq!(cause("slaq.v1.job.a.j1.loss", &report(&|r| r.job = "a.j1".into())), None);
     assert_eq!(cause("slaq.v2.job.j1.loss", &report(&|_| {})), Some(RejectCause::UnknownSubject));
     assert_eq!(cause("slaq.v1.job.bad id.loss", &report(&|_| {})), Some(RejectCause::InvalidId));
     assert_eq!(cause(&s.job_alloc("j1"), &report(&|_| {})), Some(RejectCause::UnknownSubject));

@@ -37,9 +37,11 @@ class Wire(unittest.TestCase):
         s = Subjects("slaq", "job-1")
         self.assertEqual(s.loss, "slaq.v1.job.job-1.loss")
         self.assertEqual(s.alloc, "slaq.v1.job.job-1.alloc")
-        for bad in ["", "a.b", "a b", "x" * 65, "a*"]:
+        for bad in ["", "a.b.c", ".b", "a.", "a b", "x" * 65, "a*", "a.b*"]:
             with self.assertRaises(SlaqError):
                 Subjects("slaq", bad)
+        # A tenant's job: TENANT.NAME, the tenant a token of every subject.
+        self.assertEqual(Subjects("slaq", "team-a.j").loss, "slaq.v1.job.team-a.j.loss")
         with self.assertRaises(SlaqError):
             Subjects("bad prefix", "j")
 

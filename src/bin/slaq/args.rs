@@ -281,9 +281,9 @@ pub(crate) struct CancelArgs {
 
 /// A job id as the wire contract allows it.
 fn job_id(s: &str) -> Result<String, String> {
-    match slaq::protocol::valid_id(s) {
+    match slaq::protocol::valid_job_id(s) {
         true => Ok(s.to_string()),
-        false => Err("a job id is 1-64 characters from [A-Za-z0-9_-]".into()),
+        false => Err("a job id is NAME or TENANT.NAME, each 1-64 characters from [A-Za-z0-9_-]".into()),
     }
 }
 

@@ -141,7 +141,10 @@ fn absolute(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(protocol::valid_id(&args.job), "--job must be 1-64 characters from [A-Za-z0-9_-]");
+    anyhow::ensure!(
+        protocol::valid_job_id(&args.job),
+        "--job must be NAME or TENANT.NAME, each 1-64 characters from [A-Za-z0-9_-]"
+    );
     anyhow::ensure!(args.timeout > 0.0, "--timeout must be positive");
     let cwd = match &args.cwd {
         Some(dir) => absolute(dir)?,
@@ -234,7 +237,10 @@ async fn wait_for_outcome(
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(protocol::valid_id(&args.job), "--job must be 1-64 characters from [A-Za-z0-9_-]");
+    anyhow::ensure!(
+        protocol::valid_job_id(&args.job),
+        "--job must be NAME or TENANT.NAME, each 1-64 characters from [A-Za-z0-9_-]"
+    );
     let subjects = Subjects::new(&args.bus.prefix)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -361,6 +367,18 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         println!("\n{:<16} {:>8} {:>8}", "accelerator", "workers", "busy");
         for (name, used) in &snapshot.accelerators {
             println!("{:<16} {:>8} {:>8}", name, used.workers, used.busy);
+        }
+    }
+    if !snapshot.tenants.is_empty() {
+        println!(
+            "\n{:<16} {:>10} {:>6} {:>6} {:>8} {:>5} {:>5} {:>8}",
+            "tenant", "guaranteed", "quota", "held", "borrowed", "lent", "jobs", "waiting"
+        );
+        for (name, u) in &snapshot.tenants {
+            println!(
+                "{:<16} {:>10} {:>6} {:>6} {:>8} {:>5} {:>5} {:>8}",
+                name, u.guaranteed, u.quota, u.workers, u.borrowed, u.lent, u.jobs, u.waiting
+            );
         }
     }
     println!("\naccepted: {:?}", snapshot.accepted);

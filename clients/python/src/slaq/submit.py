@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import nats
 
-from .wire import Codec, SlaqError, Subjects, check_id, job_command, job_spec
+from .wire import Codec, SlaqError, Subjects, check_job_id, job_command, job_spec
 
 #: ``wait=True``: the job's outcome, as ``slaq submit --wait`` exits with it.
 OUTCOME_CODES = {"finished": 0, "failed": 1, "cancelled": 1, "expired": 1}
@@ -19,7 +19,7 @@ async def submit_async(job: str, argv: Sequence[str], nats_url: str = "nats://12
     """Submits ``job`` (the agents run ``argv`` on its workers). With ``wait``, returns its
     outcome once it has ended (``finished``, ``failed``, ``cancelled``, or ``unknown`` if the
     scheduler lost track of it); else ``None`` once the scheduler has accepted it."""
-    check_id("job id", job)
+    check_job_id(job)
     command = job_command(argv, env=env, cwd=cwd, checkpoint_dir=checkpoint_dir, max_restarts=max_restarts)
     message = job_spec(job, command=command, **spec)
     subjects, codec = Subjects(prefix, job), Codec("msgpack")

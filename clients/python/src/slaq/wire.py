@@ -21,6 +21,15 @@ def check_id(what: str, value: str) -> str:
     return value
 
 
+def check_job_id(value: str) -> str:
+    """A job id: ``NAME``, or ``TENANT.NAME`` for a tenant's job (the tenant is the token
+    nats-server's permissions confine a team's users to; docs/teams.md)."""
+    tokens = value.split(".") if isinstance(value, str) else [value]
+    if len(tokens) > 2 or not all(isinstance(t, str) and _ID.match(t) for t in tokens):
+        raise SlaqError(f"job id {value!r} is not NAME or TENANT.NAME, each 1-64 characters from [A-Za-z0-9_-]")
+    return value
+
+
 def check_prefix(prefix: str) -> str:
     for token in prefix.split("."):
         check_id("prefix token", token)
@@ -31,7 +40,7 @@ class Subjects:
     """Subject names of one job under a prefix (``slaq`` by default)."""
 
     def __init__(self, prefix: str, job: str):
-        base = f"{check_prefix(prefix)}.v1.job.{check_id('job id', job)}"
+        base = f"{check_prefix(prefix)}.v1.job.{check_job_id(job)}"
         self.hello = f"{base}.hello"
         self.loss = f"{base}.loss"
         self.bye = f"{base}.bye"

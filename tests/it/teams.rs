@@ -1,0 +1,162 @@
+//! Teams over a real nats-server with the shipped `deploy/nats/slaq-auth.conf` (issue #32): a
+//! job's tenant is the first token of its id, `TENANT.NAME`, which nats-server's permissions
+//! confine each team's user to; the scheduler reads it from the subject, plans each tenant
+//! inside its quota and reports every tenant's workers.
+
+use std::path::Path;
+use std::time::Duration;
+
+use slaq::bus::{self, NatsAuth};
+use slaq::protocol::{Ack, Encoding, EndReason, Heartbeat, JobEnd, JobSpec, Subjects, WorkerSpec};
+
+use crate::harness::{NatsServer, Scheduler, eventually, fast_settings, loss_report};
+
+const CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf");
+
+fn user(name: &str) -> NatsAuth {
+    NatsAuth {
+        user: Some(name.into()),
+        password: Some(format!("{name}-example-password")),
+        inbox_prefix: Some(format!("_INBOX.{name}")),
+        ..NatsAuth::default()
+    }
+}
+
+async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Arc<bus::BusCounters>) {
+    bus::connect_with(&[url.to_string()], name, 1024, &user(name)).await.expect("connect")
+}
+
+async fn hello(c: &async_nats::Client, s: &Subjects, spec: &JobSpec) -> Ack {
+    bus::request(c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.expect("an answer")
+}
+
+#[tokio::test]
+async fn a_team_can_speak_only_for_its_own_tenant_and_each_tenant_keeps_its_guarantee() {
+    assert!(Path::new(CONF).exists());
+    let nats = NatsServer::start_with_config(Path::new(CONF));
+    let settings = fast_settings(
+        "policy = \"fair\"\n\
+         [nats.auth]\nuser = \"scheduler\"\npassword = \"scheduler-example-password\"\ninbox_prefix = \"_INBOX.scheduler\"\n\
+         [nats.state_auth]\nuser = \"scheduler-state\"\npassword = \"scheduler-state-example-password\"\ninbox_prefix = \"_INBOX.scheduler-state\"\n\
+         [tenants.team-a]\nguaranteed = 1\n[tenants.team-b]\nguaranteed = 1\n",
+    );
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let (operator, _) = connect_as(&nats.url, "operator").await;
+    crate::harness::wait_status(&operator, &s).await;
+
+    // Two workers.
+    let (w1, _) = connect_as(&nats.url, "w1").await;
+    let (w2, _) = connect_as(&nats.url, "w2").await;
+    for (c, id) in [(&w1, "w1"), (&w2, "w2")] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    let _beats = crate::harness::Background::spawn({
+        let (w1, w2, s) = (w1.clone(), w2.clone(), s.clone());
+        async move {
+            loop {
+                for (c, id) in [(&w1, "w1"), (&w2, "w2")] {
+                    let _ = bus::publish(c, s.worker_beat(id), Encoding::MsgPack, &Heartbeat::new(id)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+
+    // Team A's job, on its own credentials; and team A publishing as team B: refused by the
+    // server (a permissions violation), never seen by the scheduler.
+    let (team_a, a_events) = connect_as(&nats.url, "team-a").await;
+    let a_job = JobSpec { tenant: Some("team-b".into()), ..JobSpec::new("team-a.train") };
+    assert!(hello(&team_a, &s, &a_job).await.ok);
+    let before = a_events.server_errors.load(std::sync::atomic::Ordering::Relaxed);
+    bus::publish(&team_a, s.job_hello("team-b.forged"), Encoding::MsgPack, &JobSpec::new("team-b.forged"))
+        .await
+        .unwrap();
+    bus::publish(&team_a, s.job_loss("team-b.train"), Encoding::MsgPack, &loss_report("team-b.train", 1))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a_events.server_errors.load(std::sync::atomic::Ordering::Relaxed) < before + 2 {
+        assert!(std::time::Instant::now() < deadline, "nats-server did not refuse team A publishing as team B");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (team_b, _) = connect_as(&nats.url, "team-b").await;
+    assert!(hello(&team_b, &s, &JobSpec::new("team-b.train")).await.ok);
+    for iter in 1..=3 {
+        bus::publish(&team_a, s.job_loss("team-a.train"), Encoding::MsgPack, &loss_report("team-a.train", iter))
+            .await
+            .unwrap();
+        bus::publish(&team_b, s.job_loss("team-b.train"), Encoding::MsgPack, &loss_report("team-b.train", iter))
+            .await
+            .unwrap();
+    }
+    // Each tenant holds its guarantee of one worker.
+    let status = eventually(&operator, &s, Duration::from_secs(15), "each tenant at its guarantee", |st| {
+        ["team-a", "team-b"].iter().all(|t| st.tenants.get(*t).is_some_and(|u| u.workers == 1 && u.guaranteed == 1))
+    })
+    .await;
+    assert_eq!(status.jobs.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["team-a.train", "team-b.train"]);
+
+    // 1,000 messages from team A, on its own subjects, whose bodies name team B in every way a
+    // body can (the job's id, the tenant field, a report's job), or are bytes: not one job is
+    // created for team B, and what is accepted is team A's.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for i in 0..1000u64 {
+        let own = format!("team-a.f{}", i % 40);
+        let r = next();
+        let (subject, payload) = match r % 5 {
+            0 => (
+                s.job_hello(&own),
+                slaq::protocol::encode(Encoding::MsgPack, &JobSpec::new(&format!("team-b.f{i}"))).unwrap(),
+            ),
+            1 => {
+                let spec = JobSpec { tenant: Some("team-b".into()), ..JobSpec::new(&own) };
+                (s.job_hello(&own), slaq::protocol::encode(Encoding::MsgPack, &spec).unwrap())
+            }
+            2 => (
+                s.job_loss(&own),
+                slaq::protocol::encode(Encoding::MsgPack, &loss_report("team-b.train", i + 1)).unwrap(),
+            ),
+            3 => {
+                let end = JobEnd { job: "team-b.train".into(), reason: EndReason::Finished };
+                (s.job_bye(&own), slaq::protocol::encode(Encoding::MsgPack, &end).unwrap())
+            }
+            _ => (s.job_hello(&own), (0..(r % 64)).map(|k| (next() >> (k % 8)) as u8).collect()),
+        };
+        team_a.publish(subject, payload.into()).await.unwrap();
+    }
+    let status = eventually(&operator, &s, Duration::from_secs(15), "the fuzzed hellos counted", |st| {
+        st.tenants.get("team-a").is_some_and(|u| u.jobs > 1)
+    })
+    .await;
+    let of_b: Vec<&str> = status.jobs.iter().map(|j| j.job.as_str()).filter(|j| j.starts_with("team-b.")).collect();
+    assert_eq!(of_b, ["team-b.train"], "jobs created for team B");
+    assert_eq!(status.tenants["team-b"].jobs, 1);
+    assert!(status.jobs.iter().all(|j| j.job.starts_with("team-a.") || j.job == "team-b.train"));
+    // Team A now has dozens of jobs and team B one: by fair share alone B's job would get
+    // nothing; its tenant's guarantee keeps it one worker.
+    let status = eventually(&operator, &s, Duration::from_secs(15), "team B keeps its guarantee", |st| {
+        st.tenants.get("team-a").is_some_and(|u| u.jobs > 10 && u.workers == 1)
+            && st.tenants.get("team-b").is_some_and(|u| u.workers == 1)
+    })
+    .await;
+    assert_eq!(status.jobs.iter().find(|j| j.job == "team-b.train").map(|j| j.workers), Some(1));
+
+    // Team B's job ends: team A borrows B's idle guarantee; B lends it.
+    let end = JobEnd { job: "team-b.train".into(), reason: EndReason::Finished };
+    bus::publish(&team_b, s.job_bye("team-b.train"), Encoding::MsgPack, &end).await.unwrap();
+    eventually(&operator, &s, Duration::from_secs(15), "team A borrows team B's idle worker", |st| {
+        let (a, b) = (st.tenants.get("team-a"), st.tenants.get("team-b"));
+        a.is_some_and(|a| a.workers == 2 && a.borrowed == 1) && b.is_some_and(|b| b.lent == 1 && b.jobs == 0)
+    })
+    .await;
+}
