@@ -160,3 +160,108 @@ async fn a_team_can_speak_only_for_its_own_tenant_and_each_tenant_keeps_its_guar
     })
     .await;
 }
+
+/// A reclaim end to end with two worker agents (`agent::run`, what `slaq worker` runs): team B's
+/// job holds both workers while team A has nothing; team A's job arrives, and team B's process
+/// on the worker taken back is stopped gracefully (SIGTERM, its handler runs) within the
+/// agents' grace, team B's job goes on with one worker, and none of its reports is lost.
+#[tokio::test]
+async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lost() {
+    use slaq::agent::{self, AgentConfig};
+    let nats = NatsServer::start();
+    let settings = fast_settings(
+        "policy = \"fair\"\nmin_generation_ms = 0\n[tenants.team-a]\nguaranteed = 1\n[tenants.team-b]\nguaranteed = 1\n",
+    );
+    let _scheduler = crate::harness::InProcessScheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let log = crate::harness::temp_dir("teams-reclaim").join("runs.txt");
+    // Each generation's process: says it started, and on SIGTERM says so and exits at once.
+    let exec = format!(
+        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term\" >> {log}; exit 0' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start\" >> {log}; while true; do sleep 0.05; done",
+        log = log.display()
+    );
+    let grace = Duration::from_secs(5);
+    let mut stops = Vec::new();
+    for id in ["w1", "w2"] {
+        let config = AgentConfig {
+            beat_every: Duration::from_millis(200),
+            exec: Some(exec.clone()),
+            stop_grace: grace,
+            ..AgentConfig::new(
+                s.clone(),
+                WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None },
+            )
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = crate::harness::client(&nats.url).await;
+        stops.push((
+            stop_tx,
+            tokio::spawn(agent::run(client, config, async move {
+                let _ = stop_rx.await;
+            })),
+        ));
+    }
+    let c = crate::harness::client(&nats.url).await;
+    crate::harness::wait_status(&c, &s).await;
+    // Team B's job reports all along: every report must be counted.
+    assert!(hello(&c, &s, &JobSpec::new("team-b.train")).await.ok);
+    let reports = {
+        let (c, s) = (c.clone(), s.clone());
+        tokio::spawn(async move {
+            for iter in 1..=150u64 {
+                bus::publish(&c, s.job_loss("team-b.train"), Encoding::MsgPack, &loss_report("team-b.train", iter))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        })
+    };
+    eventually(&c, &s, Duration::from_secs(15), "team B's job on both workers", |st| {
+        st.tenants.get("team-b").is_some_and(|u| u.workers == 2 && u.lent == 0) && st.tenants["team-a"].lent == 1
+    })
+    .await;
+    crate::harness::wait_for_file(&log, "team B's processes on both workers", |t| {
+        t.contains("team-b.train w1 start") && t.contains("team-b.train w2 start")
+    })
+    .await;
+
+    // Team A's job arrives: its worker comes back through team B's graceful stop.
+    let asked = std::time::Instant::now();
+    assert!(hello(&c, &s, &JobSpec::new("team-a.train")).await.ok);
+    for iter in 1..=3 {
+        bus::publish(&c, s.job_loss("team-a.train"), Encoding::MsgPack, &loss_report("team-a.train", iter))
+            .await
+            .unwrap();
+    }
+    let text = crate::harness::wait_for_file(&log, "team A's process started on a worker of team B's", |t| {
+        t.contains("team-a.train w")
+    })
+    .await;
+    let reclaimed = asked.elapsed();
+    let line = text.lines().find(|l| l.starts_with("team-a.train")).unwrap().to_string();
+    let worker = line.split(' ').nth(1).unwrap();
+    // Team B's process there was stopped by SIGTERM (its handler ran), before team A's started.
+    let stopped = text.find(&format!("team-b.train {worker} term")).expect("team B's process there stopped gracefully");
+    assert!(stopped < text.find(&line).unwrap(), "{text}");
+    // Within R: an epoch (0.1 s), the agents' grace and a restart, with room for a loaded CI.
+    assert!(reclaimed < grace + Duration::from_secs(5), "reclaimed in {reclaimed:?}");
+    let status = eventually(&c, &s, Duration::from_secs(15), "each tenant at its guarantee", |st| {
+        ["team-a", "team-b"].iter().all(|t| st.tenants.get(*t).is_some_and(|u| u.workers == 1 && u.borrowed == 0))
+    })
+    .await;
+    assert_eq!(
+        status.jobs.iter().map(|j| (j.job.as_str(), j.workers)).collect::<Vec<_>>(),
+        [("team-a.train", 1), ("team-b.train", 1)]
+    );
+    // Team B's job went on, on one worker, in a new generation; none of its reports was lost.
+    reports.await.unwrap();
+    eventually(&c, &s, Duration::from_secs(15), "every report of team B counted", |st| {
+        st.jobs.iter().any(|j| j.job == "team-b.train" && j.points == 150 && j.dropped == 0)
+    })
+    .await;
+    eprintln!("teams: team A's worker came back in {reclaimed:?} (agents' grace {grace:?})");
+    for (stop, agent) in stops {
+        let _ = stop.send(());
+        let _ = agent.await;
+    }
+}
