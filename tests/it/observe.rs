@@ -78,7 +78,8 @@ fn dashboard_metrics(dashboard: &serde_json::Value) -> BTreeSet<String> {
 async fn metrics_health_and_readiness_over_http() {
     let mut nats = NatsServer::start();
     let port = free_port();
-    let settings = fast_settings(&format!("\n[http]\nlisten = \"127.0.0.1:{port}\"\n"));
+    // One tenant, `default`, so that the per-tenant families are exported too.
+    let settings = fast_settings(&format!("\n[http]\nlisten = \"127.0.0.1:{port}\"\n[tenants.default]\n"));
     let _scheduler = Scheduler::start(&nats.url, &settings);
     let base = format!("http://127.0.0.1:{port}");
     get_until(&format!("{base}/healthz"), "healthz answers", |s, _| s == 200).await;
