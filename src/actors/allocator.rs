@@ -59,8 +59,9 @@ pub struct AllocatorSettings {
     /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
     /// costs its bid that much of it (`schedule::restart_priced`).
     pub bid_horizon_s: f64,
-    /// `[tenants]`: each tenant's jobs are planned inside its quota (`None`: one pool).
-    pub tenants: Option<schedule::tenants::TenantSet>,
+    /// `[tenants]`: each tenant's jobs are planned inside its quota (none: one pool); a
+    /// reload replaces them between epochs.
+    pub tenants: super::tenants::Tenants,
 }
 
 /// A cluster of several worker types this epoch: each worker's type (an index into the types'
@@ -490,8 +491,8 @@ impl AllocatorActor {
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
-            tenants: match (&self.settings.tenants, &plan.quotas) {
-                (Some(t), Some(q)) => t.usage(q, &self.tenant_of(), &plan.counts),
+            tenants: match (self.settings.tenants.get(), &plan.quotas) {
+                (Some(t), Some(q)) => t.usage(q, &t.tenant_of(self.jobs.keys().map(String::as_str)), &plan.counts),
                 _ => Default::default(),
             },
         };
@@ -582,8 +583,9 @@ impl AllocatorActor {
         });
         // Teams: each job's tenant from its id (its subject), each tenant's share of the
         // cluster as it is now.
-        let shares = self.settings.tenants.as_ref().map(|t| t.shares(self.registry.len() as u32).shares);
-        let tenant_of = self.tenant_of();
+        let set = self.settings.tenants.get();
+        let shares = set.as_ref().map(|t| t.shares(self.registry.len() as u32).shares);
+        let tenant_of = set.as_ref().map_or_else(Vec::new, |t| t.tenant_of(self.jobs.keys().map(String::as_str)));
         let input = EpochInput {
             policy: self.settings.policy,
             plan: self.settings.plan,
@@ -596,11 +598,6 @@ impl AllocatorActor {
             tenants: shares.as_deref().map(|shares| schedule::Tenancy { shares, tenant_of: &tenant_of }),
         };
         schedule::plan_epoch(&input, ledgers)
-    }
-
-    /// Each job's tenant (in the jobs' id order), with `[tenants]`.
-    fn tenant_of(&self) -> Vec<usize> {
-        self.settings.tenants.as_ref().map_or_else(Vec::new, |t| t.tenant_of(self.jobs.keys().map(String::as_str)))
     }
 
     /// Applies the plan to the registry: each worker whose job or role changed is recorded (and

@@ -4,4 +4,5 @@
 pub mod allocator;
 pub mod job;
 pub mod registry;
+pub mod tenants;
 pub mod types;

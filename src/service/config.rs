@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::actors::tenants::Tenants;
 use crate::bus::NatsAuth;
 use crate::bus::lease::Fence;
 use crate::policy::PolicyKind;
@@ -358,8 +359,19 @@ pub struct ServeConfig {
     /// While this scheduler may act: the replica loop's lease ([`Fence::unfenced`] without
     /// replicas).
     pub fence: Fence,
-    /// `[tenants]`, checked (`None`: one flat pool).
-    pub tenants: Option<TenantSet>,
+    /// `[tenants]`, checked (`None`: one flat pool); replaced by a reload (SIGHUP).
+    pub tenants: Tenants,
+}
+
+/// `[tenants]` of a configuration file, checked as `slaq serve` starts with it (for a reload).
+pub fn tenants_of(raw: &RawConfig) -> Result<Option<TenantSet>, ConfigError> {
+    match (raw.tenants.is_empty(), raw.cluster.shared) {
+        (true, _) => Ok(None),
+        (false, true) => Err(ConfigError::Invalid("[tenants] cannot be combined with [cluster] shared yet".into())),
+        (false, false) => {
+            TenantSet::new(raw.tenants.clone()).map(Some).map_err(|e| ConfigError::Invalid(e.to_string()))
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -596,11 +608,7 @@ impl RawConfig {
         else {
             return invalid("max_reports_per_s and report_burst must be positive");
         };
-        let tenants = match (self.tenants.is_empty(), partitions.is_some()) {
-            (true, _) => None,
-            (false, true) => return invalid("[tenants] cannot be combined with [cluster] shared yet"),
-            (false, false) => Some(TenantSet::new(self.tenants).map_err(|e| ConfigError::Invalid(e.to_string()))?),
-        };
+        let tenants = Tenants::new(tenants_of(&self)?);
         Ok(ServeConfig {
             tenants,
             place,

@@ -702,12 +702,12 @@ impl Ingest {
     }
 
     /// What the scheduler accepts of a message (`[scheduler]` limits).
-    fn limits(&self) -> InboundLimits<'_> {
+    fn limits<'t>(&self, tenants: Option<&'t crate::schedule::tenants::TenantSet>) -> InboundLimits<'t> {
         InboundLimits {
             max_payload_bytes: self.config.max_payload_bytes,
             max_min_workers: self.config.max_min_workers,
             // Partitions map one-token ids only: a tenant's job there would lose its reports.
-            tenants: match &self.config.tenants {
+            tenants: match tenants {
                 _ if self.config.durable.partitions.is_some() => protocol::Tenants::OneToken,
                 Some(t) => protocol::Tenants::Only(&t.names),
                 None => protocol::Tenants::Any,
@@ -734,7 +734,9 @@ impl Ingest {
         reply: Option<&str>,
         seq: Option<u64>,
     ) -> Result<Option<&'static str>, ProtocolError> {
-        let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &self.limits())?;
+        let tenants = self.config.tenants.get();
+        let message =
+            protocol::inbound(&self.config.subjects, subject, payload, encoding, &self.limits(tenants.as_deref()))?;
         // A report is counted by its job's actor, which knows whether it is new, and a
         // heartbeat by the allocator, which knows whether the worker is.
         let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());

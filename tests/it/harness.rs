@@ -197,6 +197,17 @@ impl Scheduler {
         let _ = Command::new("kill").args(["-STOP", &self.child.id().to_string()]).status();
     }
 
+    /// Sends SIGHUP: `slaq serve` reloads `[tenants]` from its configuration file
+    /// ([`Self::config_path`]).
+    pub fn hangup(&self) {
+        let _ = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status();
+    }
+
+    /// The configuration file it was started with.
+    pub fn config_path(&self) -> PathBuf {
+        self.log.with_file_name("slaq.toml")
+    }
+
     /// Lets a paused process run again (SIGCONT).
     pub fn resume(&self) {
         let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();

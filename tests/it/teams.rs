@@ -265,3 +265,39 @@ async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lo
         let _ = agent.await;
     }
 }
+
+/// `[tenants]` reloads on SIGHUP without a restart: a tenant added is served from then on, a
+/// guarantee changed is planned with, and a file that does not check out changes nothing.
+#[tokio::test]
+async fn tenants_reload_on_sighup_and_a_bad_file_keeps_those_served() {
+    let nats = NatsServer::start();
+    let base = fast_settings("policy = \"fair\"\n");
+    let scheduler = Scheduler::start(&nats.url, &format!("{base}[tenants.team-a]\nguaranteed = 1\n"));
+    let c = crate::harness::client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    crate::harness::wait_status(&c, &s).await;
+    let refused = hello(&c, &s, &JobSpec::new("team-c.x")).await;
+    assert!(!refused.ok && refused.error.as_deref().is_some_and(|e| e.contains("tenant")), "{refused:?}");
+
+    std::fs::write(
+        scheduler.config_path(),
+        format!("{base}[tenants.team-a]\nguaranteed = 1\n[tenants.team-c]\nguaranteed = 1\nweight = 2.0\n"),
+    )
+    .unwrap();
+    scheduler.hangup();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !hello(&c, &s, &JobSpec::new("team-c.x")).await.ok {
+        assert!(std::time::Instant::now() < deadline, "team C never served after SIGHUP");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eventually(&c, &s, Duration::from_secs(10), "team C in the status", |st| {
+        st.tenants.get("team-c").is_some_and(|u| u.jobs == 1)
+    })
+    .await;
+
+    // A bad file: refused, the tenants served stay (team C is still accepted).
+    std::fs::write(scheduler.config_path(), format!("{base}[tenants.team-a]\nweight = 0\n")).unwrap();
+    scheduler.hangup();
+    crate::harness::wait_for_file(&scheduler.log, "the reload refused", |t| t.contains("not reloaded")).await;
+    assert!(hello(&c, &s, &JobSpec::new("team-c.y")).await.ok);
+}

@@ -35,6 +35,30 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// On each SIGHUP, reads `[tenants]` from the configuration file again and serves it from the
+/// next message and epoch on; a file that does not check out is refused, keeping the tenants
+/// served. Nothing else is reloaded.
+async fn reload_tenants_on_hangup(path: Option<std::path::PathBuf>, tenants: slaq::actors::tenants::Tenants) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        let Some(path) = &path else {
+            tracing::warn!("SIGHUP: no --config file to reload [tenants] from");
+            continue;
+        };
+        match RawConfig::load(path)
+            .map_err(service::config::ConfigError::from)
+            .and_then(|raw| service::config::tenants_of(&raw))
+        {
+            Ok(set) => {
+                let names = set.as_ref().map(|s| s.names.join(", ")).unwrap_or_default();
+                tenants.set(set);
+                tracing::info!(tenants = %names, "SIGHUP: [tenants] reloaded");
+            }
+            Err(e) => tracing::warn!(error = %e, "SIGHUP: [tenants] not reloaded; the tenants served stay"),
+        }
+    }
+}
+
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let raw = match &args.config {
         Some(path) => RawConfig::load(path)?,
@@ -53,7 +77,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         replica_id: args.replica_id,
     };
     let config = raw.resolve(&env, &overrides)?;
+    let (tenants, path) = (config.tenants.clone(), args.config.clone());
     actix::System::new().block_on(async move {
+        actix::spawn(reload_tenants_on_hangup(path, tenants));
         let clients = service::Connections::connect(&config).await?;
         service::run_replica(clients, config, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
