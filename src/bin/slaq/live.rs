@@ -45,10 +45,7 @@ async fn reload_tenants_on_hangup(path: Option<std::path::PathBuf>, tenants: sla
             tracing::warn!("SIGHUP: no --config file to reload [tenants] from");
             continue;
         };
-        match RawConfig::load(path)
-            .map_err(service::config::ConfigError::from)
-            .and_then(|raw| service::config::tenants_of(&raw))
-        {
+        match RawConfig::load(path).and_then(|raw| service::config::tenants_of(&raw)) {
             Ok(set) => {
                 let names = set.as_ref().map(|s| s.names.join(", ")).unwrap_or_default();
                 tenants.set(set);
