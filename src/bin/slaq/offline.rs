@@ -318,7 +318,7 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         summary.min_busy_fraction_while_waiting.map_or("-".to_string(), |b| format!("{:.3}", b)),
     );
     println!(
-        "{:<8} {:>5} {:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>6} {:>6} {:>8} {:>11} {:>11}",
+        "{:<8} {:>5} {:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>6} {:>6} {:>6} {:>8} {:>11} {:>11}",
         "tenant",
         "guar",
         "max",
@@ -329,6 +329,7 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         "win",
         "dev pt",
         "restr%",
+        "lost%",
         "unfin",
         "JCT s",
         "JCT xalone",
@@ -341,7 +342,7 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
     };
     for t in &summary.tenants {
         println!(
-            "{:<8} {:>5} {:>5} {:>7.1} {:>7.0} {:>9.1} {:>8.1} {:>7} {:>7.1} {:>6.1} {:>6} {:>8} {:>11} {:>11}",
+            "{:<8} {:>5} {:>5} {:>7.1} {:>7.0} {:>9.1} {:>8.1} {:>7} {:>7.1} {:>6.1} {:>6.2} {:>6} {:>8} {:>11} {:>11}",
             t.name,
             t.guaranteed,
             t.max_held,
@@ -352,6 +353,7 @@ fn teams(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
             opt(t.min_window_ratio, 3),
             t.max_share_deviation_pts,
             t.restart_pct,
+            t.lost_pct,
             t.unfinished,
             opt(t.mean_jct_s, 0),
             ratio(t.jct_ratio_mean, t.jct_ratio_max),

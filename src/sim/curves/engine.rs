@@ -352,12 +352,13 @@ fn reallocate(
     } else {
         Vec::new()
     };
-    // With teams every change restarts a job: its gains are priced for it.
+    // With teams every change restarts a job: its gains are priced for it (`sim_gain`).
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut epoch_jobs: Vec<EpochJob<'_, SimGain<'_>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
-        let gain = needs_gains.then(|| sim_gain(s, policy, horizon_s, restart_s, table)).flatten();
+        let cost_s = teams.as_deref().map_or(0.0, |t| t.stop_cost_s(j, now));
+        let gain = needs_gains.then(|| sim_gain(s, policy, horizon_s, cost_s, table)).flatten();
         let bid = JobBid {
             min_workers: config.min_workers_per_job,
             max_workers: config.max_workers_per_job,

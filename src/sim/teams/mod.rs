@@ -11,10 +11,12 @@
 //! policy = "slaq"       # or fair
 //! restart_s = 9.0       # what a change of workers costs a job (measured live: 6.5-8.9 s)
 //! hold_s = 30.0         # a job keeps workers it got this long (min_generation_ms), guarantees aside
+//! checkpoint_s = 0.0    # saves every this many s (0: at its stop, losing nothing)
 //! [sim]                 # the loss-curve simulator's settings (64 workers, epoch 5 s, ...)
 //! [tenants.a]           # as in slaq serve's [tenants.a]: guaranteed, weight, borrow_limit, ...
 //! guaranteed = 32
-//! [arrivals.a]          # its jobs: how many, how often, from when, of which curve families
+//! [arrivals.a]          # its jobs: how many, how often, from when, of which curve families,
+//!                       # and bursts (repeat, every_s)
 //! jobs = 40
 //! interarrival_s = 10.0
 //! start_s = 600.0
@@ -44,6 +46,9 @@ pub struct Arrivals {
     pub base_iter_seconds: f64,
     /// Only curves of these families (all when empty).
     pub families: Vec<String>,
+    /// Bursts: the block of `jobs` arrives this many times, `every_s` apart (each drawn anew).
+    pub repeat: usize,
+    pub every_s: f64,
 }
 
 impl Default for Arrivals {
@@ -55,6 +60,8 @@ impl Default for Arrivals {
             start_s: 0.0,
             base_iter_seconds: w.base_iter_seconds,
             families: Vec::new(),
+            repeat: 1,
+            every_s: 0.0,
         }
     }
 }
@@ -69,6 +76,10 @@ pub struct TeamsFile {
     pub restart_s: f64,
     #[serde(default = "hold_s")]
     pub hold_s: f64,
+    /// Jobs save their state every this many seconds of a generation, and a stop loses the
+    /// work since (0: a job saves at its stop, within the grace: nothing is lost).
+    #[serde(default)]
+    pub checkpoint_s: f64,
     #[serde(default)]
     pub sim: SimConfig,
     pub tenants: BTreeMap<String, TenantConfig>,
@@ -124,8 +135,9 @@ impl Scenario {
         let policy = PolicySpec::named(&file.policy).filter(|p| !p.is_oracle()).ok_or_else(|| {
             TeamsError::Invalid(format!("unknown policy {:?}: slaq, slaq-paper or fair", file.policy))
         })?;
-        if !(file.restart_s.is_finite() && file.restart_s >= 0.0 && file.hold_s.is_finite() && file.hold_s >= 0.0) {
-            return Err(TeamsError::Invalid("restart_s and hold_s must be seconds, 0 or more".into()));
+        let seconds = |x: f64| x.is_finite() && x >= 0.0;
+        if !(seconds(file.restart_s) && seconds(file.hold_s) && seconds(file.checkpoint_s)) {
+            return Err(TeamsError::Invalid("restart_s, hold_s and checkpoint_s must be seconds, 0 or more".into()));
         }
         if file.tenants.is_empty() {
             return Err(TeamsError::Invalid("no [tenants.<name>]".into()));
@@ -137,8 +149,10 @@ impl Scenario {
         let times = file.tenants.values().map(|t| TenantTimes { grace_s: t.grace_s, min_run_s: t.min_run_s }).collect();
         let arrivals: Vec<Arrivals> =
             resolved.names.iter().map(|n| file.arrivals.get(n).cloned().unwrap_or_default()).collect();
-        if arrivals.iter().any(|a| !(a.start_s.is_finite() && a.start_s >= 0.0)) {
-            return Err(TeamsError::Invalid("arrivals' start_s must be seconds, 0 or more".into()));
+        if arrivals.iter().any(|a| !(seconds(a.start_s) && seconds(a.every_s) && a.repeat >= 1)) {
+            return Err(TeamsError::Invalid(
+                "arrivals' start_s and every_s must be seconds, 0 or more, repeat at least 1".into(),
+            ));
         }
         Ok(Scenario { file, policy, resolved, times, arrivals })
     }
@@ -152,20 +166,22 @@ impl Scenario {
             }
             let own: Vec<TraceCurve> =
                 curves.iter().filter(|c| a.families.is_empty() || a.families.contains(&c.family)).cloned().collect();
-            let config = WorkloadConfig {
-                num_jobs: a.jobs,
-                mean_interarrival_s: a.interarrival_s,
-                base_iter_seconds: a.base_iter_seconds,
-                seed: seed.wrapping_mul(1_000_003).wrapping_add(t as u64),
-                ..WorkloadConfig::default()
-            };
-            let generated = workload::generate(&own, &config)
-                .map_err(|e| TeamsError::Invalid(format!("tenant {name:?}'s arrivals: {e}")))?;
-            for mut job in generated {
-                job.id = format!("{name}/{}", job.id);
-                job.arrival_s += a.start_s;
-                jobs.push(job);
-                tenant_of.push(t);
+            for burst in 0..a.repeat {
+                let config = WorkloadConfig {
+                    num_jobs: a.jobs,
+                    mean_interarrival_s: a.interarrival_s,
+                    base_iter_seconds: a.base_iter_seconds,
+                    seed: seed.wrapping_mul(1_000_003).wrapping_add(t as u64).wrapping_add((burst as u64) << 32),
+                    ..WorkloadConfig::default()
+                };
+                let generated = workload::generate(&own, &config)
+                    .map_err(|e| TeamsError::Invalid(format!("tenant {name:?}'s arrivals: {e}")))?;
+                for mut job in generated {
+                    job.id = format!("{name}/{burst}/{}", job.id);
+                    job.arrival_s += a.start_s + burst as f64 * a.every_s;
+                    jobs.push(job);
+                    tenant_of.push(t);
+                }
             }
         }
         Ok((jobs, tenant_of))
@@ -232,6 +248,7 @@ fn run_teams(
         scenario.file.restart_s,
         scenario.file.hold_s,
     );
+    teams.checkpoint_s = scenario.file.checkpoint_s;
     let run = engine::run_with(jobs, config, scenario.policy, Some(&mut teams), |_| {});
     let end = run.summary.makespan_s;
     (run, teams.track.finish(end))
@@ -274,8 +291,12 @@ pub struct TenantSummary {
     pub max_share_deviation_pts: f64,
     pub revocations: u32,
     pub min_notice_s: Option<f64>,
-    /// Worker-seconds its jobs spent restarting, in percent of those they held.
+    /// Worker-seconds its jobs spent restarting, in percent of those they held; and the work
+    /// stops lost (since the last checkpoint), in percent of the worker-seconds computing.
     pub restart_pct: f64,
+    pub lost_pct: f64,
+    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee).
+    pub early_revocations: u32,
     /// Alone on its guaranteed workers (tenants with a guarantee): means over seeds, and the
     /// shared run's over the alone run's per seed (below 1: the shared cluster is better).
     pub alone_mean_jct_s: Option<f64>,
@@ -326,6 +347,8 @@ pub fn summarise(scenario: &Scenario, runs: Vec<SeedRun>) -> Summary {
                 .collect();
             let held: f64 = figures.iter().map(|f| f.held_worker_s).sum();
             let restart: f64 = figures.iter().map(|f| f.restart_worker_s).sum();
+            let lost: f64 = figures.iter().map(|f| f.lost_worker_s).sum();
+            let computing: f64 = figures.iter().map(|f| f.computing_worker_s).sum();
             TenantSummary {
                 name: name.clone(),
                 guaranteed: figures.first().map_or(0, |f| f.guaranteed),
@@ -356,6 +379,8 @@ pub fn summarise(scenario: &Scenario, runs: Vec<SeedRun>) -> Summary {
                 revocations: figures.iter().map(|f| f.revocations).sum(),
                 min_notice_s: figures.iter().filter_map(|f| f.min_notice_s).reduce(f64::min),
                 restart_pct: if held > 0.0 { 100.0 * restart / held } else { 0.0 },
+                lost_pct: if computing > 0.0 { 100.0 * lost / computing } else { 0.0 },
+                early_revocations: figures.iter().map(|f| f.early_revocations).sum(),
                 alone_mean_jct_s: mean_of(alone.iter().filter_map(|(_, a)| a.mean_jct_s).collect()),
                 alone_mean_loss_area: mean_of(alone.iter().map(|(_, a)| a.mean_loss_area).collect()),
                 jct_ratio_mean: mean_of(jct_ratio.clone()),

@@ -26,8 +26,11 @@ struct Move {
     noticed_at: f64,
     /// When its restart ends.
     resume_at: Option<f64>,
-    /// When it last got workers.
-    grown_at: f64,
+    /// When its workers last changed (a grant, or a release).
+    changed_at: f64,
+    /// When its current generation began computing (its last checkpoint is a whole number of
+    /// `checkpoint_s` after).
+    started_at: f64,
     /// What the last plan gave it (`None` before its first plan).
     planned: Option<u32>,
 }
@@ -39,7 +42,8 @@ impl Default for Move {
             release_at: None,
             noticed_at: 0.0,
             resume_at: None,
-            grown_at: f64::NEG_INFINITY,
+            changed_at: f64::NEG_INFINITY,
+            started_at: 0.0,
             planned: None,
         }
     }
@@ -57,6 +61,9 @@ pub struct Teams<'a> {
     /// Seconds a job keeps workers it got, unless a guarantee needs them (the live scheduler's
     /// `min_generation_ms`).
     pub hold_s: f64,
+    /// A job's state is saved every this many seconds of a generation (0: at its stop, within
+    /// the grace, as `slaq.elastic` with a checkpoint directory does: nothing is lost).
+    pub checkpoint_s: f64,
     num_workers: u32,
     max_per_job: u32,
     moves: Vec<Move>,
@@ -82,12 +89,26 @@ impl<'a> Teams<'a> {
             tenant_of,
             restart_s,
             hold_s,
+            checkpoint_s: 0.0,
             num_workers,
             max_per_job,
             moves: vec![Move::default(); tenant_of.len()],
             quota: vec![num_workers; shares.len()],
             track: Track::new(num_workers, shares),
         }
+    }
+
+    /// What a change of job `j`'s workers would cost it now, in seconds of its time: the
+    /// restart, and the work since its last checkpoint (as the live scheduler prices a
+    /// submitted job's restart with its reports' `checkpoint_age_s`).
+    pub fn stop_cost_s(&self, j: usize, now: f64) -> f64 {
+        let m = &self.moves[j];
+        let age = if m.resume_at.is_none() && self.checkpoint_s > 0.0 {
+            (now - m.started_at).max(0.0) % self.checkpoint_s
+        } else {
+            0.0
+        };
+        self.restart_s + age
     }
 
     /// The next release or end of a restart.
@@ -116,22 +137,27 @@ impl<'a> Teams<'a> {
     /// planned more.
     pub fn on_time(&mut self, now: f64, jobs: &mut [&mut ReplayJob<'_>]) {
         let mut released = false;
-        for (j, (m, r)) in self.moves.iter_mut().zip(jobs.iter_mut()).enumerate() {
+        // By index: a release calls `self.restart`, which needs all of `self`.
+        #[allow(clippy::needless_range_loop)]
+        for j in 0..self.moves.len() {
+            let (m, r) = (&mut self.moves[j], &mut *jobs[j]);
             if !r.active {
                 *m = Move::default();
                 continue;
             }
             if m.resume_at.is_some_and(|t| t <= now) {
                 m.resume_at = None;
+                m.started_at = now;
                 r.paused = false;
             }
             if m.release_at.is_some_and(|t| t <= now) {
                 m.release_at = None;
                 if m.target < r.workers {
-                    let t = self.tenant_of[j];
-                    self.track.revoked(t, r.workers - m.target, now - m.noticed_at);
+                    self.track.revoked(self.tenant_of[j], r.workers - m.target, now - m.noticed_at);
+                    let before = r.workers;
                     r.workers = m.target;
-                    Self::restart(m, r, now, self.restart_s, &mut self.track, t);
+                    m.changed_at = now;
+                    self.restart(j, before, now, r);
                     released = true;
                 }
             }
@@ -166,10 +192,14 @@ impl<'a> Teams<'a> {
                 m.target = m.target.min(c);
             } else if c >= held {
                 m.target = c;
-            } else if owed || now >= m.grown_at + self.hold_s.max(times.min_run_s) {
+            } else if owed || now >= m.changed_at + self.hold_s.max(times.min_run_s) {
                 m.target = c;
                 m.release_at = Some(now + times.grace_s);
                 m.noticed_at = now;
+                if now < m.changed_at + times.min_run_s {
+                    // Only to restore a guarantee (`owed`): counted.
+                    self.track.early(self.tenant_of[j]);
+                }
             } else {
                 m.target = held;
             }
@@ -186,6 +216,7 @@ impl<'a> Teams<'a> {
             held[self.tenant_of[j]] += r.workers;
         }
         let mut free = self.num_workers.saturating_sub(held.iter().sum());
+        let mut grown = Vec::new();
         for (j, (m, r)) in self.moves.iter_mut().zip(jobs.iter_mut()).enumerate() {
             if free == 0 {
                 break;
@@ -200,21 +231,36 @@ impl<'a> Teams<'a> {
             }
             free -= more;
             held[t] += more;
+            let before = r.workers;
             r.workers += more;
-            m.grown_at = now;
-            Self::restart(m, r, now, self.restart_s, &mut self.track, self.tenant_of[j]);
+            m.changed_at = now;
+            grown.push((j, before));
+        }
+        for (j, before) in grown {
+            self.restart(j, before, now, jobs[j]);
         }
     }
 
-    fn restart(m: &mut Move, r: &mut ReplayJob<'_>, now: f64, restart_s: f64, track: &mut Track, tenant: usize) {
+    /// Job `j`, which ran on `before` workers, restarts on its workers now: a pause of
+    /// `restart_s`, and with periodic checkpoints (`checkpoint_s`) the work since the last one
+    /// is lost and done again (the pause grows by as long).
+    fn restart(&mut self, j: usize, before: u32, now: f64, r: &mut ReplayJob<'_>) {
+        let (m, tenant) = (&mut self.moves[j], self.tenant_of[j]);
+        let was_running = m.resume_at.is_none() && before > 0;
+        let lost_s = if was_running && self.checkpoint_s > 0.0 {
+            (now - m.started_at).max(0.0) % self.checkpoint_s
+        } else {
+            0.0
+        };
         if r.workers == 0 {
             m.resume_at = None;
             r.paused = false;
-            return;
+        } else {
+            r.paused = true;
+            m.resume_at = Some(now + self.restart_s + lost_s);
+            self.track.restarted(tenant, f64::from(r.workers) * self.restart_s);
         }
-        r.paused = true;
-        m.resume_at = Some(now + restart_s);
-        track.restarted(tenant, f64::from(r.workers) * restart_s);
+        self.track.lost(tenant, f64::from(before) * lost_s);
     }
 }
 
@@ -265,5 +311,21 @@ mod tests {
         assert!(replays.iter().all(|r| !r.paused && r.running()));
         let f = teams.track.finish(69.0);
         assert_eq!((f.tenants[1].revocations, f.tenants[1].min_notice_s), (1, Some(60.0)));
+        assert_eq!(f.tenants[1].lost_worker_s, 0.0, "saved at its stop: nothing lost");
+        // With a checkpoint every 50 s and no save at the stop, B's stop at 60 s (its generation
+        // began at 0 s) loses 10 s on its 8 workers, and its restart is as much longer.
+        let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 30.0);
+        teams.checkpoint_s = 50.0;
+        for r in &mut replays {
+            (r.workers, r.paused) = (0, false);
+        }
+        replays[1].workers = 8;
+        assert_eq!(teams.stop_cost_s(1, 40.0), 9.0 + 40.0);
+        teams.apply(0.0, &[0, 1], &[4, 4], Some(&quotas(4, 4)), &mut replays.iter_mut().collect::<Vec<_>>());
+        teams.on_time(60.0, &mut replays.iter_mut().collect::<Vec<_>>());
+        teams.on_time(69.0, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert!(!replays[0].paused && replays[1].paused, "A restarts in 9 s, B in 9 + 10 s");
+        assert_eq!(teams.next_event(), Some(79.0));
+        assert_eq!(teams.track.finish(79.0).tenants[1].lost_worker_s, 80.0);
     }
 }

@@ -38,6 +38,8 @@ struct Tenant {
     held_ws: f64,
     computing_ws: f64,
     restart_ws: f64,
+    lost_ws: f64,
+    early: u32,
     revocations: u32,
     revoked_workers: u64,
     min_notice_s: Option<f64>,
@@ -82,8 +84,12 @@ pub struct TenantFigures {
     pub reclaims: u32,
     pub held_worker_s: f64,
     pub computing_worker_s: f64,
-    /// Worker-seconds its jobs spent restarting.
+    /// Worker-seconds its jobs spent restarting, and lost to stops (work since the last
+    /// checkpoint, done again).
     pub restart_worker_s: f64,
+    pub lost_worker_s: f64,
+    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee).
+    pub early_revocations: u32,
     /// Shrinks of its jobs, the workers they gave up and the least notice any got.
     pub revocations: u32,
     pub revoked_workers: u64,
@@ -174,6 +180,17 @@ impl Track {
         self.tenants[tenant].restart_ws += worker_s;
     }
 
+    /// Work a stop lost: worker-seconds since the job's last checkpoint.
+    pub fn lost(&mut self, tenant: usize, worker_s: f64) {
+        self.tenants[tenant].lost_ws += worker_s;
+    }
+
+    /// A job told to give workers back within its tenant's `min_run_s` of its last change (only
+    /// ever to restore a guarantee).
+    pub fn early(&mut self, tenant: usize) {
+        self.tenants[tenant].early += 1;
+    }
+
     /// After an epoch's changes: `(tenant, workers)` of every active job. A violation is a
     /// tenant above guarantee + borrow limit, or the tenants together above the cluster less
     /// what lenders keep of their idle guarantees (beyond `lend_limit`).
@@ -211,6 +228,8 @@ impl Track {
                     held_worker_s: t.held_ws,
                     computing_worker_s: t.computing_ws,
                     restart_worker_s: t.restart_ws,
+                    lost_worker_s: t.lost_ws,
+                    early_revocations: t.early,
                     revocations: t.revocations,
                     revoked_workers: t.revoked_workers,
                     min_notice_s: t.min_notice_s,
