@@ -323,73 +323,67 @@ pub struct Summary {
     pub runs: Vec<SeedRun>,
 }
 
-/// Summarises `runs` of `scenario`.
-pub fn summarise(scenario: &Scenario, runs: Vec<SeedRun>) -> Summary {
+/// One tenant (`t`, `name`) over every seed's run.
+fn tenant_summary(scenario: &Scenario, runs: &[SeedRun], t: usize, name: &str) -> TenantSummary {
     let sim = &scenario.file.sim;
     let n = runs.len().max(1) as f64;
     let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     let max_of = |v: &[f64]| v.iter().copied().reduce(f64::max);
-    let tenants = scenario
-        .resolved
-        .names
+    let figures: Vec<&TenantFigures> = runs.iter().map(|r| &r.figures.tenants[t]).collect();
+    let shared: Vec<&TenantRun> = runs.iter().map(|r| &r.shared[t]).collect();
+    let alone: Vec<(&TenantRun, &TenantRun)> =
+        runs.iter().filter_map(|r| Some((&r.shared[t], r.alone[t].as_ref()?))).collect();
+    let jct_ratio: Vec<f64> = alone.iter().filter_map(|(s, a)| Some(s.mean_jct_s? / a.mean_jct_s?)).collect();
+    let area_ratio: Vec<f64> = alone
         .iter()
-        .enumerate()
-        .map(|(t, name)| {
-            let figures: Vec<&TenantFigures> = runs.iter().map(|r| &r.figures.tenants[t]).collect();
-            let shared: Vec<&TenantRun> = runs.iter().map(|r| &r.shared[t]).collect();
-            let alone: Vec<(&TenantRun, &TenantRun)> =
-                runs.iter().filter_map(|r| Some((&r.shared[t], r.alone[t].as_ref()?))).collect();
-            let jct_ratio: Vec<f64> = alone.iter().filter_map(|(s, a)| Some(s.mean_jct_s? / a.mean_jct_s?)).collect();
-            let area_ratio: Vec<f64> = alone
-                .iter()
-                .filter(|(_, a)| a.mean_loss_area > 0.0)
-                .map(|(s, a)| s.mean_loss_area / a.mean_loss_area)
-                .collect();
-            let held: f64 = figures.iter().map(|f| f.held_worker_s).sum();
-            let restart: f64 = figures.iter().map(|f| f.restart_worker_s).sum();
-            let lost: f64 = figures.iter().map(|f| f.lost_worker_s).sum();
-            let computing: f64 = figures.iter().map(|f| f.computing_worker_s).sum();
-            TenantSummary {
-                name: name.clone(),
-                guaranteed: figures.first().map_or(0, |f| f.guaranteed),
-                grace_s: scenario.times[t].grace_s,
-                reclaim_bound_s: sim.epoch_s + scenario.times[t].grace_s + scenario.file.restart_s,
-                jobs: shared.iter().map(|s| s.jobs).sum(),
-                unfinished: shared.iter().map(|s| s.unfinished).sum(),
-                mean_jct_s: mean_of(shared.iter().filter_map(|s| s.mean_jct_s).collect()),
-                mean_loss_area: shared.iter().map(|s| s.mean_loss_area).sum::<f64>() / n,
-                mean_share_pct: runs
-                    .iter()
-                    .map(|r| {
-                        100.0 * r.figures.tenants[t].held_worker_s
-                            / (f64::from(sim.num_workers) * r.figures.end_s).max(1e-9)
-                    })
-                    .sum::<f64>()
-                    / n,
-                max_held: figures.iter().map(|f| f.max_held).max().unwrap_or(0),
-                max_reclaim_s: figures.iter().map(|f| f.max_reclaim_s).fold(0.0, f64::max),
-                max_reclaims: figures.iter().map(|f| f.reclaims).max().unwrap_or(0),
-                mean_share_seconds_below_guarantee: figures
-                    .iter()
-                    .map(|f| f.share_seconds_below_guarantee)
-                    .sum::<f64>()
-                    / n,
-                min_window_ratio: figures.iter().filter_map(|f| f.min_window_ratio).reduce(f64::min),
-                max_share_deviation_pts: figures.iter().map(|f| f.max_share_deviation_pts).fold(0.0, f64::max),
-                revocations: figures.iter().map(|f| f.revocations).sum(),
-                min_notice_s: figures.iter().filter_map(|f| f.min_notice_s).reduce(f64::min),
-                restart_pct: if held > 0.0 { 100.0 * restart / held } else { 0.0 },
-                lost_pct: if computing > 0.0 { 100.0 * lost / computing } else { 0.0 },
-                early_revocations: figures.iter().map(|f| f.early_revocations).sum(),
-                alone_mean_jct_s: mean_of(alone.iter().filter_map(|(_, a)| a.mean_jct_s).collect()),
-                alone_mean_loss_area: mean_of(alone.iter().map(|(_, a)| a.mean_loss_area).collect()),
-                jct_ratio_mean: mean_of(jct_ratio.clone()),
-                jct_ratio_max: max_of(&jct_ratio),
-                loss_area_ratio_mean: mean_of(area_ratio.clone()),
-                loss_area_ratio_max: max_of(&area_ratio),
-            }
-        })
+        .filter(|(_, a)| a.mean_loss_area > 0.0)
+        .map(|(s, a)| s.mean_loss_area / a.mean_loss_area)
         .collect();
+    let held: f64 = figures.iter().map(|f| f.held_worker_s).sum();
+    let restart: f64 = figures.iter().map(|f| f.restart_worker_s).sum();
+    let lost: f64 = figures.iter().map(|f| f.lost_worker_s).sum();
+    let computing: f64 = figures.iter().map(|f| f.computing_worker_s).sum();
+    TenantSummary {
+        name: name.to_string(),
+        guaranteed: figures.first().map_or(0, |f| f.guaranteed),
+        grace_s: scenario.times[t].grace_s,
+        reclaim_bound_s: sim.epoch_s + scenario.times[t].grace_s + scenario.file.restart_s,
+        jobs: shared.iter().map(|s| s.jobs).sum(),
+        unfinished: shared.iter().map(|s| s.unfinished).sum(),
+        mean_jct_s: mean_of(shared.iter().filter_map(|s| s.mean_jct_s).collect()),
+        mean_loss_area: shared.iter().map(|s| s.mean_loss_area).sum::<f64>() / n,
+        mean_share_pct: runs
+            .iter()
+            .map(|r| {
+                100.0 * r.figures.tenants[t].held_worker_s / (f64::from(sim.num_workers) * r.figures.end_s).max(1e-9)
+            })
+            .sum::<f64>()
+            / n,
+        max_held: figures.iter().map(|f| f.max_held).max().unwrap_or(0),
+        max_reclaim_s: figures.iter().map(|f| f.max_reclaim_s).fold(0.0, f64::max),
+        max_reclaims: figures.iter().map(|f| f.reclaims).max().unwrap_or(0),
+        mean_share_seconds_below_guarantee: figures.iter().map(|f| f.share_seconds_below_guarantee).sum::<f64>() / n,
+        min_window_ratio: figures.iter().filter_map(|f| f.min_window_ratio).reduce(f64::min),
+        max_share_deviation_pts: figures.iter().map(|f| f.max_share_deviation_pts).fold(0.0, f64::max),
+        revocations: figures.iter().map(|f| f.revocations).sum(),
+        min_notice_s: figures.iter().filter_map(|f| f.min_notice_s).reduce(f64::min),
+        restart_pct: if held > 0.0 { 100.0 * restart / held } else { 0.0 },
+        lost_pct: if computing > 0.0 { 100.0 * lost / computing } else { 0.0 },
+        early_revocations: figures.iter().map(|f| f.early_revocations).sum(),
+        alone_mean_jct_s: mean_of(alone.iter().filter_map(|(_, a)| a.mean_jct_s).collect()),
+        alone_mean_loss_area: mean_of(alone.iter().map(|(_, a)| a.mean_loss_area).collect()),
+        jct_ratio_mean: mean_of(jct_ratio.clone()),
+        jct_ratio_max: max_of(&jct_ratio),
+        loss_area_ratio_mean: mean_of(area_ratio.clone()),
+        loss_area_ratio_max: max_of(&area_ratio),
+    }
+}
+
+/// Summarises `runs` of `scenario`.
+pub fn summarise(scenario: &Scenario, runs: Vec<SeedRun>) -> Summary {
+    let sim = &scenario.file.sim;
+    let tenants =
+        scenario.resolved.names.iter().enumerate().map(|(t, name)| tenant_summary(scenario, &runs, t, name)).collect();
     Summary {
         policy: scenario.policy.name,
         workers: sim.num_workers,
