@@ -623,6 +623,7 @@ impl AllocatorActor {
         let mut job_changed = lost;
         let mut workers_moved = 0;
         let tell_all = std::mem::take(&mut self.tell_all);
+        let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
             self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
         {
@@ -634,6 +635,7 @@ impl AllocatorActor {
                     role,
                     launch: entry.launch.clone(),
                     command: entry.launch.as_ref().and(after).and_then(|j| commands.get(j).cloned().flatten()),
+                    stop_grace_ms: after.and_then(|j| grace_ms(tenants.as_deref(), ids[j])),
                     ..assignment(self.settings.term, worker, epoch, after.map(|j| ids[j].to_string()))
                 };
                 entry.told_s = now_s;
@@ -691,6 +693,7 @@ impl AllocatorActor {
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
         let (mut without_ranks, mut without_ranks_count): (Option<&str>, usize) = (None, 0);
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
+        let tenants = self.settings.tenants.get();
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
@@ -729,6 +732,7 @@ impl AllocatorActor {
                         role: w.role,
                         launch: w.launch.clone(),
                         command: w.launch.as_ref().and(entry.command.clone()),
+                        stop_grace_ms: grace_ms(tenants.as_deref(), id),
                         ..assignment(self.settings.term, worker, epoch, Some(id.clone()))
                     };
                     outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
@@ -1310,6 +1314,7 @@ impl AllocatorActor {
             role: entry.role,
             launch: entry.launch.clone(),
             command: entry.launch.as_ref().and(recorded).and_then(|j| self.jobs.get(j)).and_then(|e| e.command.clone()),
+            stop_grace_ms: recorded.and_then(|j| grace_ms(self.settings.tenants.get().as_deref(), j)),
             ..assignment(self.settings.term, worker, self.epoch.max(1), recorded.map(str::to_string))
         };
         let subject = self.publisher.subjects().worker_assign(worker);
@@ -1393,6 +1398,13 @@ impl Handler<WorkerBeat> for AllocatorActor {
     }
 }
 
+/// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
+fn grace_ms(tenants: Option<&schedule::tenants::TenantSet>, job: &str) -> Option<u64> {
+    let set = tenants?;
+    let name = &set.names[set.index_of(job)?];
+    set.configs.get(name).map(|c| (c.grace_s * 1e3).round() as u64)
+}
+
 /// The one way an assignment is made: `worker` serves `job` (or nothing) from `epoch`, under
 /// this scheduler's `term`, as a worker with no launch, no command and no prompt to say hello;
 /// callers set what differs with struct update.
@@ -1406,6 +1418,7 @@ fn assignment(term: Option<u64>, worker: &str, epoch: u64, job: Option<String>) 
         term,
         launch: None,
         command: None,
+        stop_grace_ms: None,
     }
 }
 

@@ -194,12 +194,22 @@ struct Process {
     pgid: Option<i32>,
     /// The leader is the job's guard, which stops what the job started itself.
     guarded: bool,
+    /// Between SIGTERM and SIGKILL when it is stopped ([`grace_of`]).
+    grace: Duration,
 }
 
 /// An exit status as one code: the exit code, or 128 + the signal.
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
+
+/// The longest a process has been given between SIGTERM and SIGKILL by its assignment.
+const MAX_STOP_GRACE: Duration = Duration::from_secs(3600);
+
+/// A process's grace: its job's (its tenant's `grace_s`, on the assignment), else the agent's.
+fn grace_of(config: &AgentConfig, assignment: &WorkerAssignment) -> Duration {
+    assignment.stop_grace_ms.map_or(config.stop_grace, |ms| Duration::from_millis(ms).min(MAX_STOP_GRACE))
 }
 
 impl Process {
@@ -213,7 +223,7 @@ impl Process {
         let mut command = match &config.guard {
             Some(slaq) => {
                 let mut c = tokio::process::Command::new(slaq);
-                let grace_ms = config.stop_grace.as_millis().to_string();
+                let grace_ms = grace_of(config, assignment).as_millis().to_string();
                 c.args([guard::SUBCOMMAND, "--grace-ms", &grace_ms, "--"]).args(&program.argv);
                 c
             }
@@ -272,7 +282,7 @@ impl Process {
         }
         let child = command.spawn()?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        Ok(Process { child, pgid, guarded: config.guard.is_some() })
+        Ok(Process { child, pgid, guarded: config.guard.is_some(), grace: grace_of(config, assignment) })
     }
 
     /// Sends `signal` to the whole process group.
@@ -287,9 +297,10 @@ impl Process {
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL if the leader has not exited within `grace`; returns
-    /// once it has (the group is killed either way, so nothing it started lingers).
-    async fn stop(mut self, grace: Duration) {
+    /// SIGTERM to the group, then SIGKILL if the leader has not exited within its grace;
+    /// returns once it has (the group is killed either way, so nothing it started lingers).
+    async fn stop(mut self) {
+        let grace = self.grace;
         self.signal(libc::SIGTERM);
         // A guard takes the grace itself, then kills what is left (outside the group too).
         let wait = if self.guarded { grace + Duration::from_secs(2) } else { grace };
@@ -540,7 +551,7 @@ impl<'a> Agent<'a> {
         self.running.exit = None;
         info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?self.running.generation, rank = ?self.launch.as_ref().map(|l| l.rank), "assignment");
         if let Some(old) = self.process.take() {
-            self.stopping = Some(tokio::spawn(old.stop(self.config.stop_grace)));
+            self.stopping = Some(tokio::spawn(old.stop()));
         }
         self.to_start = assignment.job.is_some().then_some(assignment);
         if self.stopping.is_none()
@@ -553,7 +564,7 @@ impl<'a> Agent<'a> {
     /// Nothing of a job outlives its agent.
     async fn finish(mut self) {
         if let Some(old) = self.process.take() {
-            old.stop(self.config.stop_grace).await;
+            old.stop().await;
         }
         if let Some(s) = self.stopping.take() {
             let _ = s.await;
@@ -597,7 +608,21 @@ mod tests {
             term: None,
             launch: None,
             command: None,
+            stop_grace_ms: None,
         }
+    }
+
+    #[test]
+    fn a_process_s_grace_is_its_job_s_when_the_assignment_says_it() {
+        let config = AgentConfig::new(
+            Subjects::new("slaq").unwrap(),
+            WorkerSpec { worker: "w1".into(), machine: None, slots: 1, kind: None, advertise: None },
+        );
+        assert_eq!(grace_of(&config, &assignment("w1", 1, Some("j"))), config.stop_grace);
+        let told = WorkerAssignment { stop_grace_ms: Some(90_000), ..assignment("w1", 1, Some("t.j")) };
+        assert_eq!(grace_of(&config, &told), Duration::from_secs(90));
+        let huge = WorkerAssignment { stop_grace_ms: Some(u64::MAX), ..told };
+        assert_eq!(grace_of(&config, &huge), MAX_STOP_GRACE);
     }
 
     #[test]

@@ -593,6 +593,11 @@ pub struct WorkerAssignment {
     /// The submitted job's command (with `launch`): what the agent runs for this generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<JobCommand>,
+    /// How long its process has between SIGTERM and SIGKILL when it is stopped (to save a
+    /// checkpoint): its tenant's `grace_s` (`[tenants]`). Absent: the agent's own
+    /// `--stop-grace-s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_grace_ms: Option<u64>,
 }
 
 /// What one process of a job needs to join its generation: torchrun's environment

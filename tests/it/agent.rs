@@ -55,6 +55,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             term: None,
             launch: None,
             command: None,
+            stop_grace_ms: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -65,6 +66,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             term: None,
             launch: None,
             command: None,
+            stop_grace_ms: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -75,6 +77,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             term: None,
             launch: None,
             command: None,
+            stop_grace_ms: None,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
@@ -89,6 +92,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         term: None,
         launch: None,
         command: None,
+        stop_grace_ms: None,
     };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;

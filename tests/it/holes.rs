@@ -379,6 +379,7 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
         term: Some(u64::MAX),
         launch: None,
         command: None,
+        stop_grace_ms: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     c.flush().await.unwrap();
@@ -694,6 +695,7 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
         term: st.term,
         launch: None,
         command: None,
+        stop_grace_ms: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &stray).await.unwrap();
     crate::harness::wait_for_file(&out, "w1 runs the stray job", |t| t.contains("elsewhere")).await;
