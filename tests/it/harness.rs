@@ -468,3 +468,17 @@ pub fn nats_version() -> String {
 pub fn slaq_bin() -> std::path::PathBuf {
     std::env::var_os("SLAQ_BIN").map_or_else(|| env!("CARGO_BIN_EXE_slaq").into(), Into::into)
 }
+
+/// Heartbeats every 200 ms for each `(client, worker id)`, until dropped.
+pub fn beat(workers: Vec<(async_nats::Client, &'static str)>, subjects: &Subjects) -> Background {
+    let s = subjects.clone();
+    Background::spawn(async move {
+        loop {
+            for (c, id) in &workers {
+                let beat = slaq::protocol::Heartbeat::new(id);
+                let _ = bus::publish(c, s.worker_beat(id), Encoding::MsgPack, &beat).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}

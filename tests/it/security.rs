@@ -22,7 +22,7 @@ fn user(name: &str) -> NatsAuth {
     }
 }
 
-async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Arc<bus::BusCounters>) {
+pub(crate) async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Arc<bus::BusCounters>) {
     bus::connect_with(&[url.to_string()], name, 1024, &user(name)).await.expect("connect")
 }
 
@@ -74,17 +74,7 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
     let mut w2_own = w2.subscribe(s.worker_assign("w2")).await.unwrap();
     hello_worker(&w1, &s, "w1").await;
     hello_worker(&w2, &s, "w2").await;
-    let _beats = crate::harness::Background::spawn({
-        let (w1, w2, s) = (w1.clone(), w2.clone(), s.clone());
-        async move {
-            loop {
-                for (c, id) in [(&w1, "w1"), (&w2, "w2")] {
-                    let _ = bus::publish(c, s.worker_beat(id), Encoding::MsgPack, &Heartbeat::new(id)).await;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    });
+    let _beats = crate::harness::beat(vec![(w1.clone(), "w1"), (w2.clone(), "w2")], &s);
 
     // job-b says hello and reports 5 points, with its own credentials.
     let (job_b, _) = connect_as(&nats.url, "job-b").await;

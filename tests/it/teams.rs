@@ -6,25 +6,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use slaq::bus::{self, NatsAuth};
-use slaq::protocol::{Ack, Encoding, EndReason, Heartbeat, JobEnd, JobSpec, Subjects, WorkerSpec};
+use slaq::bus;
+use slaq::protocol::{Ack, Encoding, EndReason, JobEnd, JobSpec, Subjects, WorkerSpec};
 
 use crate::harness::{NatsServer, Scheduler, eventually, fast_settings, loss_report};
+use crate::security::connect_as;
 
 const CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf");
-
-fn user(name: &str) -> NatsAuth {
-    NatsAuth {
-        user: Some(name.into()),
-        password: Some(format!("{name}-example-password")),
-        inbox_prefix: Some(format!("_INBOX.{name}")),
-        ..NatsAuth::default()
-    }
-}
-
-async fn connect_as(url: &str, name: &str) -> (async_nats::Client, std::sync::Arc<bus::BusCounters>) {
-    bus::connect_with(&[url.to_string()], name, 1024, &user(name)).await.expect("connect")
-}
 
 async fn hello(c: &async_nats::Client, s: &Subjects, spec: &JobSpec) -> Ack {
     bus::request(c, s.job_hello(&spec.job), Encoding::MsgPack, spec, Duration::from_secs(5)).await.expect("an answer")
@@ -54,17 +42,7 @@ async fn a_team_can_speak_only_for_its_own_tenant_and_each_tenant_keeps_its_guar
             bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
         assert!(ack.ok, "{ack:?}");
     }
-    let _beats = crate::harness::Background::spawn({
-        let (w1, w2, s) = (w1.clone(), w2.clone(), s.clone());
-        async move {
-            loop {
-                for (c, id) in [(&w1, "w1"), (&w2, "w2")] {
-                    let _ = bus::publish(c, s.worker_beat(id), Encoding::MsgPack, &Heartbeat::new(id)).await;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    });
+    let _beats = crate::harness::beat(vec![(w1.clone(), "w1"), (w2.clone(), "w2")], &s);
 
     // Team A's job, on its own credentials; and team A publishing as team B: refused by the
     // server (a permissions violation), never seen by the scheduler.
