@@ -458,7 +458,13 @@ impl AllocatorActor {
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
-        let plan = self.plan(&pinned, &current, &mut ledgers, now_s, typed.as_ref());
+        // Teams: each tenant's share of the cluster as it is now, and each job's tenant from its
+        // id (its subject), once for the plan and the summary.
+        let tenants = self.settings.tenants.get();
+        let tenancy = tenants
+            .as_deref()
+            .map(|t| (t.shares(self.registry.len() as u32).shares, t.tenant_of(self.jobs.keys().map(String::as_str))));
+        let plan = self.plan(&pinned, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let policy_done = Instant::now();
         let epoch = self.epoch + 1;
         let mut outgoing = Vec::new();
@@ -491,8 +497,8 @@ impl AllocatorActor {
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
-            tenants: match (self.settings.tenants.get(), &plan.quotas) {
-                (Some(t), Some(q)) => t.usage(q, &t.tenant_of(self.jobs.keys().map(String::as_str)), &plan.counts),
+            tenants: match (&tenants, &tenancy, &plan.quotas) {
+                (Some(t), Some((_, tenant_of)), Some(q)) => t.usage(q, tenant_of, &plan.counts),
                 _ => Default::default(),
             },
         };
@@ -568,6 +574,7 @@ impl AllocatorActor {
         ledgers: &mut [FloorLedger],
         now_s: f64,
         typed: Option<&TypedCluster>,
+        tenancy: Option<&(Vec<schedule::tenants::TenantShare>, Vec<usize>)>,
     ) -> EpochPlan {
         let jobs = self.epoch_jobs(pinned, now_s);
         let machine_of = self.machines();
@@ -581,11 +588,6 @@ impl AllocatorActor {
                 1.0
             },
         });
-        // Teams: each job's tenant from its id (its subject), each tenant's share of the
-        // cluster as it is now.
-        let set = self.settings.tenants.get();
-        let shares = set.as_ref().map(|t| t.shares(self.registry.len() as u32).shares);
-        let tenant_of = set.as_ref().map_or_else(Vec::new, |t| t.tenant_of(self.jobs.keys().map(String::as_str)));
         let input = EpochInput {
             policy: self.settings.policy,
             plan: self.settings.plan,
@@ -595,7 +597,7 @@ impl AllocatorActor {
             current,
             seed: self.epoch,
             types,
-            tenants: shares.as_deref().map(|shares| schedule::Tenancy { shares, tenant_of: &tenant_of }),
+            tenants: tenancy.map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),
         };
         schedule::plan_epoch(&input, ledgers)
     }
@@ -1400,9 +1402,7 @@ impl Handler<WorkerBeat> for AllocatorActor {
 
 /// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
 fn grace_ms(tenants: Option<&schedule::tenants::TenantSet>, job: &str) -> Option<u64> {
-    let set = tenants?;
-    let name = &set.names[set.index_of(job)?];
-    set.configs.get(name).map(|c| (c.grace_s * 1e3).round() as u64)
+    tenants?.config_of(job).map(|c| (c.grace_s * 1e3).round() as u64)
 }
 
 /// The one way an assignment is made: `worker` serves `job` (or nothing) from `epoch`, under

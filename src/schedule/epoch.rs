@@ -749,6 +749,17 @@ mod tests {
         assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
     }
 
+    /// A job of gain `g` that may take up to 8 workers.
+    fn up_to_8(g: Gain, model: &JobModel) -> EpochJob<'_, Gain> {
+        EpochJob {
+            bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model,
+            pace: None,
+        }
+    }
+
     #[test]
     fn with_tenants_each_tenant_s_jobs_share_its_quota_and_idle_guarantees_are_borrowed() {
         // Tenants A and B guaranteed 4 of 8 each. A's job gains on every worker, B's two jobs
@@ -757,13 +768,7 @@ mod tests {
         let model = test_job(Layout::new());
         let eager: Gain = |w| f64::from(w);
         let meek: Gain = |w| 1e-3 * f64::from(w.min(1));
-        let job = |g: Gain| EpochJob {
-            bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
-            own_minimum: true,
-            sizes: None,
-            model: &model,
-            pace: None,
-        };
+        let job = |g: Gain| up_to_8(g, &model);
         let jobs = [job(eager), job(meek), job(meek)];
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];
@@ -800,13 +805,7 @@ mod tests {
         let model = test_job(Layout::new());
         let eager: Gain = |w| f64::from(w);
         let two: Gain = |w| if w <= 2 { f64::from(w) } else { 2.0 - 0.1 * f64::from(w - 2) };
-        let job = |g: Gain| EpochJob {
-            bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },
-            own_minimum: true,
-            sizes: None,
-            model: &model,
-            pace: None,
-        };
+        let job = |g: Gain| up_to_8(g, &model);
         let jobs = [job(two), job(eager)];
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];

@@ -171,6 +171,11 @@ impl TenantSet {
         self.names.binary_search_by(|n| n.as_str().cmp(tenant)).ok()
     }
 
+    /// The configuration of job `job`'s tenant, if it is one of these.
+    pub fn config_of(&self, job: &str) -> Option<&TenantConfig> {
+        self.configs.get(&self.names[self.index_of(job)?])
+    }
+
     /// Each job's tenant, an index into `names` (`usize::MAX` for a tenant not served: such a
     /// job gets nothing).
     pub fn tenant_of<'j>(&self, jobs: impl Iterator<Item = &'j str>) -> Vec<usize> {

@@ -734,7 +734,8 @@ impl Ingest {
         reply: Option<&str>,
         seq: Option<u64>,
     ) -> Result<Option<&'static str>, ProtocolError> {
-        let tenants = self.config.tenants.get();
+        // Only a hello reads the tenants: a report does not touch their lock.
+        let tenants = if subject.ends_with(".hello") { self.config.tenants.get() } else { None };
         let message =
             protocol::inbound(&self.config.subjects, subject, payload, encoding, &self.limits(tenants.as_deref()))?;
         // A report is counted by its job's actor, which knows whether it is new, and a
