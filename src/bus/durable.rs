@@ -625,24 +625,23 @@ impl Durable {
         Ok(stream.get_info().await.map_err(|e| reports_error(&e))?.state.last_sequence)
     }
 
-    /// The last bye the reports stream holds for `job` (on its partition's subject with
-    /// `[cluster] shared`), decoded, with its sequence, if it is past `read` (the consumer has
-    /// not delivered it yet). A hello of a running job asks: such a bye means the hello is a
-    /// new job of the same id, sent after its predecessor's bye.
+    /// The first bye the reports stream holds for `job` (on its partition's subject with
+    /// `[cluster] shared`) past sequence `read` (what the consumer has delivered), decoded,
+    /// with its sequence. A hello of a running job asks: such a bye means the hello is a new job
+    /// of the same id, sent after its predecessor's bye. The first, not the last: the new job
+    /// may have said bye too by the time its hello is read.
     pub async fn unread_bye(&self, job: &str, read: u64) -> Result<Option<(protocol::JobEnd, u64)>, BusError> {
         let subject = match self.0.partitions {
             None => self.0.subjects.job_bye(job),
             Some(n) => self.0.subjects.part_job_bye(crate::partition::of(job, n), job),
         };
-        let last = match self.reports_stream().await?.get_last_raw_message_by_subject(&subject).await {
+        let stream = self.reports_stream().await?;
+        let (message, seq) = match stream.raw_message_builder().sequence(read + 1).next_by_subject(subject).send().await
+        {
             Ok(m) => stream_message(m),
             Err(e) if matches!(e.kind(), stream::RawMessageErrorKind::NoMessageFound) => return Ok(None),
             Err(e) => return Err(reports_error(&e)),
         };
-        let (message, seq) = last;
-        if seq <= read {
-            return Ok(None);
-        }
         let encoding = super::encoding_of(&message);
         let end: Option<protocol::JobEnd> = protocol::decode(encoding, &message.payload, "job end").ok();
         Ok(end.filter(|e| e.validate(job).is_ok()).map(|e| (e, seq)))

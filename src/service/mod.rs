@@ -96,6 +96,11 @@ impl Connections {
 /// At most this many ended jobs are remembered (see `ended`), the oldest forgotten first.
 pub(crate) const ENDED_CAP: usize = 200_000;
 
+/// How long the end of a job whose hello was not read yet waits for that hello (see `ended`):
+/// far past any delay between a job's hello and its bye, short enough that a new job of the
+/// same id is seldom taken for the old one's late hello.
+pub(crate) const LATE_HELLO_WAIT: Duration = Duration::from_secs(60);
+
 /// How long an ended job is remembered: as long as the stream keeps its messages.
 pub(crate) fn ended_keep(config: &ServeConfig) -> Duration {
     config.durable.report_retention.max(Duration::from_secs(60))
@@ -259,7 +264,7 @@ pub async fn run(
         own_inboxes,
         last_stream_seq: 0,
         replay_until,
-        ended: ended::Ended::new(ended_keep(&config), ENDED_CAP),
+        ended: ended::Ended::new(ended_keep(&config), ENDED_CAP, LATE_HELLO_WAIT),
         was_disconnected: false,
         config,
         allocator: allocator.clone(),
@@ -457,13 +462,24 @@ struct Route {
     /// The stream sequence its predecessor of the same id ended at (`JobSpec::ended_before`):
     /// stream messages up to it are not its own.
     ended_before: Option<u64>,
+    /// Its hello was read (not only its reports, `register_on_report`).
+    announced: bool,
 }
 
 impl Route {
     /// A job just heard from.
     fn new(addr: Option<Addr<JobActor>>, command: Option<JobCommand>, quota: governor::Quota) -> Route {
         let limiter = governor::RateLimiter::direct(quota);
-        Route { addr, limiter, dropped: 0, last_heard: Instant::now(), quiet: false, command, ended_before: None }
+        Route {
+            addr,
+            limiter,
+            dropped: 0,
+            last_heard: Instant::now(),
+            quiet: false,
+            command,
+            ended_before: None,
+            announced: true,
+        }
     }
 }
 
@@ -690,11 +706,17 @@ impl Ingest {
         };
         for (job, _) in &merged.bids {
             if !self.jobs.contains_key(job) {
-                self.jobs.insert(job.clone(), Route::new(None, None, self.config.report_quota));
+                let mut route = Route::new(None, None, self.config.report_quota);
+                // Its hello reached its owner; this leader may not have read it yet.
+                route.announced = false;
+                self.jobs.insert(job.clone(), route);
             }
         }
+        let now = Instant::now();
         for (job, _) in &merged.gone {
-            self.jobs.remove(job);
+            // A job whose hello has not reached this leader yet: when it does, it starts nothing.
+            let announced = self.jobs.remove(job).is_some_and(|r| r.announced);
+            self.ended.end(job, 0, now, announced);
         }
         if !(merged.bids.is_empty() && merged.gone.is_empty() && merged.quiet.is_empty()) {
             self.allocator.do_send(merged);
@@ -791,6 +813,10 @@ impl Ingest {
             }
             let spec = JobSpec::new(id);
             self.start_job(spec.clone(), None)?;
+            // Its hello, if it says one, may still be on its way.
+            if let Some(route) = self.jobs.get_mut(id) {
+                route.announced = false;
+            }
             // Saved once admitted: a job refused at max_jobs leaves nothing behind.
             if let Some(d) = &self.durable {
                 d.save_job(&spec);
@@ -827,9 +853,19 @@ impl Ingest {
         encoding: Encoding,
     ) -> Result<(), ProtocolError> {
         let id = spec.job.clone();
-        self.bye_before_hello(&id).await;
+        if !self.jobs.contains_key(&id) && self.ended.late_hello(&id, Instant::now()) {
+            // The job's own hello, read after its bye: the job has ended, and this starts nothing.
+            if let Some(reply) = reply {
+                self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
+            }
+            return Ok(());
+        }
+        if self.jobs.get(&id).is_some_and(|r| r.announced) {
+            self.bye_before_hello(&id).await;
+        }
         match self.jobs.get_mut(&id) {
             Some(route) => {
+                route.announced = true;
                 // The submitted command stays when the job's own process says hello.
                 if spec.command.is_none() {
                     spec.command = route.command.clone();
@@ -844,9 +880,10 @@ impl Ingest {
                 }
             }
             None => {
-                // A new job of an id that ended: what the stream holds now is its predecessor's
-                // (its bye, and any report sent after it), not its own.
-                spec.ended_before = self.predecessor_end(&id).await;
+                // A new job of an id that ended: the stream up to its predecessor's bye, and
+                // what has been read (its late reports, refused), is not its own. Not the
+                // stream's end: the new job's own reports and bye may be there, not read yet.
+                spec.ended_before = self.ended.get(&id).map(|end| end.max(self.last_stream_seq));
                 self.start_job(spec.clone(), None)?;
                 self.ended.hello(&id);
             }
@@ -873,18 +910,17 @@ impl Ingest {
         Ok(())
     }
 
-    /// A hello of a running job may follow its own bye that the consumer has not read yet (a
-    /// job that ended and started again at once): that bye ends the running job now, so the
-    /// hello starts a new one, and the bye, read later, ends nothing.
+    /// A hello of a running job that said hello may follow that job's bye, not read yet (a job
+    /// that ended and started again at once): the first such bye ends the running job now, so
+    /// the hello starts a new one, and the bye, read later, ends nothing.
     async fn bye_before_hello(&mut self, id: &str) {
         let Some(d) = self.durable.clone().filter(|_| self.intake.is_none()) else { return };
-        if !self.jobs.contains_key(id) {
-            return;
-        }
-        let bye = match tokio::time::timeout(GAP_READ_TIMEOUT, d.unread_bye(id, self.last_stream_seq)).await {
+        let Some(route) = self.jobs.get(id) else { return };
+        let read = self.last_stream_seq.max(route.ended_before.unwrap_or(0));
+        let bye = match tokio::time::timeout(GAP_READ_TIMEOUT, d.unread_bye(id, read)).await {
             Ok(Ok(bye)) => bye,
-            Ok(Err(e)) => return warn!(job = id, error = %e, "cannot read the job's last bye"),
-            Err(_) => return warn!(job = id, "cannot read the job's last bye: timed out"),
+            Ok(Err(e)) => return warn!(job = id, error = %e, "cannot read the job's first unread bye"),
+            Err(_) => return warn!(job = id, "cannot read the job's first unread bye: timed out"),
         };
         if let Some((end, seq)) = bye
             && self.jobs.get(id).is_some_and(|r| ended::ours(r.ended_before, Some(seq)))
@@ -893,25 +929,15 @@ impl Ingest {
         }
     }
 
-    /// Where the messages of an ended job's predecessor end in the stream, for its successor's
-    /// hello: the stream's last sequence now (the predecessor's late reports included), or
-    /// at least its bye and what the consumer has read. `None`: no predecessor is known.
-    async fn predecessor_end(&self, id: &str) -> Option<u64> {
-        let end = self.ended.get(id)?.max(self.last_stream_seq);
-        let last = match &self.durable {
-            Some(d) => tokio::time::timeout(GAP_READ_TIMEOUT, d.last_sequence()).await.ok().and_then(Result::ok),
-            None => None,
-        };
-        Some(last.map_or(end, |l| l.max(end)))
-    }
-
     /// A job's bye: the job ends. A bye of a job already gone (read again in a replay) is
     /// remembered as its end; one of an earlier job of the same id ends nothing.
     fn job_bye(&mut self, end: crate::protocol::JobEnd, seq: Option<u64>) -> Result<(), ProtocolError> {
         let id = end.job.as_str();
         let Some(route) = self.jobs.get(id) else {
             let known = self.ended.get(id).is_some();
-            self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now());
+            // Its hello may be on its way (core NATS), unless this is a replay of the stream.
+            let replayed = seq.is_some_and(|s| s <= self.replay_until);
+            self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now(), replayed);
             return Err(match known {
                 true => ProtocolError::Invalid("a bye of a job that ended", RejectCause::Ended),
                 false => ProtocolError::Invalid("no such job", RejectCause::UnknownJob),
@@ -964,7 +990,7 @@ impl Ingest {
     /// its actor stops, its kept messages up to `seq` go, and its workers go to others.
     fn end_job(&mut self, id: &str, reason: EndReason, seq: Option<u64>) {
         let Some(route) = self.jobs.remove(id) else { return };
-        self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now());
+        self.ended.end(id, seq.unwrap_or(self.last_stream_seq), Instant::now(), route.announced);
         if let Some(addr) = route.addr {
             addr.do_send(Stop);
         } else if let Some(d) = &self.durable {

@@ -166,6 +166,8 @@ struct OwnedJob {
     command: Option<protocol::JobCommand>,
     /// `JobSpec::ended_before`: stream messages up to it are its predecessor's.
     ended_before: Option<u64>,
+    /// Its hello was read (here or by the leader, which saved its spec), not only its reports.
+    announced: bool,
 }
 
 /// Forwards the job actors' bids to the owner loop.
@@ -182,8 +184,9 @@ impl Handler<BidUpdate> for Forward {
     }
 }
 
-/// A message read from a partition's consumer, with its stream sequence.
-type FromStream = (u32, async_nats::Message, Option<u64>);
+/// A message read from a partition's consumer, with its stream sequence and whether it was
+/// stored recently enough that a hello sent before it may still be on its way.
+type FromStream = (u32, async_nats::Message, Option<u64>, bool);
 
 /// A replica's share of the jobs (see the module's documentation).
 pub struct Owner {
@@ -290,7 +293,7 @@ pub async fn run_owner(
         gone: HashMap::new(),
         quiet: HashMap::new(),
         last_seq: HashMap::new(),
-        ended: super::ended::Ended::new(super::ended_keep(&config), super::ENDED_CAP),
+        ended: super::ended::Ended::new(super::ended_keep(&config), super::ENDED_CAP, super::LATE_HELLO_WAIT),
         flushes: 0,
         full_next: false,
         arbiters,
@@ -321,7 +324,7 @@ pub async fn run_owner(
             Some(done) = loaded.recv() => owner.loaded(done),
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
-            Some((p, message, seq)) = from_stream.recv() => owner.read(p, message, seq).await,
+            Some((p, message, seq, fresh)) = from_stream.recv() => owner.read(p, message, seq, fresh).await,
             Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
@@ -405,8 +408,16 @@ impl Owner {
         };
         let addr = setup.spawn(arbiter, spec, saved);
         let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let job =
-            OwnedJob { addr, partition, limiter, last_heard: Instant::now(), quiet: false, command, ended_before };
+        let job = OwnedJob {
+            addr,
+            partition,
+            limiter,
+            last_heard: Instant::now(),
+            quiet: false,
+            command,
+            ended_before,
+            announced: true,
+        };
         debug!(job = %id, partition, "job actor started");
         self.jobs.insert(id, job);
     }
@@ -491,8 +502,10 @@ impl Owner {
                         while let Some(m) = messages.next().await {
                             match m {
                                 Ok(m) => {
-                                    let seq = m.info().ok().map(|i| i.stream_sequence);
-                                    if tx.send((p, m.message, seq)).await.is_err() {
+                                    let info = m.info().ok();
+                                    let seq = info.as_ref().map(|i| i.stream_sequence);
+                                    let fresh = info.is_some_and(|i| fresh(i.published.unix_timestamp_nanos()));
+                                    if tx.send((p, m.message, seq, fresh)).await.is_err() {
                                         return;
                                     }
                                 }
@@ -543,7 +556,7 @@ impl Owner {
     }
 
     /// A report or bye read from partition `p`.
-    async fn read(&mut self, p: u32, message: async_nats::Message, seq: Option<u64>) {
+    async fn read(&mut self, p: u32, message: async_nats::Message, seq: Option<u64>, fresh: bool) {
         if !self.held.contains_key(&p) {
             return;
         }
@@ -551,7 +564,7 @@ impl Owner {
             let last = self.last_seq.entry(p).or_default();
             *last = (*last).max(seq);
         }
-        if let Err(e) = self.stream_message(p, &message, seq).await {
+        if let Err(e) = self.stream_message(p, &message, seq, fresh).await {
             self.refuse(e);
         }
     }
@@ -561,6 +574,7 @@ impl Owner {
         p: u32,
         message: &async_nats::Message,
         seq: Option<u64>,
+        fresh: bool,
     ) -> Result<(), ProtocolError> {
         let encoding = crate::bus::encoding_of(message);
         let subject = match self.config.subjects.unmap(message.subject.as_str()) {
@@ -614,7 +628,8 @@ impl Owner {
                 {
                     return Err(ProtocolError::Invalid("a bye of an earlier job of this id", RejectCause::Ended));
                 }
-                self.end_job(&end.job, how, seq);
+                // A bye read again from long ago (a partition taken over) waits for no hello.
+                self.end_job(&end.job, how, seq, !fresh);
                 Ok(())
             }
             _ => Err(ProtocolError::UnknownSubject),
@@ -638,6 +653,10 @@ impl Owner {
                 let spec = JobSpec::new(job);
                 self.durable.save_job(&spec);
                 self.start_job(spec, None);
+                // Its hello, if it says one, may still be on its way.
+                if let Some(owned) = self.jobs.get_mut(job) {
+                    owned.announced = false;
+                }
             }
             None => return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob)),
         }
@@ -647,15 +666,18 @@ impl Owner {
     /// A job ended (its bye, or silence): its actor stops, its state and kept messages go, and
     /// the leader is told. A bye for a job not running here is passed on too: the leader may
     /// still have it.
-    fn end_job(&mut self, job: &str, how: Outcome, seq: Option<u64>) {
+    fn end_job(&mut self, job: &str, how: Outcome, seq: Option<u64>, replayed: bool) {
         let p = partition::of(job, self.partitions);
         let at = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0));
+        // A bye of a job not running here: its hello may be on its way, unless read again.
+        let mut announced = replayed;
         if let Some(owned) = self.jobs.remove(job) {
             owned.addr.do_send(Stop);
             self.durable.forget_job(job);
+            announced = owned.announced;
         }
         if how != Outcome::Expired {
-            self.ended.end(job, at, Instant::now());
+            self.ended.end(job, at, Instant::now(), announced);
         }
         self.latest.remove(job);
         self.changed.remove(job);
@@ -682,11 +704,16 @@ impl Owner {
         if !self.held.contains_key(&p) && !self.gaining.contains_key(&p) {
             return;
         }
-        if self.jobs.contains_key(&spec.job) {
+        if !self.jobs.contains_key(&spec.job) && self.ended.late_hello(&spec.job, Instant::now()) {
+            // The job's own hello, read after its bye: it has ended, and starts nothing.
+            return;
+        }
+        if self.jobs.get(&spec.job).is_some_and(|o| o.announced) {
             self.bye_before_hello(&spec.job, p).await;
         }
         match self.jobs.get_mut(&spec.job) {
             Some(owned) => {
+                owned.announced = true;
                 let mut spec = spec;
                 if spec.command.is_none() {
                     spec.command = owned.command.clone();
@@ -697,7 +724,11 @@ impl Owner {
             }
             None => {
                 let mut spec = spec;
-                spec.ended_before = self.predecessor_end(&spec.job, p);
+                // The predecessor's bye, and what has been read of the partition (its late
+                // reports, refused); not the stream's end: the new job's own reports and bye
+                // may be there, not read yet.
+                let read = self.last_seq.get(&p).copied().unwrap_or(0);
+                spec.ended_before = self.ended.get(&spec.job).map(|end| end.max(read));
                 self.ended.hello(&spec.job);
                 self.start_job(spec, None)
             }
@@ -708,7 +739,8 @@ impl Owner {
     /// follows its own bye not read yet ends the running job first, so the hello starts a new
     /// one and the bye, read later, ends nothing.
     async fn bye_before_hello(&mut self, job: &str, p: u32) {
-        let read = self.last_seq.get(&p).copied().unwrap_or(0);
+        let ended_before = self.jobs.get(job).and_then(|o| o.ended_before).unwrap_or(0);
+        let read = self.last_seq.get(&p).copied().unwrap_or(0).max(ended_before);
         let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.unread_bye(job, read)).await {
             Ok(Ok(bye)) => bye,
             _ => return warn!(job, "cannot read the job's last bye"),
@@ -716,16 +748,8 @@ impl Owner {
         if let Some((end, seq)) = bye
             && self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)))
         {
-            self.end_job(job, end.reason.into(), Some(seq));
+            self.end_job(job, end.reason.into(), Some(seq), false);
         }
-    }
-
-    /// Where the messages of an ended job's predecessor end, for its successor's hello: its
-    /// bye, or what this owner has read of the partition. Not the stream's end, as the ingest
-    /// loop takes it: the leader answers the hello while this owner reads it, so the new job's
-    /// first reports may be in the stream already.
-    fn predecessor_end(&self, job: &str, p: u32) -> Option<u64> {
-        Some(self.ended.get(job)?.max(self.last_seq.get(&p).copied().unwrap_or(0)))
     }
 
     /// An allocation the leader sent a job: its actor learns its worker count.
@@ -755,7 +779,7 @@ impl Owner {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in idle {
-                self.end_job(&id, Outcome::Expired, None);
+                self.end_job(&id, Outcome::Expired, None, false);
             }
         }
         if let Some(stale) = self.config.stale_job {
@@ -858,6 +882,14 @@ fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
     let mut out = chunks(first, budget);
     out.extend(chunks(rest, budget));
     out
+}
+
+/// Whether a stream message stored at `published_ns` (Unix nanoseconds, the server's clock) is
+/// recent enough that the hello its job sent before it may still be on its way; an older one
+/// (a partition read again from its start) is a replay.
+fn fresh(published_ns: i128) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+    now - published_ns < super::LATE_HELLO_WAIT.as_nanos() as i128
 }
 
 #[cfg(test)]

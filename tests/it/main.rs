@@ -6,6 +6,7 @@ mod durable;
 mod harness;
 mod holes;
 mod holes3;
+mod holes4;
 mod isolate;
 mod layout;
 mod live;
