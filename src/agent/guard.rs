@@ -11,6 +11,8 @@
 //!   agent stops the job, or from an operator. Then every descendant gets `SIGTERM`, and
 //!   `SIGKILL` after the grace (a second at most when the agent is gone: the world the job ran
 //!   in has been given to others).
+//! - The job's command starts with no signal blocked, as it would outside slaq (the guard
+//!   blocks the stop signals for itself, and a child inherits the mask).
 //! - When the job's own process ends, what it left running is stopped the same way, and the
 //!   guard ends as the job did (its exit code, or the same signal).
 //!
@@ -131,8 +133,22 @@ pub fn run(argv: &[String], grace: Duration) -> i32 {
     if parent == 1 {
         return 128 + libc::SIGTERM;
     }
-    // The child starts with an empty signal mask (std resets it) in the guard's group.
-    let child = match std::process::Command::new(program).args(args).spawn() {
+    // The child starts as it would outside slaq: std does not reset the signal mask, and the
+    // guard's blocked signals (SIGTERM among them) would be blocked in every process of the job.
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    // SAFETY: between fork and exec only async-signal-safe calls on this thread's mask.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            match libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) {
+                0 => Ok(()),
+                e => Err(std::io::Error::from_raw_os_error(e)),
+            }
+        });
+    }
+    let child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("slaq job-guard: cannot start {program}: {e}");

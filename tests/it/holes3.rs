@@ -441,7 +441,7 @@ async fn submit_wait_returns_for_a_job_user_and_an_agent_with_credentials_runs_n
 
 /// The processes whose environment marks them as started by agent `worker` on `url` (what
 /// every job process inherits), with their command lines.
-fn processes_of(worker: &str, url: &str) -> Vec<(i32, String)> {
+pub(crate) fn processes_of(worker: &str, url: &str) -> Vec<(i32, String)> {
     let wanted = [format!("SLAQ_WORKER={worker}"), format!("SLAQ_NATS={url}")];
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -458,7 +458,7 @@ fn processes_of(worker: &str, url: &str) -> Vec<(i32, String)> {
     out
 }
 
-async fn wait_for_processes(
+pub(crate) async fn wait_for_processes(
     what: &str,
     check: impl Fn(&[(i32, String)]) -> bool,
     worker: &str,

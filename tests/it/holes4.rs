@@ -126,3 +126,62 @@ async fn short_jobs_that_end_at_once_leave_when_reports_register_nothing() {
     ))
     .await;
 }
+
+/// #40.4: under `slaq job-guard` a process the job started in the background ran with SIGHUP,
+/// SIGINT, SIGTERM and SIGCHLD blocked (the guard's own set: std does not reset the mask), so
+/// it could not checkpoint at a stop and lived until SIGKILL after the whole grace. Here the
+/// job's command backgrounds a process that writes a marker on SIGTERM and exits; the agent's
+/// grace is 30 s, and at the job's end the marker is written and every process of the job is
+/// gone within 2 s.
+#[tokio::test]
+async fn a_background_process_of_a_job_gets_sigterm_at_a_stop() {
+    use crate::holes3::{processes_of, wait_for_processes};
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
+    let c = client(&nats.url).await;
+    wait_status(&c, &s()).await;
+    let dir = crate::harness::temp_dir("background");
+    let (started, termed) = (dir.join("started"), dir.join("termed"));
+    let script = dir.join("background.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import pathlib, signal, sys, time\n\
+             def on_term(*_):\n    pathlib.Path({termed:?}).write_text('saved')\n    sys.exit(0)\n\
+             signal.signal(signal.SIGTERM, on_term)\n\
+             blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])\n\
+             pathlib.Path({started:?}).write_text('blocked:' + ' '.join(sorted(s.name for s in blocked)))\n\
+             time.sleep(600)\n"
+        ),
+    )
+    .unwrap();
+    let line = format!("python3 {} & wait", script.display());
+    let command = slaq::protocol::JobCommand::new(vec!["sh".into(), "-c".into(), line]);
+    let spec = JobSpec { command: Some(command), ..JobSpec::new("background") };
+    let ack: protocol::Ack =
+        bus::request(&c, s().job_hello("background"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok, "{ack:?}");
+    let _agent = std::process::Command::new(crate::harness::slaq_bin())
+        .args(["worker", "--id", "bg-w", "--nats", &nats.url, "--beat-ms", "200", "--stop-grace-s", "30"])
+        .stderr(std::fs::File::create(dir.join("bg-w.log")).unwrap())
+        .spawn()
+        .map(crate::harness::ChildGuard)
+        .unwrap();
+    let blocked =
+        crate::harness::wait_for_file(&started, "the background process runs", |t| t.starts_with("blocked:")).await;
+    let running = processes_of("bg-w", &nats.url);
+    let end = JobEnd { job: "background".into(), reason: protocol::EndReason::Cancelled };
+    let stopped_at = Instant::now();
+    bus::publish(&c, s().job_bye("background"), Encoding::MsgPack, &end).await.unwrap();
+    wait_for_processes("every process of the job is gone", |p| p.is_empty(), "bg-w", &nats.url).await;
+    let took = stopped_at.elapsed();
+    eprintln!(
+        "background process: signals blocked at start [{blocked}]; {} processes gone {took:?} after the job's end; \
+         marker written: {}",
+        running.len(),
+        termed.exists()
+    );
+    assert_eq!(blocked.trim(), "blocked:", "the job's processes start with no signal blocked");
+    assert!(termed.exists(), "the background process got SIGTERM and saved");
+    assert!(took < Duration::from_secs(2), "gone in {took:?}, not within 2 s");
+}

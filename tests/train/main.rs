@@ -348,3 +348,102 @@ async fn three_real_ddp_jobs_grow_shrink_restart_from_checkpoints_and_finish() {
     );
     eprintln!("{said_all}");
 }
+
+/// The processes whose environment holds `SLAQ_JOB=<job>` (every process of the job's
+/// generations), other than zombies.
+fn processes_of_job(job: &str) -> Vec<(u32, String)> {
+    let wanted = format!("SLAQ_JOB={job}");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if !zombie && environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            out.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+/// #40.2: a process of a new generation still waiting in rendezvous (`init_process_group`)
+/// when its job ended stayed for the agent's whole grace: `slaq.elastic` deferred SIGTERM to
+/// a Python handler that runs only once the call returns, and the guard left SIGTERM blocked
+/// in the job's processes. Here rank 1 of a two-worker job never joins, so rank 0 waits in
+/// rendezvous (real torch, gloo); the job ends (its submitter cancels it) and every process of
+/// it must be gone within 2 s, though the agents' grace is 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_waiting_in_rendezvous_stops_at_once_when_its_job_ends() {
+    let python = tokio::task::spawn_blocking(torch_python).await.expect("the environment is made");
+    let dir = temp_dir("rendezvous");
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings("policy = \"fair\"\nmin_generation_ms = 0\n"));
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    wait_status(&c, &s).await;
+    let _n1 = agent(&nats.url, "rv1", "node-1", &dir);
+    let waiting = dir.join("waiting");
+    let rank0 = format!(
+        "import pathlib, slaq.elastic\npathlib.Path({:?}).write_text('in rendezvous')\nslaq.elastic.init(timeout_s=600)\n",
+        waiting.display().to_string()
+    );
+    let line =
+        format!("if [ \"$RANK\" = 1 ]; then exec sleep 600; fi; exec {} -c \"$SLAQ_TEST_RANK0\"", python.display());
+    let command = slaq::protocol::JobCommand {
+        env: [("SLAQ_TEST_RANK0".to_string(), rank0)].into(),
+        ..slaq::protocol::JobCommand::new(vec!["sh".into(), "-c".into(), line])
+    };
+    let spec = slaq::protocol::JobSpec {
+        command: Some(command),
+        min_workers: 2,
+        max_workers: Some(2),
+        ..slaq::protocol::JobSpec::new("rendezvous")
+    };
+    let ack: slaq::protocol::Ack = slaq::bus::request(
+        &c,
+        s.job_hello("rendezvous"),
+        slaq::protocol::Encoding::MsgPack,
+        &spec,
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("hello answered");
+    assert!(ack.ok, "{ack:?}");
+    harness::wait_for_file(&waiting, "rank 0 starts its rendezvous", |t| t.contains("rendezvous")).await;
+    // Past torch's import, into init_process_group (it waits there for rank 1 for 600 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_of_job("rendezvous").iter().any(|(pid, _)| listening(*pid)) {
+        assert!(Instant::now() < deadline, "rank 0 never opened its rendezvous store");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = processes_of_job("rendezvous");
+    let end = slaq::protocol::JobEnd { job: "rendezvous".into(), reason: slaq::protocol::EndReason::Cancelled };
+    let ended_at = Instant::now();
+    slaq::bus::publish(&c, s.job_bye("rendezvous"), slaq::protocol::Encoding::MsgPack, &end).await.expect("bye");
+    let mut left = processes_of_job("rendezvous");
+    while !left.is_empty() && ended_at.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = processes_of_job("rendezvous");
+    }
+    let took = ended_at.elapsed();
+    eprintln!("rendezvous: {} processes ({before:?}) gone {took:?} after the job's end; left {left:?}", before.len());
+    assert!(left.is_empty(), "processes outlived their job: {left:?}");
+    assert!(took < Duration::from_secs(2), "gone in {took:?}, not within 2 s");
+}
+
+/// Whether process `pid` has a TCP socket listening (rank 0's rendezvous store).
+fn listening(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    let inodes: BTreeSet<String> = fds
+        .flatten()
+        .filter_map(|f| std::fs::read_link(f.path()).ok())
+        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+        .collect();
+    ["tcp", "tcp6"].iter().any(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).unwrap_or_default().lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 9 && f[3] == "0A" && inodes.contains(f[9])
+        })
+    })
+}

@@ -116,8 +116,11 @@ def init(backend: Optional[str] = None, timeout_s: float = 60.0) -> Context:
     def on_term(_signum, _frame):
         ctx._stop = True
 
-    signal.signal(signal.SIGTERM, on_term)
     if "WORLD_SIZE" in os.environ:
+        # Until it has joined its world a process has nothing to save: a SIGTERM then (its
+        # generation superseded or its job ended while it waits in rendezvous) ends it at once.
+        # A Python handler would only run once init_process_group returns, up to its timeout.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         import torch
         import torch.distributed as dist
         if backend is None:
@@ -127,6 +130,7 @@ def init(backend: Optional[str] = None, timeout_s: float = 60.0) -> Context:
         dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
                                 timeout=timedelta(seconds=timeout_s))
         ctx.distributed = True
+    signal.signal(signal.SIGTERM, on_term)
     return ctx
 
 
