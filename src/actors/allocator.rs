@@ -4,7 +4,7 @@
 //! possible, tells the jobs whose worker count changed, and publishes only what changed. It owns
 //! the worker registry; the maths is `policy::*`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -468,9 +468,9 @@ impl AllocatorActor {
         let policy_done = Instant::now();
         let epoch = self.epoch + 1;
         let mut outgoing = Vec::new();
-        let (job_changed, workers_moved) =
-            self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut outgoing);
-        let (resized, told) = self.new_generations(epoch, &plan, &job_changed, ledgers, now_s, names.is_some());
+        let moved = self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut outgoing);
+        let (resized, told) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some());
+        let workers_moved = moved.workers;
         outgoing.extend(told);
         let gains = self.check_predictions(self.settings.epoch.as_secs_f64());
         let publish_started = Instant::now();
@@ -605,8 +605,9 @@ impl AllocatorActor {
     /// Applies the plan to the registry: each worker whose job or role changed is recorded (and
     /// saved); one that is idle now is told so. At the first epoch of a term every worker is told
     /// what it serves, changed or not. Returns which jobs' membership changed (`lost` marks those
-    /// that changed without a move) and how many workers moved. Only workers that move cost
-    /// anything here.
+    /// that changed without a move), how many workers moved and which were taken from one
+    /// tenant's job for another's (their processes get the taker's grace at most). Only
+    /// workers that move cost anything here.
     fn move_workers(
         &mut self,
         epoch: u64,
@@ -615,7 +616,7 @@ impl AllocatorActor {
         lost: Vec<bool>,
         now_s: f64,
         outgoing: &mut Vec<Encoded>,
-    ) -> (Vec<bool>, usize) {
+    ) -> Moved {
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> =
             if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
@@ -624,6 +625,7 @@ impl AllocatorActor {
         let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
         let mut job_changed = lost;
         let mut workers_moved = 0;
+        let mut taken = HashSet::new();
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
@@ -650,6 +652,11 @@ impl AllocatorActor {
             entry.role = role;
             let now_job = after.map(|j| ids[j]);
             workers_moved += 1;
+            if let (Some(t), Some(b), Some(a)) = (tenants.as_deref(), before, after)
+                && t.index_of(ids[b]) != t.index_of(ids[a])
+            {
+                taken.insert(worker.clone());
+            }
             for j in [before, after].into_iter().flatten() {
                 job_changed[j] = true;
             }
@@ -665,7 +672,7 @@ impl AllocatorActor {
                 outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
             }
         }
-        (job_changed, workers_moved)
+        Moved { job_changed, workers: workers_moved, taken }
     }
 
     /// Every job takes its ledger back and books its service; a job whose membership changed
@@ -677,11 +684,12 @@ impl AllocatorActor {
         &mut self,
         epoch: u64,
         plan: &EpochPlan,
-        job_changed: &[bool],
+        moved: &Moved,
         ledgers: Vec<FloorLedger>,
         now_s: f64,
         typed: bool,
     ) -> (Vec<(Addr<JobActor>, u32)>, Vec<Encoded>) {
+        let (job_changed, taken) = (&moved.job_changed, &moved.taken);
         let mut outgoing = Vec::new();
         let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
@@ -735,6 +743,8 @@ impl AllocatorActor {
                         launch: w.launch.clone(),
                         command: w.launch.as_ref().and(entry.command.clone()),
                         stop_grace_ms: grace_ms(tenants.as_deref(), id),
+                        // Taken from another tenant's job: that process gets this job's terms.
+                        reclaim_grace_ms: grace_ms(tenants.as_deref(), id).filter(|_| taken.contains(worker)),
                         ..assignment(self.settings.term, worker, epoch, Some(id.clone()))
                     };
                     outgoing.push(self.publisher.message(self.publisher.subjects().worker_assign(worker), &message));
@@ -1400,6 +1410,17 @@ impl Handler<WorkerBeat> for AllocatorActor {
     }
 }
 
+/// What an epoch's moves changed (`AllocatorActor::move_workers`).
+struct Moved {
+    /// Each job's membership changed (a worker joined or left, or was lost).
+    job_changed: Vec<bool>,
+    /// Workers that moved.
+    workers: usize,
+    /// Workers taken from one tenant's job for another's: the process they ran gets the
+    /// taker's grace at most (`WorkerAssignment::reclaim_grace_ms`).
+    taken: HashSet<String>,
+}
+
 /// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
 fn grace_ms(tenants: Option<&schedule::tenants::TenantSet>, job: &str) -> Option<u64> {
     tenants?.config_of(job).map(|c| (c.grace_s * 1e3).round() as u64)
@@ -1419,6 +1440,7 @@ fn assignment(term: Option<u64>, worker: &str, epoch: u64, job: Option<String>) 
         launch: None,
         command: None,
         stop_grace_ms: None,
+        reclaim_grace_ms: None,
     }
 }
 

@@ -10,7 +10,8 @@
 //! - It gets `SIGTERM` when the agent dies, even by `SIGKILL` (`PR_SET_PDEATHSIG`), when the
 //!   agent stops the job, or from an operator. Then every descendant gets `SIGTERM`, and
 //!   `SIGKILL` after the grace (a second at most when the agent is gone: the world the job ran
-//!   in has been given to others).
+//!   in has been given to others), or at once on a second `SIGTERM` (the agent cuts the grace
+//!   short: the worker was taken for another tenant's job, on that tenant's terms).
 //! - The job's command starts with no signal blocked, as it would outside slaq (the guard
 //!   blocks the stop signals for itself, and a child inherits the mask).
 //! - When the job's own process ends, what it left running is stopped the same way, and the
@@ -90,10 +91,17 @@ fn reap(main: i32) -> Option<libc::c_int> {
     }
 }
 
-/// Stops every descendant: `SIGTERM`, then `SIGKILL` to what is left after `grace`, until none
-/// is left. Returns the main process's status if it was reaped meanwhile.
-fn stop_all(me: i32, main: i32, grace: Duration, mut main_status: Option<libc::c_int>) -> Option<libc::c_int> {
-    let deadline = Instant::now() + grace;
+/// Stops every descendant: `SIGTERM`, then `SIGKILL` to what is left after `grace` (or at
+/// once when a stop signal in `set` comes meanwhile: the agent ends the grace early), until
+/// none is left. Returns the main process's status if it was reaped meanwhile.
+fn stop_all(
+    me: i32,
+    main: i32,
+    grace: Duration,
+    mut main_status: Option<libc::c_int>,
+    set: &libc::sigset_t,
+) -> Option<libc::c_int> {
+    let mut deadline = Instant::now() + grace;
     let mut termed: HashSet<i32> = HashSet::new();
     loop {
         main_status = main_status.or(reap(main));
@@ -107,7 +115,12 @@ fn stop_all(me: i32, main: i32, grace: Duration, mut main_status: Option<libc::c
             let new: Vec<i32> = left.iter().copied().filter(|p| termed.insert(*p)).collect();
             signal_all(&new, libc::SIGTERM);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let timeout = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+        // SAFETY: sigtimedwait(2) with the blocked set, no info wanted, and a valid timeout.
+        let got = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+        if got == libc::SIGTERM || got == libc::SIGINT || got == libc::SIGHUP {
+            deadline = Instant::now();
+        }
     }
 }
 
@@ -165,17 +178,17 @@ pub fn run(argv: &[String], grace: Duration) -> i32 {
             // SAFETY: getppid(2) takes nothing.
             let orphaned = unsafe { libc::getppid() } != parent;
             let grace = if orphaned { grace.min(Duration::from_secs(1)) } else { grace };
-            let status = stop_all(me, main, grace, None);
+            let status = stop_all(me, main, grace, None, &set);
             break status.unwrap_or(libc::SIGTERM);
         }
         // A child ended (or the timeout): if it is the job's own process, what it left goes.
         if let Some(status) = reap(main) {
-            break stop_all(me, main, grace.min(Duration::from_secs(2)), Some(status)).unwrap_or(status);
+            break stop_all(me, main, grace.min(Duration::from_secs(2)), Some(status), &set).unwrap_or(status);
         }
         // SAFETY: getppid(2) takes nothing.
         if unsafe { libc::getppid() } != parent {
             // The death signal was missed (the agent's thread that spawned us exited first).
-            break stop_all(me, main, grace.min(Duration::from_secs(1)), None).unwrap_or(libc::SIGTERM);
+            break stop_all(me, main, grace.min(Duration::from_secs(1)), None, &set).unwrap_or(libc::SIGTERM);
         }
     };
     end_as(status)

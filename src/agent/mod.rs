@@ -297,14 +297,22 @@ impl Process {
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL if the leader has not exited within its grace;
-    /// returns once it has (the group is killed either way, so nothing it started lingers).
-    async fn stop(mut self) {
-        let grace = self.grace;
+    /// SIGTERM to the group, then SIGKILL if the leader has not exited within its grace, or
+    /// within `cap` when shorter (its worker taken for another tenant's job: that tenant's
+    /// terms); returns once it has (the group is killed either way, so nothing it started
+    /// lingers).
+    async fn stop(mut self, cap: Option<Duration>) {
+        let grace = cap.map_or(self.grace, |c| c.min(self.grace));
         self.signal(libc::SIGTERM);
-        // A guard takes the grace itself, then kills what is left (outside the group too).
-        let wait = if self.guarded { grace + Duration::from_secs(2) } else { grace };
-        let exited = tokio::time::timeout(wait, self.child.wait()).await.is_ok();
+        let mut exited = tokio::time::timeout(grace, self.child.wait()).await.is_ok();
+        if !exited && self.guarded {
+            // A guard kills what is left (outside the group too) once its own grace is over, or
+            // at once on a second SIGTERM when the grace here is shorter.
+            if grace < self.grace {
+                self.signal(libc::SIGTERM);
+            }
+            exited = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_ok();
+        }
         if !exited {
             warn!(grace_s = grace.as_secs_f64(), "a job's process ignored SIGTERM: killed");
         }
@@ -551,7 +559,8 @@ impl<'a> Agent<'a> {
         self.running.exit = None;
         info!(worker = %me, epoch = assignment.epoch, job = ?assignment.job, generation = ?self.running.generation, rank = ?self.launch.as_ref().map(|l| l.rank), "assignment");
         if let Some(old) = self.process.take() {
-            self.stopping = Some(tokio::spawn(old.stop()));
+            let cap = assignment.reclaim_grace_ms.map(|ms| Duration::from_millis(ms).min(MAX_STOP_GRACE));
+            self.stopping = Some(tokio::spawn(old.stop(cap)));
         }
         self.to_start = assignment.job.is_some().then_some(assignment);
         if self.stopping.is_none()
@@ -564,7 +573,7 @@ impl<'a> Agent<'a> {
     /// Nothing of a job outlives its agent.
     async fn finish(mut self) {
         if let Some(old) = self.process.take() {
-            old.stop().await;
+            old.stop(None).await;
         }
         if let Some(s) = self.stopping.take() {
             let _ = s.await;
@@ -609,6 +618,7 @@ mod tests {
             launch: None,
             command: None,
             stop_grace_ms: None,
+            reclaim_grace_ms: None,
         }
     }
 

@@ -598,6 +598,11 @@ pub struct WorkerAssignment {
     /// `--stop-grace-s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_grace_ms: Option<u64>,
+    /// The worker is taken from another tenant's job for this one: the process it runs now gets
+    /// at most this grace (milliseconds, this job's tenant's `grace_s`) whatever its own, so
+    /// that a tenant's reclaim promise depends on its own setting only (the lender's terms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_grace_ms: Option<u64>,
 }
 
 /// What one process of a job needs to join its generation: torchrun's environment

@@ -56,6 +56,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             launch: None,
             command: None,
             stop_grace_ms: None,
+            reclaim_grace_ms: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -67,6 +68,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             launch: None,
             command: None,
             stop_grace_ms: None,
+            reclaim_grace_ms: None,
         },
         WorkerAssignment {
             worker: "w1".into(),
@@ -78,6 +80,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
             launch: None,
             command: None,
             stop_grace_ms: None,
+            reclaim_grace_ms: None,
         },
     ] {
         bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
@@ -93,6 +96,7 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
         launch: None,
         command: None,
         stop_grace_ms: None,
+        reclaim_grace_ms: None,
     };
     bus::publish(&c, s.worker_assign("w1"), Encoding::MsgPack, &real).await.unwrap();
     let text = wait_for_file(&out, "the later assignment runs", |t| t.contains("j9 w1 ")).await;

@@ -380,6 +380,7 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
         launch: None,
         command: None,
         stop_grace_ms: None,
+        reclaim_grace_ms: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &forged).await.unwrap();
     c.flush().await.unwrap();
@@ -696,6 +697,7 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
         launch: None,
         command: None,
         stop_grace_ms: None,
+        reclaim_grace_ms: None,
     };
     bus::publish(&c, s().worker_assign("w1"), Encoding::MsgPack, &stray).await.unwrap();
     crate::harness::wait_for_file(&out, "w1 runs the stray job", |t| t.contains("elsewhere")).await;

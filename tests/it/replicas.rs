@@ -170,6 +170,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_workers_follow_only_the_n
         launch: None,
         command: None,
         stop_grace_ms: None,
+        reclaim_grace_ms: None,
     };
     bus::publish(&c, s.worker_assign(&moved), Encoding::MsgPack, &forged).await.unwrap();
     // Then one of the new term (the agent handles its messages in order): once the agent has

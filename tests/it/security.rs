@@ -141,6 +141,7 @@ async fn nats_refuses_what_a_job_or_worker_may_not_do_and_the_scheduler_works_th
                     launch: None,
                     command: None,
                     stop_grace_ms: None,
+                    reclaim_grace_ms: None,
                 },
             )
             .unwrap(),

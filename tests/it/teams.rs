@@ -146,19 +146,39 @@ async fn a_team_can_speak_only_for_its_own_tenant_and_each_tenant_keeps_its_guar
 /// job goes on with one worker, and none of its reports is lost.
 #[tokio::test]
 async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lost() {
+    let reclaimed = reclaim(1.0, 1.0, false).await;
+    eprintln!("teams: team A's worker came back in {reclaimed:?} (team B's grace 1 s, the agents' 60 s)");
+}
+
+/// #40.3: team B's grace is 120 s, team A's 1 s. A worker B borrowed from A's guarantee comes
+/// with A's terms: B's process there gets A's 1 s, not its own 120 s (so A's promise, epoch +
+/// its grace + restart, depends on its own setting only), through the job guard (the agent's
+/// second SIGTERM ends the guard's longer grace). The code before waited B's 120 s.
+#[tokio::test]
+async fn a_borrowed_worker_comes_back_within_the_lenders_grace_not_the_borrowers() {
+    let reclaimed = reclaim(1.0, 120.0, true).await;
+    eprintln!("teams: team A's worker came back in {reclaimed:?} (team A's grace 1 s, team B's 120 s, guarded)");
+}
+
+/// The reclaim above with these tenants' graces, the agents' processes under `slaq job-guard`
+/// or not; returns how long team A waited for its worker.
+async fn reclaim(grace_a: f64, grace_b: f64, guarded: bool) -> Duration {
     use slaq::agent::{self, AgentConfig};
     let nats = NatsServer::start();
-    let settings = fast_settings(
-        "policy = \"fair\"\nmin_generation_ms = 0\n[tenants.team-a]\nguaranteed = 1\ngrace_s = 1.0\n[tenants.team-b]\nguaranteed = 1\ngrace_s = 1.0\n",
-    );
+    let settings = fast_settings(&format!(
+        "policy = \"fair\"\nmin_generation_ms = 0\n[tenants.team-a]\nguaranteed = 1\ngrace_s = {grace_a:?}\n[tenants.team-b]\nguaranteed = 1\ngrace_s = {grace_b:?}\n",
+    ));
     let _scheduler = crate::harness::InProcessScheduler::start(&nats.url, &settings);
     let s = Subjects::new("slaq").unwrap();
     let log = crate::harness::temp_dir("teams-reclaim").join("runs.txt");
     // Each generation's process: says it started, and on SIGTERM says so and goes on (as a job
     // that takes its time to save would): only SIGKILL, after its grace, ends it.
+    // Released by the test at its end (a file), so that stopping the agents waits no grace.
+    let release = log.with_file_name("release");
     let exec = format!(
-        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term\" >> {log}' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start\" >> {log}; while true; do sleep 0.05; done",
-        log = log.display()
+        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term\" >> {log}' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start\" >> {log}; while [ ! -e {release} ]; do sleep 0.05; done",
+        log = log.display(),
+        release = release.display()
     );
     // The agents' own grace: far longer than the tenants' 1 s, which their assignments carry.
     let grace = Duration::from_secs(60);
@@ -168,6 +188,7 @@ async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lo
             beat_every: Duration::from_millis(200),
             exec: Some(exec.clone()),
             stop_grace: grace,
+            guard: guarded.then(crate::harness::slaq_bin),
             ..AgentConfig::new(
                 s.clone(),
                 WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None },
@@ -224,8 +245,8 @@ async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lo
     // Team B's process there was stopped by SIGTERM (its handler ran), before team A's started.
     let stopped = text.find(&format!("team-b.train {worker} term")).expect("team B's process there stopped gracefully");
     assert!(stopped < text.find(&line).unwrap(), "{text}");
-    // Within R: an epoch (0.1 s), team B's grace (1 s) and a restart, with room for a loaded
-    // CI; far from the agents' own 60 s.
+    // Within R: an epoch (0.1 s), team A's grace (1 s) and a restart, with room for a loaded
+    // CI; far from the agents' own 60 s and from team B's grace when longer.
     assert!(reclaimed < Duration::from_secs(15), "reclaimed in {reclaimed:?}");
     let status = eventually(&c, &s, Duration::from_secs(15), "each tenant at its guarantee", |st| {
         ["team-a", "team-b"].iter().all(|t| st.tenants.get(*t).is_some_and(|u| u.workers == 1 && u.borrowed == 0))
@@ -241,11 +262,12 @@ async fn a_lent_guarantee_comes_back_through_a_graceful_stop_and_no_report_is_lo
         st.jobs.iter().any(|j| j.job == "team-b.train" && j.points == 150 && j.dropped == 0)
     })
     .await;
-    eprintln!("teams: team A's worker came back in {reclaimed:?} (team B's grace 1 s, the agents' {grace:?})");
+    std::fs::write(&release, "").unwrap();
     for (stop, agent) in stops {
         let _ = stop.send(());
         let _ = agent.await;
     }
+    reclaimed
 }
 
 /// `[tenants]` reloads on SIGHUP without a restart: a tenant added is served from then on, a

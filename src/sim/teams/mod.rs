@@ -445,6 +445,45 @@ mod tests {
         assert_eq!(a.unfinished + b.unfinished, 0);
     }
 
+    /// #40.3: three tenants with unequal graces. B (grace 240 s) fills the idle cluster; A (30 s)
+    /// and C (90 s) come later and take their guarantees back from B. Each is promised its own
+    /// bound, epoch + its grace + restart, and keeps it: B's jobs get the taker's grace. With
+    /// B's own grace (the code before) A waited up to 240 s past its promised 40 s.
+    #[test]
+    fn each_tenant_keeps_its_own_reclaim_bound_whatever_the_borrowers_grace() {
+        let s = scenario(
+            "restart_s = 9.0
+[sim]
+num_workers = 64
+             [tenants.a]
+guaranteed = 16
+grace_s = 30
+[tenants.b]
+guaranteed = 16
+grace_s = 240
+             [tenants.c]
+guaranteed = 32
+grace_s = 90
+             [arrivals.a]
+jobs = 8
+start_s = 300.0
+[arrivals.b]
+jobs = 20
+[arrivals.c]
+jobs = 8
+start_s = 600.0
+",
+        );
+        let runs: Vec<SeedRun> = (1..=3).map(|seed| run_seed(&s, &curves(), seed).unwrap()).collect();
+        let summary = summarise(&s, runs);
+        for t in &summary.tenants {
+            assert!(t.max_reclaim_s <= t.reclaim_bound_s + 1e-9, "{t:?}");
+        }
+        let (a, c) = (&summary.tenants[0], &summary.tenants[2]);
+        assert!(a.max_reclaims >= 1 && c.max_reclaims >= 1, "both took workers back: {a:?} {c:?}");
+        assert!(a.reclaim_bound_s < 45.0 && a.max_reclaim_s > 30.0, "{a:?}");
+    }
+
     #[test]
     fn a_lender_s_idle_guarantee_beyond_its_lend_limit_stays_idle() {
         let s = scenario(

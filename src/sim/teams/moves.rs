@@ -182,19 +182,22 @@ impl<'a> Teams<'a> {
             self.quota.clone_from(&q.workers);
         }
         let owed = self.track.guarantee_owed();
+        let graces: Vec<f64> = (0..self.times.len()).map(|t| self.grace_of(t)).collect();
         for (&j, &c) in active.iter().zip(counts) {
             let (m, held) = (&mut self.moves[j], jobs[j].workers);
             let times = self.times[self.tenant_of[j]];
             m.planned = Some(c);
-            if m.release_at.is_some() {
+            if let Some(at) = m.release_at {
                 // Told to stop: it stops at its deadline, giving up at least what it was told
-                // (a reclaim is never put off by a later plan), and may be granted more after.
+                // (a reclaim is never put off by a later plan), and may be granted more after;
+                // sooner if a tenant owed its guarantee now has a shorter grace.
                 m.target = m.target.min(c);
+                m.release_at = Some(at.min(now + graces[self.tenant_of[j]]));
             } else if c >= held {
                 m.target = c;
             } else if owed || now >= m.changed_at + self.hold_s.max(times.min_run_s) {
                 m.target = c;
-                m.release_at = Some(now + times.grace_s);
+                m.release_at = Some(now + graces[self.tenant_of[j]]);
                 m.noticed_at = now;
                 if now < m.changed_at + times.min_run_s {
                     // Only to restore a guarantee (`owed`): counted.
@@ -206,6 +209,13 @@ impl<'a> Teams<'a> {
         }
         self.grant(now, jobs);
         self.track.check_caps(active.iter().map(|&j| (self.tenant_of[j], jobs[j].workers)));
+    }
+
+    /// The grace a job of tenant `t` is given at a shrink: its tenant's, but no longer than the
+    /// grace of a tenant owed its guarantee (workers taken back come with the lender's terms,
+    /// as live: so each tenant's reclaim bound depends on its own grace only).
+    fn grace_of(&self, t: usize) -> f64 {
+        self.track.owed().filter(|&o| o != t).map(|o| self.times[o].grace_s).fold(self.times[t].grace_s, f64::min)
     }
 
     /// Free workers to the jobs planned more than they hold, in job order, no tenant past its
@@ -269,6 +279,41 @@ mod tests {
     use super::*;
     use crate::sim::curves::{SpeedupModel, WorkloadConfig, workload};
     use crate::trace::TraceCurve;
+
+    /// #40.3: B (grace 120 s) borrowed A's idle guarantee; A (grace 30 s) takes it back: B's job
+    /// is given A's 30 s, not its own 120 s, so A's bound depends on A's grace only. A shrink
+    /// that restores no one's guarantee keeps the job's own grace.
+    #[test]
+    fn workers_taken_back_come_with_the_lenders_grace() {
+        let curve = TraceCurve {
+            id: "c".into(),
+            family: "f".into(),
+            dataset: String::new(),
+            loss: (1..=50).map(|k| 1.0 / f64::from(k)).collect(),
+            iter_seconds: Some(vec![1.0; 50]),
+        };
+        let jobs = workload::generate(&[curve], &WorkloadConfig { num_jobs: 2, ..WorkloadConfig::default() }).unwrap();
+        let speedup = SpeedupModel::default();
+        let mut replays: Vec<ReplayJob<'_>> =
+            jobs.iter().map(|j| ReplayJob::new(j, speedup.curve(j.application))).collect();
+        for r in &mut replays {
+            r.arrive(0.0);
+        }
+        replays[1].workers = 8;
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let times = [TenantTimes { grace_s: 30.0, min_run_s: 0.0 }, TenantTimes { grace_s: 120.0, min_run_s: 0.0 }];
+        let quotas = |a: u32, b: u32| Quotas { workers: vec![a, b], ..Quotas::default() };
+        let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 0.0);
+        teams.integrate(0.0, 0.0, replays.iter().enumerate());
+        teams.apply(0.0, &[0, 1], &[4, 4], Some(&quotas(4, 4)), &mut replays.iter_mut().collect::<Vec<_>>());
+        assert_eq!(teams.next_event(), Some(30.0), "B's job stops within A's grace");
+        // Nobody owed: B's job shrinks on its own grace.
+        let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 0.0);
+        replays[0].active = false;
+        teams.integrate(0.0, 0.0, replays.iter().enumerate().filter(|(_, r)| r.active));
+        teams.apply(0.0, &[1], &[4], Some(&quotas(0, 4)), &mut replays.iter_mut().collect::<Vec<_>>());
+        assert_eq!(teams.next_event(), Some(120.0));
+    }
 
     #[test]
     fn a_shrink_waits_out_the_grace_is_never_called_off_and_every_change_restarts() {

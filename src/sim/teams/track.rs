@@ -129,6 +129,11 @@ impl Track {
         self.tenants.iter().any(|t| t.held < t.entitled)
     }
 
+    /// The tenants holding fewer workers than they are entitled to.
+    pub fn owed(&self) -> impl Iterator<Item = usize> + '_ {
+        self.tenants.iter().enumerate().filter(|(_, t)| t.held < t.entitled).map(|(i, _)| i)
+    }
+
     /// The planner's quotas, for the windows.
     pub fn set_quotas(&mut self, quotas: &[u32]) {
         for (t, &q) in self.tenants.iter_mut().zip(quotas) {
