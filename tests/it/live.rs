@@ -113,10 +113,16 @@ async fn jobs_register_reports_flow_and_workers_follow_assignments() {
     assert!(scheduler.terminate().success(), "slaq serve exits cleanly on SIGTERM");
 }
 
+/// A worker that goes silent keeps its job no longer than its timeout: dropped, and its job
+/// moved to a live worker, within `worker_timeout_ms` (4 s) + a beat (0.2 s) + two epochs
+/// (0.2 s) + 1.5 s for a loaded machine. A scheduler that dropped it at twice its timeout
+/// (issue #40) fails here.
 #[tokio::test]
 async fn a_dead_workers_job_gets_another_worker() {
     let nats = NatsServer::start();
-    let _scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
+    let timeout = Duration::from_secs(4);
+    let settings = fast_settings("").replace("worker_timeout_ms = 1500", "worker_timeout_ms = 4000");
+    let _scheduler = InProcessScheduler::start(&nats.url, &settings);
     let c = client(&nats.url).await;
     let s = subjects();
     wait_status(&c, &s).await;
@@ -133,17 +139,23 @@ async fn a_dead_workers_job_gets_another_worker() {
     }
     let st = eventually(&c, &s, WAIT, "the job holds a worker", |st| st.workers.iter().any(|w| w.job.is_some())).await;
     let holder = st.workers.iter().find(|w| w.job.is_some()).unwrap().worker.clone();
-    // The holder dies.
+    // The holder dies (its last beat was at most one beat interval ago).
     if holder == "a" {
         drop(beat_a);
     } else {
         drop(beat_b);
     }
+    let died = std::time::Instant::now();
     let other = if holder == "a" { "b" } else { "a" };
     eventually(&c, &s, WAIT, "the job moves to the live worker", |st| {
         st.workers.len() == 1 && st.workers[0].worker == other && st.workers[0].job.as_deref() == Some("j")
     })
     .await;
+    let took = died.elapsed();
+    let bound = timeout + Duration::from_millis(200 + 200 + 1500);
+    eprintln!("a silent worker's job moved {took:?} after its last beats (timeout {timeout:?}, bound {bound:?})");
+    assert!(took >= timeout - Duration::from_millis(200), "dropped before its timeout: {took:?}");
+    assert!(took <= bound, "a silent worker kept its job {took:?}, past {bound:?}");
 }
 
 #[tokio::test]
