@@ -388,10 +388,9 @@ async fn a_process_waiting_in_rendezvous_stops_at_once_when_its_job_ends() {
         "import pathlib, slaq.elastic\npathlib.Path({:?}).write_text('in rendezvous')\nslaq.elastic.init(timeout_s=600)\n",
         waiting.display().to_string()
     );
-    let line =
-        format!("if [ \"$RANK\" = 1 ]; then exec sleep 600; fi; exec {} -c \"$SLAQ_TEST_RANK0\"", python.display());
+    let line = format!("if [ \"$RANK\" = 1 ]; then exec sleep 600; fi; exec {} -c \"$RANK0_SCRIPT\"", python.display());
     let command = slaq::protocol::JobCommand {
-        env: [("SLAQ_TEST_RANK0".to_string(), rank0)].into(),
+        env: [("RANK0_SCRIPT".to_string(), rank0)].into(),
         ..slaq::protocol::JobCommand::new(vec!["sh".into(), "-c".into(), line])
     };
     let spec = slaq::protocol::JobSpec {
