@@ -77,6 +77,14 @@ async fn a_team_can_speak_only_for_its_own_tenant_and_each_tenant_keeps_its_guar
     })
     .await;
     assert_eq!(status.jobs.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["team-a.train", "team-b.train"]);
+    // Team A's job said hello with `tenant: "team-b"` in its body: it counts as its subject's
+    // tenant, team A, in everything the scheduler plans and reports (issue #40).
+    assert_eq!(
+        (status.tenants["team-a"].jobs, status.tenants["team-b"].jobs),
+        (1, 1),
+        "a hello whose body names team B counts for its subject's tenant: {:?}",
+        status.tenants
+    );
 
     // 1,000 messages from team A, on its own subjects, whose bodies name team B in every way a
     // body can (the job's id, the tenant field, a report's job), or are bytes: not one job is
