@@ -182,3 +182,18 @@ class Elastic(unittest.TestCase):
             reporter.finish()
         finally:
             signal.signal(signal.SIGTERM, before)
+
+    def test_a_stopped_process_ends_as_stopped_never_as_done(self):
+        # A rank that leaves because the ranks agreed to stop (a peer got SIGTERM) must not exit
+        # 0: its agent would take that for the job finishing.
+        import subprocess
+        import sys
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLAQ_", "RANK", "WORLD_SIZE"))}
+        script = ("from slaq import elastic\nimport os, signal\nctx = elastic.init()\n"
+                  "os.kill(os.getpid(), signal.SIGTERM)\nassert ctx.stop_requested()\nctx.close()\n"
+                  "raise SystemExit(0)\n")
+        stopped = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
+        self.assertEqual(stopped.returncode, -signal.SIGTERM)
+        done = subprocess.run([sys.executable, "-c", "from slaq import elastic\nelastic.init().close()\n"],
+                              env=env, timeout=60)
+        self.assertEqual(done.returncode, 0)

@@ -17,7 +17,7 @@ new set. So a script::
             break
     else:
         reporter.finish()       # done: rank 0 says bye, and `slaq submit --wait` returns 0
-    ctx.close()
+    ctx.close()                 # after a stop it ends the process as stopped (SIGTERM), not 0
 
 Checkpoints are written by rank 0 atomically (a temporary file renamed over the last) into
 ``SLAQ_CHECKPOINT_DIR``, which every worker must reach (a shared file system), and read by
@@ -27,6 +27,7 @@ every rank at start. Needs ``torch`` (``pip install 'slaq-client[torch]'``).
 import hashlib
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -59,6 +60,8 @@ class Context:
     accelerator: str = "default"
     distributed: bool = False
     _stop: bool = False
+    # The ranks agreed to stop (some rank got SIGTERM): the process ends as stopped, not done.
+    _stopped: bool = False
 
     def global_batch(self, default: int) -> int:
         """The global batch: slaq's choice if it made one, else ``default``."""
@@ -72,12 +75,14 @@ class Context:
         """Whether any rank got SIGTERM: agreed by all ranks (one tiny all-reduce), so that
         they all leave after the same iteration and none waits for a peer that left."""
         if not self.distributed:
-            return self._stop
+            self._stopped = self._stop
+            return self._stopped
         import torch
         import torch.distributed as dist
         flag = torch.tensor([1 if self._stop else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        self._stopped = bool(flag.item())
+        return self._stopped
 
     def mean(self, value: float) -> float:
         """The mean of ``value`` over the ranks."""
@@ -90,10 +95,18 @@ class Context:
         return float(t.item()) / self.world_size
 
     def close(self):
+        """Leaves the process group. After a stop (:meth:`stop_requested` said so) the process
+        then ends as stopped by SIGTERM, never with 0: a rank that stops because a peer was
+        told to (its agent died, say) must not look like a job that finished to its agent."""
         if self.distributed:
             import torch.distributed as dist
             dist.destroy_process_group()
             self.distributed = False
+        if self._stopped:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def init(backend: Optional[str] = None, timeout_s: float = 60.0) -> Context:
