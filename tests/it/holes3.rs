@@ -282,8 +282,19 @@ async fn reports_the_server_skips_are_read_by_sequence() {
 
 /// A `slaq worker` child with `args`, its log in `dir`.
 fn agent(dir: &std::path::Path, url: &str, id: &str, args: &[&str]) -> crate::harness::ChildGuard {
+    agent_with_grace(dir, url, id, 2, args)
+}
+
+/// The same, its processes given `grace_s` between SIGTERM and SIGKILL.
+pub(crate) fn agent_with_grace(
+    dir: &std::path::Path,
+    url: &str,
+    id: &str,
+    grace_s: u32,
+    args: &[&str],
+) -> crate::harness::ChildGuard {
     std::process::Command::new(crate::harness::slaq_bin())
-        .args(["worker", "--id", id, "--nats", url, "--beat-ms", "200", "--stop-grace-s", "2"])
+        .args(["worker", "--id", id, "--nats", url, "--beat-ms", "200", "--stop-grace-s", &grace_s.to_string()])
         .args(args)
         .stderr(std::fs::File::create(dir.join(format!("{id}.log"))).unwrap())
         .spawn()

@@ -135,7 +135,7 @@ async fn short_jobs_that_end_at_once_leave_when_reports_register_nothing() {
 /// gone within 2 s.
 #[tokio::test]
 async fn a_background_process_of_a_job_gets_sigterm_at_a_stop() {
-    use crate::holes3::{processes_of, wait_for_processes};
+    use crate::holes3::{agent_with_grace, processes_of, wait_for_processes};
     let nats = NatsServer::start();
     let _scheduler = Scheduler::start(&nats.url, &fast_settings("min_generation_ms = 0\n"));
     let c = client(&nats.url).await;
@@ -161,12 +161,7 @@ async fn a_background_process_of_a_job_gets_sigterm_at_a_stop() {
     let ack: protocol::Ack =
         bus::request(&c, s().job_hello("background"), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
     assert!(ack.ok, "{ack:?}");
-    let _agent = std::process::Command::new(crate::harness::slaq_bin())
-        .args(["worker", "--id", "bg-w", "--nats", &nats.url, "--beat-ms", "200", "--stop-grace-s", "30"])
-        .stderr(std::fs::File::create(dir.join("bg-w.log")).unwrap())
-        .spawn()
-        .map(crate::harness::ChildGuard)
-        .unwrap();
+    let _agent = agent_with_grace(&dir, &nats.url, "bg-w", 30, &[]);
     let blocked =
         crate::harness::wait_for_file(&started, "the background process runs", |t| t.starts_with("blocked:")).await;
     let running = processes_of("bg-w", &nats.url);

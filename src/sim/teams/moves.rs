@@ -277,14 +277,11 @@ impl<'a> Teams<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::curves::{SpeedupModel, WorkloadConfig, workload};
+    use crate::sim::curves::{SimJob, SpeedupModel, WorkloadConfig, workload};
     use crate::trace::TraceCurve;
 
-    /// #40.3: B (grace 120 s) borrowed A's idle guarantee; A (grace 30 s) takes it back: B's job
-    /// is given A's 30 s, not its own 120 s, so A's bound depends on A's grace only. A shrink
-    /// that restores no one's guarantee keeps the job's own grace.
-    #[test]
-    fn workers_taken_back_come_with_the_lenders_grace() {
+    /// Two jobs of one 50-iteration curve.
+    fn two_jobs() -> Vec<SimJob> {
         let curve = TraceCurve {
             id: "c".into(),
             family: "f".into(),
@@ -292,7 +289,11 @@ mod tests {
             loss: (1..=50).map(|k| 1.0 / f64::from(k)).collect(),
             iter_seconds: Some(vec![1.0; 50]),
         };
-        let jobs = workload::generate(&[curve], &WorkloadConfig { num_jobs: 2, ..WorkloadConfig::default() }).unwrap();
+        workload::generate(&[curve], &WorkloadConfig { num_jobs: 2, ..WorkloadConfig::default() }).unwrap()
+    }
+
+    /// The jobs arrived at 0 s, the second holding all 8 workers.
+    fn arrived(jobs: &[SimJob]) -> Vec<ReplayJob<'_>> {
         let speedup = SpeedupModel::default();
         let mut replays: Vec<ReplayJob<'_>> =
             jobs.iter().map(|j| ReplayJob::new(j, speedup.curve(j.application))).collect();
@@ -300,6 +301,16 @@ mod tests {
             r.arrive(0.0);
         }
         replays[1].workers = 8;
+        replays
+    }
+
+    /// #40.3: B (grace 120 s) borrowed A's idle guarantee; A (grace 30 s) takes it back: B's job
+    /// is given A's 30 s, not its own 120 s, so A's bound depends on A's grace only. A shrink
+    /// that restores no one's guarantee keeps the job's own grace.
+    #[test]
+    fn workers_taken_back_come_with_the_lenders_grace() {
+        let jobs = two_jobs();
+        let mut replays = arrived(&jobs);
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let times = [TenantTimes { grace_s: 30.0, min_run_s: 0.0 }, TenantTimes { grace_s: 120.0, min_run_s: 0.0 }];
         let quotas = |a: u32, b: u32| Quotas { workers: vec![a, b], ..Quotas::default() };
@@ -317,21 +328,8 @@ mod tests {
 
     #[test]
     fn a_shrink_waits_out_the_grace_is_never_called_off_and_every_change_restarts() {
-        let curve = TraceCurve {
-            id: "c".into(),
-            family: "f".into(),
-            dataset: String::new(),
-            loss: (1..=50).map(|k| 1.0 / f64::from(k)).collect(),
-            iter_seconds: Some(vec![1.0; 50]),
-        };
-        let jobs = workload::generate(&[curve], &WorkloadConfig { num_jobs: 2, ..WorkloadConfig::default() }).unwrap();
-        let speedup = SpeedupModel::default();
-        let mut replays: Vec<ReplayJob<'_>> =
-            jobs.iter().map(|j| ReplayJob::new(j, speedup.curve(j.application))).collect();
-        for r in &mut replays {
-            r.arrive(0.0);
-        }
-        replays[1].workers = 8;
+        let jobs = two_jobs();
+        let mut replays = arrived(&jobs);
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let times = [TenantTimes { grace_s: 60.0, min_run_s: 0.0 }; 2];
         let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 30.0);
