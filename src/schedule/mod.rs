@@ -14,6 +14,7 @@ pub mod batch;
 pub mod bid;
 pub mod counts;
 pub mod epoch;
+pub mod finish;
 pub mod job;
 pub mod place;
 pub mod slowdown;
@@ -27,6 +28,7 @@ pub use counts::{
     restrict_sizes,
 };
 pub use epoch::{EpochInput, EpochJob, EpochPlan, Tenancy, Types, plan_epoch};
+pub use finish::{Finish, Finishing};
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
 pub use slowdown::{Pace, PaceLedger};

@@ -588,6 +588,11 @@ pub(crate) struct SimulateArgs {
     /// fair sharing (0: off) [default: `[sim.plan] max_slowdown`].
     #[arg(long)]
     pub(crate) max_slowdown: Option<f64>,
+    /// The weight λ of the completion term in slaq's bids: a worker's value to a job is its
+    /// quality gain plus λ times the share of the job's remaining work it gets done over the
+    /// horizon (issue #41; 0: the quality gain alone) [default: `[sim] completion_weight`, 0].
+    #[arg(long)]
+    pub(crate) completion_weight: Option<f64>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     pub(crate) serial_fraction: Option<f64>,

@@ -77,6 +77,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     config.plan.floor = floors[0];
     config.plan.max_slowdown = args.max_slowdown.unwrap_or(config.plan.max_slowdown);
     config.predict_length = args.job_length == "unknown";
+    config.completion_weight = args.completion_weight.unwrap_or(config.completion_weight);
     for &floor in &floors {
         SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config }.validate()?;
     }

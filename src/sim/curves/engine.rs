@@ -27,25 +27,38 @@ pub struct PolicySpec {
 
 impl PolicySpec {
     /// The named policies: `slaq` (greedy on the quality objective), `slaq-paper` (greedy on
-    /// SLAQ's ΔL/max ΔL normalisation, under the same floor), `fair`, and `oracle` (the greedy
+    /// SLAQ's ΔL/max ΔL normalisation, under the same floor), `fair`, `oracle` (the greedy
     /// on each job's true future curve and true speed-up, looking over the planning horizon; see
-    /// [`oracle_gain`]).
+    /// [`oracle_gain`]) and `srpt-oracle` (the completion-time reference: each job's true
+    /// remaining work, heSRPT-style, no floor and no bound; see [`srpt_gain`]).
     pub fn named(name: &str) -> Option<PolicySpec> {
         let (name, kind, objective) = match name {
             "slaq" => ("slaq", PolicyKind::Slaq, Objective::Quality),
             "slaq-paper" => ("slaq-paper", PolicyKind::Slaq, Objective::DeltaLoss),
             "fair" => ("fair", PolicyKind::Fair, Objective::Quality),
             "oracle" => ("oracle", PolicyKind::Slaq, Objective::Quality),
+            "srpt-oracle" => ("srpt-oracle", PolicyKind::Slaq, Objective::Quality),
             _ => return None,
         };
         Some(PolicySpec { name, kind, objective })
     }
 
-    pub const NAMES: [&'static str; 4] = ["slaq", "slaq-paper", "fair", "oracle"];
+    pub const NAMES: [&'static str; 5] = ["slaq", "slaq-paper", "fair", "oracle", "srpt-oracle"];
 
-    /// The oracle bids with each job's true future curve and true speed-up.
+    /// The oracles bid with the truth (each job's future curve, remaining work and speed-up),
+    /// not with a prediction.
     pub fn is_oracle(&self) -> bool {
-        self.name == "oracle"
+        matches!(self.name, "oracle" | "srpt-oracle")
+    }
+
+    /// The plan's settings for this policy: the run's, but none for the completion-time
+    /// reference, which is pure shortest-remaining-first (a floor or a bound would make it
+    /// another policy).
+    fn plan(&self, plan: PlanSettings) -> PlanSettings {
+        match self.name {
+            "srpt-oracle" => PlanSettings { floor: 0.0, max_slowdown: 0.0, ..plan },
+            _ => plan,
+        }
     }
 }
 
@@ -72,6 +85,9 @@ pub struct SimConfig {
     /// drop) on the job's fitted curve, never less than the Tiresias-like prior of as many
     /// iterations again as it has run here (nor one epoch on one worker).
     pub predict_length: bool,
+    /// The weight of the completion term in slaq's bids (`schedule::finish`, issue #41): 0 is
+    /// the quality gain alone; larger values value finishing more.
+    pub completion_weight: f64,
     pub predictor: PredictorConfig,
     /// A run stops here even if jobs remain (they are reported as unfinished).
     pub max_time_s: f64,
@@ -88,6 +104,7 @@ impl Default for SimConfig {
             min_workers_per_job: 0,
             plan: PlanSettings::default(),
             predict_length: false,
+            completion_weight: 0.0,
             predictor: PredictorConfig::default(),
             max_time_s: 1e7,
         }
@@ -242,6 +259,10 @@ enum SimGain<'a> {
         replay: &'a ReplayJob<'a>,
         horizon_s: f64,
     },
+    Srpt {
+        replay: &'a ReplayJob<'a>,
+        horizon_s: f64,
+    },
 }
 
 impl GainFn for SimGain<'_> {
@@ -250,6 +271,7 @@ impl GainFn for SimGain<'_> {
             SimGain::Predicted(g) => g.gain(workers),
             SimGain::Priced(t) => t.gain(workers),
             SimGain::Oracle { replay, horizon_s } => oracle_gain(replay, *horizon_s, workers),
+            SimGain::Srpt { replay, horizon_s } => srpt_gain(replay, *horizon_s, workers),
         }
     }
 }
@@ -279,6 +301,27 @@ pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 
     area / horizon_s
 }
 
+/// The completion-time reference's gain (`srpt-oracle`): the fraction of the job's true
+/// remaining work that `workers` get done over the horizon, at most all of it. Its marginal
+/// gains are the speed-up's marginal rate divided by the remaining work, so the greedy serves
+/// the jobs with the least work left first while each extra worker is worth less under a
+/// sublinear speed-up: the allocation heSRPT (Berg et al.) and AFS (CoDDL, NSDI 2021) argue
+/// for, where pure shortest-remaining-first over-serves one job.
+pub fn srpt_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 {
+    if workers == 0 {
+        return 0.0;
+    }
+    let job = replay.job;
+    let mut left: f64 = job.one_worker_seconds[replay.next.min(job.loss.len())..].iter().sum();
+    if replay.next < job.loss.len() {
+        left -= job.one_worker_seconds[replay.next] * replay.progress;
+    }
+    if left <= 0.0 {
+        return 1.0;
+    }
+    (horizon_s / (left * replay.speedup.factor(workers))).min(1.0)
+}
+
 /// Iterations a job of unknown length is predicted to have left (see
 /// [`SimConfig::predict_length`]): from its bid's fitted curve, at least as many as it has done
 /// here and `one_epoch` (an epoch's iterations on one worker).
@@ -296,8 +339,10 @@ fn sim_gain<'s>(
     restart_s: f64,
     table: u32,
 ) -> Option<SimGain<'s>> {
-    if policy.is_oracle() {
-        return Some(SimGain::Oracle { replay: &s.replay, horizon_s });
+    match policy.name {
+        "oracle" => return Some(SimGain::Oracle { replay: &s.replay, horizon_s }),
+        "srpt-oracle" => return Some(SimGain::Srpt { replay: &s.replay, horizon_s }),
+        _ => {}
     }
     let g = s.bid.as_ref()?;
     Some(if restart_s > 0.0 {
@@ -312,12 +357,32 @@ fn sim_gain<'s>(
 fn pace_of<'s>(s: &JobState<'_>, rates: &'s [f64], config: &SimConfig, now: f64) -> schedule::Pace<'s> {
     let r = &s.replay;
     let done = (r.next - r.job.offset) as f64 + r.progress;
-    let remaining = if config.predict_length {
-        predicted_remaining(s.bid.as_ref(), done, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s)
+    let remaining = remaining_of(s, config, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s);
+    schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
+}
+
+/// The iterations a job has left as the scheduler sees them: its declared length (the curve's
+/// iterations, as a `max_iter`), or predicted (`one_epoch`: an epoch's iterations on one
+/// worker, the least predicted).
+fn remaining_of(s: &JobState<'_>, config: &SimConfig, one_epoch: f64) -> f64 {
+    let r = &s.replay;
+    if config.predict_length {
+        let done = (r.next - r.job.offset) as f64 + r.progress;
+        predicted_remaining(s.bid.as_ref(), done, one_epoch)
     } else {
         (r.job.loss.len() - r.next) as f64 - r.progress
-    };
-    schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
+    }
+}
+
+/// A job's completion term (`schedule::finish`): slaq's bids only, with a weight.
+fn finish_of(s: &JobState<'_>, config: &SimConfig, policy: PolicySpec, horizon_s: f64) -> Option<schedule::Finish> {
+    if config.completion_weight <= 0.0 || policy.is_oracle() {
+        return None;
+    }
+    let time = s.predictor.time_curve();
+    let one_epoch = config.epoch_s / time.seconds(1);
+    let remaining_iters = remaining_of(s, config, one_epoch);
+    Some(schedule::Finish { time, remaining_iters, horizon_s, weight: config.completion_weight })
 }
 
 fn reallocate(
@@ -329,9 +394,10 @@ fn reallocate(
     teams: Option<&mut Teams<'_>>,
 ) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
+    let plan = policy.plan(config.plan);
     // The finish-time bound's view of each job: its declared length (the curve's iterations, as
     // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
-    let bounded = needs_gains && config.plan.slowdown_bound().is_finite();
+    let bounded = needs_gains && plan.slowdown_bound().is_finite();
     let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
     if needs_gains && !policy.is_oracle() {
         for &j in active {
@@ -354,11 +420,14 @@ fn reallocate(
     };
     // With teams every change restarts a job: its gains are priced for it (`sim_gain`).
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
-    let mut epoch_jobs: Vec<EpochJob<'_, SimGain<'_>>> = Vec::with_capacity(active.len());
+    let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
         let cost_s = teams.as_deref().map_or(0.0, |t| t.stop_cost_s(j, now));
-        let gain = needs_gains.then(|| sim_gain(s, policy, horizon_s, cost_s, table)).flatten();
+        let gain = needs_gains
+            .then(|| sim_gain(s, policy, horizon_s, cost_s, table))
+            .flatten()
+            .map(|gain| schedule::Finishing { gain, finish: finish_of(s, config, policy, config.gain_horizon_s) });
         let bid = JobBid {
             min_workers: config.min_workers_per_job,
             max_workers: config.max_workers_per_job,
@@ -380,7 +449,7 @@ fn reallocate(
         teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
     let input = EpochInput {
         policy: policy.kind,
-        plan: config.plan,
+        plan,
         place: PlaceSettings { placer: Placer::Greedy, restart_s, horizon_s: config.gain_horizon_s },
         jobs: &epoch_jobs,
         machine_of: None,

@@ -61,6 +61,9 @@ impl SimConfig {
             return Err(ConfigError::Invalid("speedup.serial_fraction must be in [0, 1], comm_fraction >= 0"));
         }
         self.plan.validate().map_err(ConfigError::Invalid)?;
+        if !(self.completion_weight.is_finite() && self.completion_weight >= 0.0) {
+            return Err(ConfigError::Invalid("completion_weight must be a number, 0 or more"));
+        }
         Ok(())
     }
 }
