@@ -24,7 +24,10 @@ pub struct Finish {
 
 impl Finish {
     /// The fraction of the job's remaining work `workers` workers running `speed` times as
-    /// fast get done over the horizon, at most all of it.
+    /// fast get done over the horizon, at most all of it. Capped: uncapped, the share over
+    /// the remaining work let the smallest job take workers worth almost nothing under a
+    /// sublinear speed-up, and every cell measured worse (benches/runs/2026-11-26-issue41-*);
+    /// heSRPT's optimum gives shares by rank, not by size: the next step.
     pub fn done(&self, workers: u32, speed: f64) -> f64 {
         if workers == 0 || speed <= 0.0 {
             return 0.0;
