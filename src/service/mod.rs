@@ -1023,6 +1023,9 @@ impl Ingest {
     /// quiet for `stale_job`. While NATS is unreachable nobody is silent by their own fault:
     /// after an outage every job's clock starts again.
     fn sweep(&mut self) {
+        let now = Instant::now();
+        // Ends are remembered for their time here too (with shared work, those the owners report).
+        self.ended.expire(now);
         if self.intake.is_some() {
             // The partitions' owners hear the jobs' reports and sweep them.
             return;
@@ -1031,8 +1034,6 @@ impl Ingest {
             self.was_disconnected = true;
             return;
         }
-        let now = Instant::now();
-        self.ended.expire(now);
         if std::mem::take(&mut self.was_disconnected) {
             self.jobs.values_mut().for_each(|r| r.last_heard = now);
             return;
