@@ -184,9 +184,9 @@ impl Handler<BidUpdate> for Forward {
     }
 }
 
-/// A message read from a partition's consumer, with its stream sequence and whether it was
-/// stored recently enough that a hello sent before it may still be on its way.
-type FromStream = (u32, async_nats::Message, Option<u64>, bool);
+/// A message read from a partition's consumer, with its stream sequence and when the server
+/// stored it (Unix nanoseconds; read only for a bye, see [`fresh`]).
+type FromStream = (u32, async_nats::Message, Option<u64>, Option<i128>);
 
 /// A replica's share of the jobs (see the module's documentation).
 pub struct Owner {
@@ -324,7 +324,7 @@ pub async fn run_owner(
             Some(done) = loaded.recv() => owner.loaded(done),
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
-            Some((p, message, seq, fresh)) = from_stream.recv() => owner.read(p, message, seq, fresh).await,
+            Some((p, message, seq, stored)) = from_stream.recv() => owner.read(p, message, seq, stored).await,
             Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
@@ -504,8 +504,8 @@ impl Owner {
                                 Ok(m) => {
                                     let info = m.info().ok();
                                     let seq = info.as_ref().map(|i| i.stream_sequence);
-                                    let fresh = info.is_some_and(|i| fresh(i.published.unix_timestamp_nanos()));
-                                    if tx.send((p, m.message, seq, fresh)).await.is_err() {
+                                    let stored = info.map(|i| i.published.unix_timestamp_nanos());
+                                    if tx.send((p, m.message, seq, stored)).await.is_err() {
                                         return;
                                     }
                                 }
@@ -556,7 +556,7 @@ impl Owner {
     }
 
     /// A report or bye read from partition `p`.
-    async fn read(&mut self, p: u32, message: async_nats::Message, seq: Option<u64>, fresh: bool) {
+    async fn read(&mut self, p: u32, message: async_nats::Message, seq: Option<u64>, stored: Option<i128>) {
         if !self.held.contains_key(&p) {
             return;
         }
@@ -564,7 +564,7 @@ impl Owner {
             let last = self.last_seq.entry(p).or_default();
             *last = (*last).max(seq);
         }
-        if let Err(e) = self.stream_message(p, &message, seq, fresh).await {
+        if let Err(e) = self.stream_message(p, &message, seq, stored).await {
             self.refuse(e);
         }
     }
@@ -574,7 +574,7 @@ impl Owner {
         p: u32,
         message: &async_nats::Message,
         seq: Option<u64>,
-        fresh: bool,
+        stored: Option<i128>,
     ) -> Result<(), ProtocolError> {
         let encoding = crate::bus::encoding_of(message);
         let subject = match self.config.subjects.unmap(message.subject.as_str()) {
@@ -629,7 +629,7 @@ impl Owner {
                     return Err(ProtocolError::Invalid("a bye of an earlier job of this id", RejectCause::Ended));
                 }
                 // A bye read again from long ago (a partition taken over) waits for no hello.
-                self.end_job(&end.job, how, seq, !fresh);
+                self.end_job(&end.job, how, seq, !stored.is_some_and(fresh));
                 Ok(())
             }
             _ => Err(ProtocolError::UnknownSubject),
