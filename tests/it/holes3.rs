@@ -521,11 +521,13 @@ async fn no_process_outlives_its_agent() {
     let running = wait_for_processes("the job runs again", |p| sleeps(p) == 4, "orphan-w", &nats.url).await;
     let guard: Vec<i32> = running.iter().filter(|(_, cmd)| cmd.contains("job-guard")).map(|(p, _)| *p).collect();
     assert_eq!(guard.len(), 1, "one guard: {running:?}");
-    agent2.0.kill().unwrap();
+    // The guard first: killed after the agent, it could pass its parent-death SIGTERM on to
+    // the job's processes (which hear it since #40), and none would be left to test with.
     // SAFETY: kill(2) of a process this test found.
     unsafe {
         libc::kill(guard[0], libc::SIGKILL);
     }
+    agent2.0.kill().unwrap();
     let _ = agent2.0.wait();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let orphans: Vec<i32> = processes_of("orphan-w", &nats.url).iter().map(|(p, _)| *p).collect();
