@@ -18,7 +18,7 @@ declare -A result
 http_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for policy in slaq fair; do
     echo; echo "=== slaq serve --policy $policy ==="
-    RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --policy "$policy" --epoch-ms 100 --refit-ms 20 --prefix "demo-$policy" \
+    RUST_LOG=slaq=warn "$slaq" serve --nats "$url" --policy "$policy" --epoch-ms 100 --refit-ms 20 --horizon-s 1.2 --prefix "demo-$policy" \
         --http-listen "127.0.0.1:$http_port" >"$work/serve-$policy.log" 2>&1 &
     serve=$!
     pids+=("$serve")

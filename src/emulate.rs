@@ -85,9 +85,15 @@ async fn start_workers(
     }))
 }
 
-/// What an emulated job says in its hello.
+/// What an emulated job says in its hello: its length is its curve's (as a user sets
+/// `max_iter`), which the simulator reads too.
 fn spec_of(job: &SimJob, config: &EmulateConfig) -> JobSpec {
-    JobSpec { min_workers: config.min_workers_per_job, family: Some(job.family.clone()), ..JobSpec::new(&job.id) }
+    JobSpec {
+        min_workers: config.min_workers_per_job,
+        family: Some(job.family.clone()),
+        max_iters: Some(job.loss.len() as u64),
+        ..JobSpec::new(&job.id)
+    }
 }
 
 /// A job arrives: hello, then the history a resumed job brings, then it runs.
@@ -169,7 +175,10 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
         // Completions: report each, and say bye at the end.
         for st in &mut states {
             let Some(done) = st.complete(now) else { continue };
-            let report = LossReport::new(&st.job.id, done.iter, done.loss, done.seconds, done.workers);
+            // The iteration's time as the scheduler lives it: real seconds (virtual / speed), so
+            // its time models, the jobs' ages on its clock and its epochs share one unit.
+            let seconds = done.seconds / config.speed;
+            let report = LossReport::new(&st.job.id, done.iter, done.loss, seconds, done.workers);
             bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
             last_sent[by_id[st.job.id.as_str()]] = Instant::now();
             if done.finished {

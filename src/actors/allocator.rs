@@ -59,6 +59,8 @@ pub struct AllocatorSettings {
     /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
     /// costs its bid that much of it (`schedule::restart_priced`).
     pub bid_horizon_s: f64,
+    /// The weight of the completion term in the jobs' bids (`schedule::finish`; 0: off).
+    pub completion_weight: f64,
     /// `[tenants]`: each tenant's jobs are planned inside its quota (none: one pool); a
     /// reload replaces them between epochs.
     pub tenants: super::tenants::Tenants,
@@ -182,7 +184,7 @@ struct JobEntry {
     /// its fair clock): its age for the finish-time bound.
     since_s: f64,
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
-    /// finish-time bound is on and it declared its length (`max_iters`); else empty (no `Pace`).
+    /// finish-time bound is on; else empty (no `Pace`).
     pace_rates: Vec<f64>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     speeds: JobSpeeds,
@@ -835,7 +837,7 @@ impl AllocatorActor {
     /// job's last prediction must not keep winning workers. A submitted job's gains carry the
     /// restart that any change costs it. Otherwise a job's own minimum is a request (honoured up
     /// to its fair share) and its own allowed sizes hold.
-    fn epoch_jobs(&self, pinned: &[bool], now_s: f64) -> Vec<EpochJob<'_, BidGain<'_>>> {
+    fn epoch_jobs(&self, pinned: &[bool], now_s: f64) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len() as u32;
         self.jobs
@@ -852,19 +854,22 @@ impl AllocatorActor {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
                         attained_service,
-                        gain: b.gain.as_ref().map(|g| match &entry.command {
-                            // Every change restarts it: the measured cost once known, else the
-                            // configured one (the prior), plus the work since its checkpoint.
-                            Some(_) => BidGain::Priced(schedule::restart_priced(
-                                g,
-                                have,
-                                entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
-                                    + b.checkpoint_age_s.unwrap_or(0.0),
-                                self.settings.bid_horizon_s,
-                                b.max_workers.min(num_workers),
-                                PRICED_TABLE_LEN,
-                            )),
-                            None => BidGain::Curve(ByRef(g)),
+                        gain: b.gain.as_ref().map(|g| schedule::Finishing {
+                            finish: self.finish_of(b, g.curve()),
+                            gain: match &entry.command {
+                                // Every change restarts it: the measured cost once known, else the
+                                // configured one (the prior), plus the work since its checkpoint.
+                                Some(_) => BidGain::Priced(schedule::restart_priced(
+                                    g,
+                                    have,
+                                    entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
+                                        + b.checkpoint_age_s.unwrap_or(0.0),
+                                    self.settings.bid_horizon_s,
+                                    b.max_workers.min(num_workers),
+                                    PRICED_TABLE_LEN,
+                                )),
+                                None => BidGain::Curve(ByRef(g)),
+                            },
                         }),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
@@ -875,7 +880,7 @@ impl AllocatorActor {
                     Some(schedule::Pace {
                         age_s: now_s - entry.since_s,
                         done: last as f64,
-                        remaining: b.max_iters?.saturating_sub(last) as f64,
+                        remaining: self.remaining_of(b, b.gain.as_ref()?.curve()),
                         rates: &entry.pace_rates,
                         wait_s: self.settings.epoch.as_secs_f64(),
                     })
@@ -889,6 +894,29 @@ impl AllocatorActor {
                 }
             })
             .collect()
+    }
+
+    /// The iterations a job has left: declared (`max_iters`), or predicted from its curve
+    /// (`schedule::predicted_remaining`).
+    fn remaining_of(&self, bid: &Bid, curve: &GainCurve) -> f64 {
+        let last = bid.last_iter.unwrap_or(0);
+        match bid.max_iters {
+            Some(max) => max.saturating_sub(last) as f64,
+            None => {
+                let one_epoch = self.settings.epoch.as_secs_f64() / curve.time.seconds(1).max(1e-12);
+                schedule::predicted_remaining(Some(curve), last as f64, one_epoch)
+            }
+        }
+    }
+
+    /// A job's completion term (`schedule::finish`): none under fair sharing or with weight 0.
+    fn finish_of(&self, bid: &Bid, curve: &GainCurve) -> Option<schedule::Finish> {
+        let weight = self.settings.completion_weight;
+        if weight <= 0.0 || self.settings.policy == PolicyKind::Fair {
+            return None;
+        }
+        let remaining_iters = self.remaining_of(bid, curve);
+        Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: self.settings.bid_horizon_s, weight })
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and
@@ -1070,7 +1098,7 @@ impl AllocatorActor {
             }
             entry.pace_rates.clear();
             let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
-            if let Some(g) = bid.gain.as_ref().filter(|_| bounded && bid.max_iters.is_some()) {
+            if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
                 entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
             }
             entry.bid = Some(bid);

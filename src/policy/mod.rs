@@ -7,6 +7,7 @@
 
 pub mod fair;
 pub mod gavel;
+pub mod peers;
 pub mod slaq;
 pub mod table;
 
@@ -51,7 +52,7 @@ impl<F: Fn(u32) -> f64> GainFn for F {
 
 /// Gains given as values `g(0), g(1), …, g(n)`, flat past `n` (the deep-learning planner's
 /// gains, `schedule::gains`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Gains(pub Vec<f64>);
 
 impl GainFn for Gains {

@@ -10,7 +10,21 @@
 //! `weight` 0 is SLAQ's objective; sweeping it traces the frontier towards a size-based one.
 
 use crate::policy::GainFn;
-use crate::quality::TimeCurve;
+use crate::quality::{GainCurve, TimeCurve};
+
+/// The default weight λ of the completion term (`[scheduler] completion_weight`, `[sim]
+/// completion_weight`), chosen with the floor and the bound on issue #6's curve workloads,
+/// seeds 1–3, before any held-out run (`benches/runs/2026-11-26-issue41-default.txt`).
+pub const DEFAULT_COMPLETION_WEIGHT: f64 = 0.05;
+
+/// Iterations a job of undeclared length is predicted to have left: Optimus's steps to
+/// convergence (95% of the predicted drop) on its fitted curve, never less than a
+/// Tiresias-like prior of as many iterations again as it has `done`, nor `one_epoch` (an
+/// epoch's iterations on one worker).
+pub fn predicted_remaining(curve: Option<&GainCurve>, done: f64, one_epoch: f64) -> f64 {
+    let optimus = curve.and_then(|g| Some(g.model.converged_at(1.0, g.k_now, 0.05)? - g.k_now)).unwrap_or(0.0);
+    optimus.max(done).max(one_epoch).max(1e-9)
+}
 
 /// What the completion term knows of a job: its predicted seconds per iteration at each count
 /// and its predicted remaining iterations, over the bid's horizon.
@@ -62,6 +76,48 @@ impl<G: GainFn> GainFn for Finishing<G> {
     }
 }
 
+/// heSRPT's shares of the cluster (Berg, Vesilo, Harchol-Balter, SIGMETRICS 2020): with `m`
+/// jobs and speed-up `k^p`, the job with the `r`-th least remaining work (`r` = 0 the least)
+/// gets `(i/m)^c − ((i−1)/m)^c` with `i = m − r` and `c = 1/(1−p)`: every job runs, the smaller
+/// ones on more. Optimal for mean flow time without arrivals; `p` is clamped to [0.05, 0.95].
+pub fn hesrpt_shares(m: usize, p: f64) -> Vec<f64> {
+    let c = 1.0 / (1.0 - p.clamp(0.05, 0.95));
+    let at = |i: usize| (i as f64 / m as f64).powf(c);
+    (0..m).map(|r| at(m - r) - at(m - r - 1)).collect()
+}
+
+/// The weights that make a greedy on `weight · speed(w)` give heSRPT's shares: at the optimum
+/// every job's marginal speed times its weight is equal, so with `speed = k^p` the weight is
+/// `share^(1−p)`. Indexed as `remaining` (work left per job); the largest weight is 1.
+pub fn hesrpt_weights(remaining: &[f64], p: f64) -> Vec<f64> {
+    let m = remaining.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| remaining[a].total_cmp(&remaining[b]).then(a.cmp(&b)));
+    let shares = hesrpt_shares(m, p);
+    let q = 1.0 - p.clamp(0.05, 0.95);
+    let mut weights = vec![0.0; m];
+    for (rank, &j) in order.iter().enumerate() {
+        weights[j] = shares[rank].powf(q);
+    }
+    let top = weights.iter().copied().fold(0.0, f64::max);
+    if top > 0.0 {
+        weights.iter_mut().for_each(|w| *w /= top);
+    }
+    weights
+}
+
+/// The speed-up exponent `p` of `speed(k) ≈ k^p`, fitted by least squares on log-log over
+/// `k = 1..=up_to` (through the origin: `speed(1) = 1`).
+pub fn speedup_exponent(speed: impl Fn(u32) -> f64, up_to: u32) -> f64 {
+    let (mut xy, mut xx) = (0.0, 0.0);
+    for k in 2..=up_to.max(2) {
+        let (x, y) = (f64::from(k).ln(), speed(k).max(1e-9).ln());
+        xy += x * y;
+        xx += x * x;
+    }
+    (xy / xx).clamp(0.05, 0.95)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +139,36 @@ mod tests {
         assert!((g.gain(4) - (0.04 + 2.0 * 0.4)).abs() < 1e-9);
         let without = Finishing { gain: |w: u32| 0.01 * f64::from(w), finish: None };
         assert_eq!(without.gain(4), 0.04);
+    }
+
+    #[test]
+    fn hesrpt_gives_every_job_a_share_and_the_smaller_ones_more() {
+        let shares = hesrpt_shares(4, 0.5);
+        assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!(shares.windows(2).all(|w| w[0] > w[1] && w[1] > 0.0), "{shares:?}");
+        // c = 2: the least remaining gets 1 − (3/4)² of the cluster.
+        assert!((shares[0] - 0.4375).abs() < 1e-12);
+        // Near p = 0 (no speed-up from more workers) the shares are near equal.
+        let flat = hesrpt_shares(4, 0.0);
+        assert!(flat.iter().all(|&s| (s - 0.25).abs() < 0.05), "{flat:?}");
+        // Weights follow the work left, whatever the jobs' order.
+        let w = hesrpt_weights(&[30.0, 10.0, 20.0], 0.5);
+        assert!(w[1] == 1.0 && w[1] > w[2] && w[2] > w[0], "{w:?}");
+        // A greedy on weight · k^p gives heSRPT's shares (here 16 workers, p = 0.5).
+        type Gain = Box<dyn Fn(u32) -> f64>;
+        let gains: Vec<JobBid<Gain>> =
+            w.iter().map(|&wt| JobBid::new(Some(Box::new(move |k: u32| wt * f64::from(k).sqrt()) as Gain))).collect();
+        let got = slaq::allocate(&Problem { num_workers: 16, jobs: &gains }).workers;
+        let want = hesrpt_shares(3, 0.5);
+        for (j, rank) in [(1, 0), (2, 1), (0, 2)] {
+            assert!((f64::from(got[j]) - 16.0 * want[rank]).abs() <= 1.0, "{got:?} against {want:?}");
+        }
+    }
+
+    #[test]
+    fn the_exponent_of_a_power_law_is_found() {
+        assert!((speedup_exponent(|k| f64::from(k).powf(0.7), 32) - 0.7).abs() < 1e-9);
+        assert_eq!(speedup_exponent(f64::from, 32), 0.95, "clamped below linear");
     }
 
     /// With a large weight and one worker per job, the greedy serves shortest-remaining-first.

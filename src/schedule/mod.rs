@@ -28,7 +28,9 @@ pub use counts::{
     restrict_sizes,
 };
 pub use epoch::{EpochInput, EpochJob, EpochPlan, Tenancy, Types, plan_epoch};
-pub use finish::{Finish, Finishing};
+pub use finish::{
+    DEFAULT_COMPLETION_WEIGHT, Finish, Finishing, hesrpt_shares, hesrpt_weights, predicted_remaining, speedup_exponent,
+};
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
 pub use slowdown::{Pace, PaceLedger};

@@ -222,6 +222,10 @@ pub struct RawScheduler {
     /// The finish-time bound `K` (see `schedule::slowdown`): no job is planned to finish more
     /// than `K` times later than under fair sharing. 0: off.
     pub max_slowdown: f64,
+    /// The weight λ of the completion term in slaq's bids (`schedule::finish`, issue #41): a
+    /// worker's value to a job is its quality gain plus λ times the share of its remaining
+    /// work (declared, or predicted from its curve) it gets done over the horizon. 0: off.
+    pub completion_weight: f64,
     /// A loss report more than this many iterations past the job's last is refused
     /// (`bad_iteration`): one forged `iter = 2^64 − 1` must not freeze a job.
     pub max_iter_jump: u64,
@@ -295,6 +299,7 @@ impl Default for RawScheduler {
             floor: crate::schedule::PlanSettings::default().floor,
             floor_window: crate::schedule::PlanSettings::default().floor_window,
             max_slowdown: crate::schedule::PlanSettings::default().max_slowdown,
+            completion_weight: crate::schedule::DEFAULT_COMPLETION_WEIGHT,
             max_iter_jump: 1_000_000,
             max_reports_per_s: 1_000,
             report_burst: 2_000,
@@ -325,6 +330,7 @@ pub struct ServeConfig {
     pub subscription_capacity: usize,
     pub epoch: Duration,
     pub horizon_s: f64,
+    pub completion_weight: f64,
     pub policy: PolicyKind,
     pub worker_timeout: Duration,
     pub register_on_report: bool,
@@ -410,6 +416,9 @@ pub struct Overrides {
     pub policy: Option<PolicyKind>,
     pub refit_ms: Option<u64>,
     pub floor: Option<f64>,
+    /// `--horizon-s`: seconds ahead over which bids are predicted (scale it with the epoch when
+    /// time is accelerated).
+    pub horizon_s: Option<f64>,
     pub http_listen: Option<String>,
     /// Credentials and TLS from the flags (or their environment variables).
     pub nats_auth: NatsAuth,
@@ -490,6 +499,9 @@ impl RawConfig {
         if let Some(f) = flags.floor {
             self.scheduler.floor = f;
         }
+        if let Some(h) = flags.horizon_s {
+            self.scheduler.horizon_s = h;
+        }
         if let Some(h) = &flags.http_listen {
             self.http.listen = h.clone();
         }
@@ -542,6 +554,9 @@ impl RawConfig {
             max_slowdown: s.max_slowdown,
         };
         plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if !(s.completion_weight.is_finite() && s.completion_weight >= 0.0) {
+            return invalid("completion_weight must be at least 0");
+        }
         if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
             return invalid("restart_s must be at least 0 and move_horizon_s positive");
         }
@@ -648,6 +663,7 @@ impl RawConfig {
             subscription_capacity: self.nats.subscription_capacity.max(1),
             epoch: Duration::from_millis(s.epoch_ms),
             horizon_s: s.horizon_s,
+            completion_weight: s.completion_weight,
             policy: s.policy,
             worker_timeout: Duration::from_millis(s.worker_timeout_ms),
             register_on_report: s.register_on_report.unwrap_or(!secured),

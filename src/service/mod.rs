@@ -377,6 +377,7 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
         rendezvous: config.rendezvous,
         restart_amortisation: config.restart_amortisation,
         bid_horizon_s: config.horizon_s,
+        completion_weight: config.completion_weight,
         tenants: config.tenants.clone(),
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),

@@ -363,7 +363,7 @@ async fn the_live_scheduler_takes_the_planner_s_decisions() {
     // the ledgers the allocator carries decide what each epoch gives.
     let scheduler = InProcessScheduler::start(
         &nats.url,
-        "[scheduler]\nepoch_ms = 2000\nrefit_interval_ms = 20\nfloor = 0.75\nfloor_window = 4\n",
+        "[scheduler]\nepoch_ms = 2000\nrefit_interval_ms = 20\nfloor = 0.75\nfloor_window = 4\nmax_slowdown = 0.0\ncompletion_weight = 0.0\n",
     );
     let c = client(&nats.url).await;
     let s = subjects();
@@ -455,7 +455,7 @@ fn a_live_run_ends_with_the_simulator_s_figures() {
             let scheduler = Scheduler::start(
                 &url,
                 &format!(
-                    "[nats]\nprefix = \"{prefix}\"\n\n[scheduler]\npolicy = \"{policy}\"\nepoch_ms = 100\nrefit_interval_ms = 20\n"
+                    "[nats]\nprefix = \"{prefix}\"\n\n[scheduler]\npolicy = \"{policy}\"\nepoch_ms = 100\nrefit_interval_ms = 20\nhorizon_s = 1.2\n"
                 ),
             );
             let out = std::process::Command::new(env!("CARGO_BIN_EXE_slaq"))
@@ -507,7 +507,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
     use slaq::schedule::{self, EpochInput, EpochJob, FloorLedger};
 
     const EPOCHS: u64 = 4;
-    let config_text = "[scheduler]\nepoch_ms = 2000\nrefit_interval_ms = 20\nfloor = 0.75\nfloor_window = 4\n";
+    let config_text = "[scheduler]\nepoch_ms = 2000\nrefit_interval_ms = 20\nfloor = 0.75\nfloor_window = 4\nmax_slowdown = 0.0\ncompletion_weight = 0.0\n";
     let config: slaq::service::ServeConfig = toml::from_str::<slaq::service::RawConfig>(config_text)
         .unwrap()
         .resolve(&Default::default(), &Default::default())
@@ -641,19 +641,21 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
     assert!(servers_seen, "no parameter server in any epoch: the role comparison proves nothing");
 }
 
-/// The finish-time bound live: a converged job that declared its length (`max_iters`) is parked
-/// by pure quality, and the bound gives it a worker back before its deadline; with the bound off
-/// it stays parked. Its deadline: 20 iterations left at 2 a second on its fair share of one
+/// The finish-time bound live: a converged job is parked by pure quality, and the bound gives
+/// it a worker back before its deadline, whether it declared its length (`max_iters`) or not
+/// (issue #41: every job is bounded); with the bound off it stays parked. Its deadline: 20 iterations left at 2 a second on its fair share of one
 /// worker is 10 s; at K = 1.5 it must run from about 4.5 s after it registered. (It reports
 /// nothing more, so an epoch later it looks as if it could still make it on two workers and
 /// waits again: the grant is only asserted once.)
 #[tokio::test]
 async fn the_finish_time_bound_brings_a_parked_job_back_in_time() {
-    async fn flat_job_workers(max_slowdown: f64, watch: Duration) -> Vec<u32> {
+    async fn flat_job_workers(max_slowdown: f64, watch: Duration, declared: bool) -> Vec<u32> {
         let nats = NatsServer::start();
         let _scheduler = InProcessScheduler::start(
             &nats.url,
-            &format!("[scheduler]\nepoch_ms = 500\nrefit_interval_ms = 20\nfloor = 0\nmax_slowdown = {max_slowdown}\n"),
+            &format!(
+                "[scheduler]\nepoch_ms = 500\nrefit_interval_ms = 20\nfloor = 0\nmax_slowdown = {max_slowdown}\ncompletion_weight = 0\n"
+            ),
         );
         let c = client(&nats.url).await;
         let s = subjects();
@@ -664,11 +666,13 @@ async fn the_finish_time_bound_brings_a_parked_job_back_in_time() {
             hello_worker(&c, w).await;
         }
         let _beats = keep_alive(c.clone(), workers.clone());
-        let flat = JobSpec { max_iters: Some(40), ..JobSpec::new("flat") };
-        for (spec, losses) in [
-            (JobSpec::new("steep"), (1..=12).map(|k| 0.1 + 2.0 * 0.7f64.powi(k)).collect::<Vec<_>>()),
-            (flat, vec![0.5; 20]),
-        ] {
+        let flat = JobSpec { max_iters: declared.then_some(40), ..JobSpec::new("flat") };
+        // Every job is bounded (its length declared or predicted from its curve): the steep one
+        // declares a long run, so that its own deadline is far and the flat job's comes first.
+        let steep = JobSpec { max_iters: Some(1000), ..JobSpec::new("steep") };
+        for (spec, losses) in
+            [(steep, (1..=12).map(|k| 0.1 + 2.0 * 0.7f64.powi(k)).collect::<Vec<_>>()), (flat, vec![0.5; 20])]
+        {
             let ack: Ack = bus::request(&c, s.job_hello(&spec.job), Encoding::MsgPack, &spec, Duration::from_secs(5))
                 .await
                 .unwrap();
@@ -685,9 +689,13 @@ async fn the_finish_time_bound_brings_a_parked_job_back_in_time() {
         }
         seen
     }
-    let off = flat_job_workers(0.0, Duration::from_secs(8)).await;
+    let off = flat_job_workers(0.0, Duration::from_secs(8), true).await;
     assert!(off.iter().all(|&w| w == 0), "without the bound pure quality parks the flat job: {off:?}");
-    let on = flat_job_workers(1.5, Duration::from_secs(8)).await;
-    eprintln!("flat job's workers, epoch by epoch it changed: bound off {off:?}, on {on:?}");
+    let on = flat_job_workers(1.5, Duration::from_secs(8), true).await;
+    // Undeclared, its length is predicted from its curve (a flat curve has converged: as many
+    // iterations again as it has run, 20, the declared case's remaining work).
+    let undeclared = flat_job_workers(1.5, Duration::from_secs(8), false).await;
+    eprintln!("flat job's workers, epoch by epoch it changed: bound off {off:?}, on {on:?}, undeclared {undeclared:?}");
     assert!(on.iter().any(|&w| w >= 1), "the bound gave the parked job no worker in 8 s: {on:?}");
+    assert!(undeclared.iter().any(|&w| w >= 1), "the bound left the undeclared job parked: {undeclared:?}");
 }

@@ -120,6 +120,9 @@ fn the_floor_bounds_what_quality_costs_and_slaq_beats_fair_on_loss_area() {
     let mut config = SimConfig { num_workers: 8, ..SimConfig::default() };
     config.speedup.serial_fraction = 0.02;
     config.speedup.comm_fraction = 0.005;
+    // The floor alone: no finish-time bound, no completion term (the defaults have both).
+    config.plan.max_slowdown = 0.0;
+    config.completion_weight = 0.0;
     let run = |name: &str, floor: f64| {
         let config = SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config };
         sim::engine::run(&jobs, &config, PolicySpec::named(name).unwrap(), |_| {})
@@ -186,5 +189,35 @@ fn a_job_alone_finishes_when_the_raw_traces_say() {
             (got / want - 1.0).abs() < 0.01,
             "{app} on {replicas}: {got:.1} s simulated, {want:.1} s from the traces"
         );
+    }
+}
+
+/// The peers (issue #41) each run to the end, and Themis with every job bidding (d = 1) keeps
+/// the worst finish-time slowdown against fair below slaq's, which does not look at finish
+/// times: finish-time fairness is what Themis is for.
+#[test]
+fn each_peer_finishes_its_jobs_and_themis_keeps_finish_times_fair() {
+    for seed in [1, 2] {
+        let jobs = small_workload(seed);
+        let config = SimConfig { num_workers: 16, ..SimConfig::default() };
+        let run = |name: &str| sim::engine::run(&jobs, &config, PolicySpec::named(name).unwrap(), |_| {});
+        let fair = run("fair");
+        let mut worst = std::collections::BTreeMap::new();
+        for name in ["optimus", "pollux", "tiresias", "themis", "themis-d1", "slaq"] {
+            let mut r = run(name);
+            assert_eq!(r.summary.jobs_unfinished, 0, "{name}, seed {seed}");
+            assert!(r.summary.utilisation > 0.3, "{name}, seed {seed}: {}", r.summary.utilisation);
+            r.compare_with_fair(&fair);
+            let s = &r.summary;
+            eprintln!(
+                "seed {seed} {name:10} JCT {:.0} s (fair {:.0}), worst {:.2}, restarts/job {:.1}",
+                s.mean_jct_s,
+                fair.summary.mean_jct_s,
+                s.worst_slowdown_vs_fair.unwrap(),
+                s.restarts_per_job
+            );
+            worst.insert(name, s.worst_slowdown_vs_fair.unwrap());
+        }
+        assert!(worst["themis-d1"] < worst["slaq"], "seed {seed}: {worst:?}");
     }
 }

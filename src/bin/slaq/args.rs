@@ -65,6 +65,11 @@ pub(crate) struct ServeArgs {
     /// accelerated, as for `slaq emulate`).
     #[arg(long)]
     pub(crate) refit_ms: Option<u64>,
+    /// Seconds ahead over which the jobs' gains and completion terms are predicted
+    /// (`[scheduler] horizon_s`, 60; divide it by `slaq emulate --speed` when time is
+    /// accelerated, as --epoch-ms is).
+    #[arg(long)]
+    pub(crate) horizon_s: Option<f64>,
     /// host:port for the HTTP listener serving /metrics (Prometheus), /healthz and /readyz.
     #[arg(long)]
     pub(crate) http_listen: Option<String>,
@@ -548,7 +553,8 @@ pub(crate) struct SimulateArgs {
     /// below override it.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
-    /// Policies to compare: slaq, slaq-paper, fair, oracle [default: slaq,fair]; with
+    /// Policies to compare: slaq, slaq-paper, fair, oracle, srpt-oracle, and the peers optimus,
+    /// pollux, tiresias, themis (d = 0.2), themis-d1 (d = 1) [default: slaq,fair]; with
     /// --pollux-workload: fair, slaq, slaq-no-placement, slaq-no-batch [default: all four].
     #[arg(long, value_delimiter = ',')]
     pub(crate) policy: Vec<String>,
@@ -579,7 +585,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, value_parser = parse_speedup)]
     pub(crate) speedup: Option<slaq::sim::curves::SpeedupKind>,
     /// Fairness floor f in [0, 1]: every job gets at least f times its fair share of
-    /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.5]. Several,
+    /// worker-seconds over a sliding window (0: pure quality, 1: fair) [default: 0.25]. Several,
     /// comma-separated, print the frontier (loss-area reduction and worst slowdown against fair
     /// per floor) and, with --out, plot it.
     #[arg(long, value_delimiter = ',')]
@@ -590,9 +596,13 @@ pub(crate) struct SimulateArgs {
     pub(crate) max_slowdown: Option<f64>,
     /// The weight λ of the completion term in slaq's bids: a worker's value to a job is its
     /// quality gain plus λ times the share of the job's remaining work it gets done over the
-    /// horizon (issue #41; 0: the quality gain alone) [default: `[sim] completion_weight`, 0].
+    /// horizon (issue #41; 0: the quality gain alone) [default: `[sim] completion_weight`, 0.05].
     #[arg(long)]
     pub(crate) completion_weight: Option<f64>,
+    /// Whether the jobs' iteration-time priors take the speed-up shape the cluster's jobs have
+    /// measured (true) or the configured one (false) [default: `[sim] pooled_time_prior`].
+    #[arg(long)]
+    pub(crate) pooled_time_prior: Option<bool>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     pub(crate) serial_fraction: Option<f64>,

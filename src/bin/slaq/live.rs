@@ -69,6 +69,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         policy: args.policy,
         refit_ms: args.refit_ms,
         floor: args.floor,
+        horizon_s: args.horizon_s,
         http_listen: args.http_listen,
         nats_auth: args.auth.to_auth(),
         replica_id: args.replica_id,

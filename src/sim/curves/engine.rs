@@ -5,7 +5,7 @@
 //! Events are arrivals, iteration completions and epoch ticks; between events every running
 //! job progresses at `1/t(w)` iterations per second, so the run is exact, not time-stepped.
 
-use crate::policy::{GainFn, JobBid, PolicyKind};
+use crate::policy::{GainFn, Gains, JobBid, PolicyKind, peers};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
 use crate::schedule::{
     self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, Tenancy,
@@ -38,12 +38,24 @@ impl PolicySpec {
             "fair" => ("fair", PolicyKind::Fair, Objective::Quality),
             "oracle" => ("oracle", PolicyKind::Slaq, Objective::Quality),
             "srpt-oracle" => ("srpt-oracle", PolicyKind::Slaq, Objective::Quality),
+            "optimus" => ("optimus", PolicyKind::Slaq, Objective::Quality),
+            "pollux" => ("pollux", PolicyKind::Slaq, Objective::Quality),
+            "tiresias" => ("tiresias", PolicyKind::Slaq, Objective::Quality),
+            "themis" => ("themis", PolicyKind::Slaq, Objective::Quality),
+            "themis-d1" => ("themis-d1", PolicyKind::Slaq, Objective::Quality),
             _ => return None,
         };
         Some(PolicySpec { name, kind, objective })
     }
 
-    pub const NAMES: [&'static str; 5] = ["slaq", "slaq-paper", "fair", "oracle", "srpt-oracle"];
+    pub const NAMES: [&'static str; 10] =
+        ["slaq", "slaq-paper", "fair", "oracle", "srpt-oracle", "optimus", "pollux", "tiresias", "themis", "themis-d1"];
+
+    /// The peers' policies (`policy::peers`): their own rules through the one greedy, on the
+    /// jobs' predicted times and remaining work, with neither slaq's floor nor its bound.
+    pub fn is_peer(&self) -> bool {
+        matches!(self.name, "optimus" | "pollux" | "tiresias" | "themis" | "themis-d1")
+    }
 
     /// The oracles bid with the truth (each job's future curve, remaining work and speed-up),
     /// not with a prediction.
@@ -55,9 +67,10 @@ impl PolicySpec {
     /// reference, which is pure shortest-remaining-first (a floor or a bound would make it
     /// another policy).
     fn plan(&self, plan: PlanSettings) -> PlanSettings {
-        match self.name {
-            "srpt-oracle" => PlanSettings { floor: 0.0, max_slowdown: 0.0, ..plan },
-            _ => plan,
+        if self.name == "srpt-oracle" || self.is_peer() {
+            PlanSettings { floor: 0.0, max_slowdown: 0.0, ..plan }
+        } else {
+            plan
         }
     }
 }
@@ -85,6 +98,10 @@ pub struct SimConfig {
     /// drop) on the job's fitted curve, never less than the Tiresias-like prior of as many
     /// iterations again as it has run here (nor one epoch on one worker).
     pub predict_length: bool,
+    /// Whether the jobs' iteration-time priors take the speed-up shape the cluster's jobs have
+    /// measured (`quality::pooled_shape`, refreshed every [`POOL_EVERY`] epochs) instead of the
+    /// configured one: the fair clock and the gains at counts a job has not run at.
+    pub pooled_time_prior: bool,
     /// The weight of the completion term in slaq's bids (`schedule::finish`, issue #41): 0 is
     /// the quality gain alone; larger values value finishing more.
     pub completion_weight: f64,
@@ -104,7 +121,8 @@ impl Default for SimConfig {
             min_workers_per_job: 0,
             plan: PlanSettings::default(),
             predict_length: false,
-            completion_weight: 0.0,
+            completion_weight: schedule::DEFAULT_COMPLETION_WEIGHT,
+            pooled_time_prior: false,
             predictor: PredictorConfig::default(),
             max_time_s: 1e7,
         }
@@ -117,12 +135,24 @@ impl Default for SimConfig {
 /// `contended_fraction` of a run's metrics measures this.
 pub const DEFAULT_WORKERS: u32 = 64;
 
+/// Epochs between refreshes of the pooled speed-up shape ([`SimConfig::pooled_time_prior`]).
+pub const POOL_EVERY: u32 = 6;
+
 struct JobState<'a> {
     replay: ReplayJob<'a>,
     predictor: JobPredictor,
     attained_service: f64,
     ledger: FloorLedger,
     bid: Option<GainCurve>,
+    /// `srpt-oracle`'s heSRPT weight this epoch (its rank by true remaining work).
+    srpt_weight: f64,
+    /// `srpt-oracle`'s view of the job's true speed-up: its upper concave hull over the
+    /// cluster's counts (a measured curve's dips would stop its greedy short).
+    speed_hull: Vec<f64>,
+    /// `tiresias`'s demand: the equal share of the cluster when the job arrived.
+    demand: u32,
+    /// `themis`: when the job's lease on its workers ends.
+    lease_until: f64,
 }
 
 /// Runs one workload under one policy. Deterministic: same inputs, same result.
@@ -149,6 +179,14 @@ pub fn run_with(
             attained_service: 0.0,
             ledger: FloorLedger::default(),
             bid: None,
+            srpt_weight: 0.0,
+            speed_hull: if policy.name == "srpt-oracle" {
+                concave_hull(&config.speedup.curve(job.application), config.num_workers)
+            } else {
+                Vec::new()
+            },
+            demand: 1,
+            lease_until: 0.0,
         })
         .collect();
     let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
@@ -159,6 +197,8 @@ pub fn run_with(
     let mut next_epoch = 0.0f64;
     let mut metrics = Tracker::new(config.num_workers);
     let mut num_finished = 0;
+    let mut epochs = 0u32;
+    let mut pooled: Option<(f64, f64)> = None;
 
     while num_finished < jobs.len() && now < config.max_time_s {
         // The next event: an arrival, an epoch tick, the earliest iteration completion, or a
@@ -179,6 +219,9 @@ pub fn run_with(
         now = next_time;
         if let Some(teams) = teams.as_deref_mut() {
             teams.on_time(now, &mut replays(&mut states));
+            for &j in &active {
+                states[j].replay.note_workers();
+            }
         }
 
         for _ in 0..complete(&mut states, &mut active, now) {
@@ -193,14 +236,25 @@ pub fn run_with(
             }
             next_arrival += 1;
             let s = &mut states[j];
+            if let Some((serial, comm)) = pooled {
+                s.predictor.set_time_shape(serial, comm);
+            }
             warm_up(&mut s.predictor, &s.replay.job.loss[..s.replay.job.offset]);
             s.replay.arrive(now);
             active.push(j);
+            states[j].demand = (config.num_workers / active.len() as u32).max(1);
         }
         active.sort_unstable();
 
         if now >= next_epoch {
+            if config.pooled_time_prior && epochs.is_multiple_of(POOL_EVERY) {
+                pooled = pool_time_shape(&mut states, &active).or(pooled);
+            }
+            epochs += 1;
             reallocate(&mut states, &active, config, policy, now, teams.as_deref_mut());
+            for &j in &active {
+                states[j].replay.note_workers();
+            }
             metrics.sample(now, active.iter().map(|&j| states[j].replay.view()));
             next_epoch = now + config.epoch_s;
         }
@@ -208,6 +262,17 @@ pub fn run_with(
 
     let outcomes = states.iter().map(|s| s.replay.outcome()).collect();
     metrics.finish(policy.name, outcomes, now)
+}
+
+/// Gives the active jobs' time priors the speed-up shape all jobs have measured so far, and
+/// returns it.
+fn pool_time_shape(states: &mut [JobState<'_>], active: &[usize]) -> Option<(f64, f64)> {
+    let curves: Vec<_> = states.iter().map(|s| s.predictor.time_curve()).collect();
+    let (serial, comm) = crate::quality::pooled_shape(&curves)?;
+    for &j in active {
+        states[j].predictor.set_time_shape(serial, comm);
+    }
+    Some((serial, comm))
 }
 
 /// Iterations done by `now` are observed; jobs that finish leave `active`. Returns how many did.
@@ -260,9 +325,11 @@ enum SimGain<'a> {
         horizon_s: f64,
     },
     Srpt {
-        replay: &'a ReplayJob<'a>,
-        horizon_s: f64,
+        hull: &'a [f64],
+        weight: f64,
     },
+    /// A peer's table (`policy::peers`).
+    Peer(Gains),
 }
 
 impl GainFn for SimGain<'_> {
@@ -271,7 +338,8 @@ impl GainFn for SimGain<'_> {
             SimGain::Predicted(g) => g.gain(workers),
             SimGain::Priced(t) => t.gain(workers),
             SimGain::Oracle { replay, horizon_s } => oracle_gain(replay, *horizon_s, workers),
-            SimGain::Srpt { replay, horizon_s } => srpt_gain(replay, *horizon_s, workers),
+            SimGain::Peer(t) => t.gain(workers),
+            SimGain::Srpt { hull, weight } => weight * hull[(workers as usize).min(hull.len() - 1)],
         }
     }
 }
@@ -301,33 +369,49 @@ pub fn oracle_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 
     area / horizon_s
 }
 
-/// The completion-time reference's gain (`srpt-oracle`): the fraction of the job's true
-/// remaining work that `workers` get done over the horizon, at most all of it. Its marginal
-/// gains are the speed-up's marginal rate divided by the remaining work, so the greedy serves
-/// the jobs with the least work left first while each extra worker is worth less under a
-/// sublinear speed-up: the allocation heSRPT (Berg et al.) and AFS (CoDDL, NSDI 2021) argue
-/// for, where pure shortest-remaining-first over-serves one job.
-pub fn srpt_gain(replay: &ReplayJob<'_>, horizon_s: f64, workers: u32) -> f64 {
-    if workers == 0 {
-        return 0.0;
-    }
+/// A job's true remaining work in one-worker seconds (what `srpt-oracle` ranks by).
+pub fn true_remaining_s(replay: &ReplayJob<'_>) -> f64 {
     let job = replay.job;
     let mut left: f64 = job.one_worker_seconds[replay.next.min(job.loss.len())..].iter().sum();
     if replay.next < job.loss.len() {
         left -= job.one_worker_seconds[replay.next] * replay.progress;
     }
-    if left <= 0.0 {
-        return 1.0;
-    }
-    (horizon_s / (left * replay.speedup.factor(workers))).min(1.0)
+    left.max(0.0)
 }
 
-/// Iterations a job of unknown length is predicted to have left (see
-/// [`SimConfig::predict_length`]): from its bid's fitted curve, at least as many as it has done
-/// here and `one_epoch` (an epoch's iterations on one worker).
-fn predicted_remaining(bid: Option<&GainCurve>, done: f64, one_epoch: f64) -> f64 {
-    let optimus = bid.and_then(|g| Some(g.model.converged_at(1.0, g.k_now, 0.05)? - g.k_now)).unwrap_or(0.0);
-    optimus.max(done).max(one_epoch).max(1e-9)
+/// A job's speed with `workers` workers relative to one (0 with none).
+fn speed_of(curve: &super::speedup::SpeedupCurve, workers: u32) -> f64 {
+    if workers == 0 { 0.0 } else { 1.0 / curve.factor(workers) }
+}
+
+/// The upper concave hull of `0, speed(1), …, speed(n)` (`schedule::concave_hull`).
+fn concave_hull(curve: &super::speedup::SpeedupCurve, n: u32) -> Vec<f64> {
+    let points: Vec<f64> = (0..=n.max(1)).map(|k| speed_of(curve, k)).collect();
+    schedule::concave_hull(&points)
+}
+
+/// `srpt-oracle`'s weights: heSRPT's (Berg et al., SIGMETRICS 2020) for the active jobs ranked
+/// by true remaining work, the exponent `p` fitted on their true speed-ups
+/// (`schedule::completion_terms` does the same on predicted ones).
+fn srpt_weights(states: &mut [JobState<'_>], active: &[usize], num_workers: u32) {
+    let m = active.len();
+    if m == 0 {
+        return;
+    }
+    let up_to = (2 * num_workers / m as u32).max(2);
+    let exponent = active
+        .iter()
+        .map(|&j| {
+            let c = &states[j].replay.speedup;
+            schedule::speedup_exponent(|k| speed_of(c, k), up_to.min(c.most_useful_workers()))
+        })
+        .sum::<f64>()
+        / m as f64;
+    let remaining: Vec<f64> = active.iter().map(|&j| true_remaining_s(&states[j].replay)).collect();
+    let weights = schedule::hesrpt_weights(&remaining, exponent);
+    for (&j, w) in active.iter().zip(weights) {
+        states[j].srpt_weight = w;
+    }
 }
 
 /// A job's gain this epoch: the oracle's truth, or its predictor's bid (priced for a restart
@@ -341,7 +425,7 @@ fn sim_gain<'s>(
 ) -> Option<SimGain<'s>> {
     match policy.name {
         "oracle" => return Some(SimGain::Oracle { replay: &s.replay, horizon_s }),
-        "srpt-oracle" => return Some(SimGain::Srpt { replay: &s.replay, horizon_s }),
+        "srpt-oracle" => return Some(SimGain::Srpt { hull: &s.speed_hull, weight: s.srpt_weight }),
         _ => {}
     }
     let g = s.bid.as_ref()?;
@@ -368,20 +452,103 @@ fn remaining_of(s: &JobState<'_>, config: &SimConfig, one_epoch: f64) -> f64 {
     let r = &s.replay;
     if config.predict_length {
         let done = (r.next - r.job.offset) as f64 + r.progress;
-        predicted_remaining(s.bid.as_ref(), done, one_epoch)
+        schedule::predicted_remaining(s.bid.as_ref(), done, one_epoch)
     } else {
         (r.job.loss.len() - r.next) as f64 - r.progress
     }
 }
 
+/// `tiresias`'s queue limits in attained worker-seconds (two queues, as Tiresias's evaluation
+/// runs): set once, before any run, at ten worker-minutes.
+const TIRESIAS_QUEUE_LIMITS: [f64; 1] = [600.0];
+
+/// `themis`'s lease: workers it grants are held this long (Themis leases for minutes on jobs of
+/// hours; the curve workloads' jobs run minutes). Set once, before any run.
+const THEMIS_LEASE_S: f64 = 30.0;
+
+/// A peer's bid for each active job: its gain table and its bounds (none for slaq's own
+/// policies). Themis's jobs holding a lease keep their workers: a bidder may get more, the
+/// others exactly what they hold.
+fn peer_tables(
+    states: &[JobState<'_>],
+    active: &[usize],
+    config: &SimConfig,
+    policy: PolicySpec,
+    now: f64,
+) -> Vec<(Gains, u32, u32)> {
+    if !policy.is_peer() || active.is_empty() {
+        return Vec::new();
+    }
+    let n = config.num_workers.min(config.max_workers_per_job);
+    let share = (config.num_workers / active.len() as u32).max(1);
+    let seconds: Vec<Vec<f64>> = active
+        .iter()
+        .map(|&j| {
+            let time = states[j].predictor.time_curve();
+            (0..=n).map(|w| if w == 0 { 0.0 } else { time.seconds(w) }).collect()
+        })
+        .collect();
+    let views: Vec<peers::PeerJob<'_>> = active
+        .iter()
+        .zip(&seconds)
+        .map(|(&j, seconds)| {
+            let s = &states[j];
+            let r = &s.replay;
+            peers::PeerJob {
+                seconds,
+                remaining_iters: remaining_of(s, config, config.epoch_s / seconds[1]),
+                done_iters: (r.next - r.job.offset) as f64 + r.progress,
+                age_s: now - r.job.arrival_s,
+                attained_service: s.attained_service,
+            }
+        })
+        .collect();
+    let free = |g: Gains| (g, config.min_workers_per_job, config.max_workers_per_job);
+    match policy.name {
+        "optimus" => views.iter().map(|v| free(peers::optimus(v))).collect(),
+        "pollux" => views.iter().map(|v| free(peers::pollux(v, share))).collect(),
+        "tiresias" => {
+            let attained: Vec<f64> = views.iter().map(|v| v.attained_service).collect();
+            let arrivals: Vec<f64> = active.iter().map(|&j| states[j].replay.job.arrival_s).collect();
+            let priority = peers::tiresias_priorities(&attained, &arrivals, &TIRESIAS_QUEUE_LIMITS);
+            active
+                .iter()
+                .enumerate()
+                .map(|(i, &j)| free(peers::tiresias(&views[i], states[j].demand, priority[i])))
+                .collect()
+        }
+        _ => {
+            let d = if policy.name == "themis" { 0.2 } else { 1.0 };
+            let rho: Vec<f64> = active
+                .iter()
+                .zip(&views)
+                .map(|(&j, v)| peers::themis_rho(v, states[j].replay.workers as usize, share))
+                .collect();
+            let bidders = peers::themis_bidders(&rho, d);
+            active
+                .iter()
+                .zip(&views)
+                .zip(bidders)
+                .map(|((&j, v), bidder)| {
+                    let s = &states[j];
+                    let held = if s.lease_until > now { s.replay.workers } else { 0 };
+                    let max = if bidder || held == 0 { config.max_workers_per_job } else { held };
+                    (peers::themis(v, share, bidder), held.max(config.min_workers_per_job), max)
+                })
+                .collect()
+        }
+    }
+}
+
 /// A job's completion term (`schedule::finish`): slaq's bids only, with a weight.
-fn finish_of(s: &JobState<'_>, config: &SimConfig, policy: PolicySpec, horizon_s: f64) -> Option<schedule::Finish> {
-    if config.completion_weight <= 0.0 || policy.is_oracle() {
+fn finish_of(s: &JobState<'_>, config: &SimConfig, policy: PolicySpec) -> Option<schedule::Finish> {
+    if config.completion_weight <= 0.0 || policy.is_oracle() || policy.kind != PolicyKind::Slaq {
         return None;
     }
     let time = s.predictor.time_curve();
     let one_epoch = config.epoch_s / time.seconds(1);
     let remaining_iters = remaining_of(s, config, one_epoch);
+    let horizon_s = config.gain_horizon_s;
     Some(schedule::Finish { time, remaining_iters, horizon_s, weight: config.completion_weight })
 }
 
@@ -394,6 +561,9 @@ fn reallocate(
     teams: Option<&mut Teams<'_>>,
 ) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
+    if policy.name == "srpt-oracle" {
+        srpt_weights(states, active, config.num_workers);
+    }
     let plan = policy.plan(config.plan);
     // The finish-time bound's view of each job: its declared length (the curve's iterations, as
     // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
@@ -420,20 +590,22 @@ fn reallocate(
     };
     // With teams every change restarts a job: its gains are priced for it (`sim_gain`).
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
+    let mut peer_gains = peer_tables(states, active, config, policy, now);
     let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
         let cost_s = teams.as_deref().map_or(0.0, |t| t.stop_cost_s(j, now));
         let gain = needs_gains
-            .then(|| sim_gain(s, policy, horizon_s, cost_s, table))
+            .then(|| match peer_gains.get_mut(i) {
+                Some((t, _, _)) => Some(SimGain::Peer(std::mem::take(t))),
+                None => sim_gain(s, policy, horizon_s, cost_s, table),
+            })
             .flatten()
-            .map(|gain| schedule::Finishing { gain, finish: finish_of(s, config, policy, config.gain_horizon_s) });
-        let bid = JobBid {
-            min_workers: config.min_workers_per_job,
-            max_workers: config.max_workers_per_job,
-            attained_service: s.attained_service,
-            gain,
-        };
+            .map(|gain| schedule::Finishing { gain, finish: finish_of(s, config, policy) });
+        let (min_workers, max_workers) = peer_gains
+            .get(i)
+            .map_or((config.min_workers_per_job, config.max_workers_per_job), |&(_, min, max)| (min, max));
+        let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
         // their counts (the fewest moves maps them to workers, which the simulator does not track).
         let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));
@@ -463,6 +635,13 @@ fn reallocate(
     drop(epoch_jobs);
     for (&j, ledger) in active.iter().zip(ledgers) {
         states[j].ledger = ledger;
+    }
+    if policy.name.starts_with("themis") {
+        for (&j, &w) in active.iter().zip(&planned.counts) {
+            if w != states[j].replay.workers {
+                states[j].lease_until = now + THEMIS_LEASE_S;
+            }
+        }
     }
     apply(states, active, &planned, now, teams);
 }

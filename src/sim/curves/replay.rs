@@ -31,6 +31,11 @@ pub struct ReplayJob<'a> {
     reached_90: Option<f64>,
     reached_95: Option<f64>,
     finished: Option<f64>,
+    /// Worker counts it has run at: the last seen, and how many times it was (re)launched at
+    /// a new nonzero count after its first start ([`ReplayJob::note_workers`]).
+    last_workers: u32,
+    started: bool,
+    restarts: u32,
 }
 
 /// An iteration that has just finished.
@@ -66,6 +71,22 @@ impl<'a> ReplayJob<'a> {
             reached_90: None,
             reached_95: None,
             finished: None,
+            last_workers: 0,
+            started: false,
+            restarts: 0,
+        }
+    }
+
+    /// Notes its worker count after a decision: a change to a new nonzero count after it first
+    /// started is a restart (an elastic job relaunches from its checkpoint on every change of
+    /// workers; a stop to zero is counted when it resumes).
+    pub fn note_workers(&mut self) {
+        if self.workers != self.last_workers {
+            if self.workers > 0 {
+                self.restarts += u32::from(self.started);
+                self.started = true;
+            }
+            self.last_workers = self.workers;
         }
     }
 
@@ -156,6 +177,7 @@ impl<'a> ReplayJob<'a> {
             time_to_90_s: since_arrival(self.reached_90),
             time_to_95_s: since_arrival(self.reached_95),
             completion_s: since_arrival(self.finished),
+            restarts: self.restarts,
         }
     }
 }

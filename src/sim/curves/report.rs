@@ -336,13 +336,13 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
             }
             std::fs::write(dir.join(format!("timeseries-{}-{}.csv", cluster.workers, r.policy)), series)?;
             let mut jobs = String::from(
-                "id,family,group,arrival_s,initial_norm_loss,loss_area,time_to_90_s,time_to_95_s,completion_s\n",
+                "id,family,group,arrival_s,initial_norm_loss,loss_area,time_to_90_s,time_to_95_s,completion_s,restarts\n",
             );
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
             for j in &r.jobs {
                 let _ = writeln!(
                     jobs,
-                    "{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{}",
                     j.id,
                     j.family,
                     j.group.name(),
@@ -351,7 +351,8 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
                     j.loss_area,
                     opt(j.time_to_90_s),
                     opt(j.time_to_95_s),
-                    opt(j.completion_s)
+                    opt(j.completion_s),
+                    j.restarts
                 );
             }
             std::fs::write(dir.join(format!("jobs-{}-{}.csv", cluster.workers, r.policy)), jobs)?;
