@@ -43,6 +43,18 @@ pub fn gains(rates: &[f64], remaining: f64, horizon_s: f64, current: u32, restar
         .collect()
 }
 
+/// Pollux's restart penalty (Qiao et al., OSDI 2021, as its simulator applies it): a running
+/// job's value on any other allocation is scaled by `(age − restarts·restart_s) / (age +
+/// restart_s)`, clamped to [0, 1], so a young job, or one already moved often, stays where it
+/// is; a job moved `r` times has lost about `r·restart_s` of its `age` to restarts.
+pub fn restart_factor(age_s: f64, restarts: u32, restart_s: f64) -> f64 {
+    if restart_s <= 0.0 {
+        return 1.0;
+    }
+    let age = age_s.max(0.0);
+    ((age - f64::from(restarts) * restart_s) / (age + restart_s)).clamp(0.0, 1.0)
+}
+
 /// The least concave majorant of `g(0..n)` (its upper concave hull, linear between vertices).
 /// Gains with a dip (the locality cliff from four GPUs on one machine to five on two; the restart
 /// that a change costs) stop a greedy that hands out one slot at a time at the dip even where a
@@ -135,6 +147,15 @@ pub fn make_bid(predictor: &mut JobPredictor, horizon_s: f64, epoch_s: f64, work
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_restart_factor_keeps_young_and_often_moved_jobs_put() {
+        assert_eq!(restart_factor(0.0, 0, 30.0), 0.0, "a job that just started stays put");
+        assert!((restart_factor(270.0, 0, 30.0) - 0.9).abs() < 1e-12);
+        assert!((restart_factor(270.0, 3, 30.0) - 0.6).abs() < 1e-12, "three moves cost 90 s of 270");
+        assert_eq!(restart_factor(100.0, 10, 30.0), 0.0, "moved more than its age pays for");
+        assert_eq!(restart_factor(5.0, 2, 0.0), 1.0, "free restarts: no penalty");
+    }
     use crate::cluster::place::Layout;
     use crate::schedule::job::test_job;
 

@@ -22,7 +22,7 @@ pub mod tenants;
 pub mod typed;
 
 pub use batch::{batch_for, batch_to_run};
-pub use bid::{GainTable, bid_horizon, concave_hull, gains, make_bid, rates, restart_priced};
+pub use bid::{GainTable, bid_horizon, concave_hull, gains, make_bid, rates, restart_factor, restart_priced};
 pub use counts::{
     DEFAULT_FLOOR, DEFAULT_MAX_SLOWDOWN, FloorLedger, PlanSettings, fair_shares, honoured_minimums, plan,
     restrict_sizes,

@@ -633,6 +633,11 @@ pub(crate) struct SimulateArgs {
     /// [default: 120, chosen on workloads 1-4 at load 1.0].
     #[arg(long)]
     pub(crate) restart_horizon: Option<f64>,
+    /// With --pollux-workload: Pollux's restart penalty in slaq's bids (a running job's gains
+    /// elsewhere scaled by (age - restarts x restart) / (age + restart)) [default: true, chosen on
+    /// workloads 1-4 over the four loads].
+    #[arg(long)]
+    pub(crate) restart_penalty: Option<bool>,
     /// Whether slaq is told each job's length (known: with --pollux-workload its last epoch, as
     /// Optimus+Oracle is; on curves their iterations, as a max_iter) or not (unknown: as Pollux
     /// is not; on curves the finish-time bound predicts it from the job's fitted curve).

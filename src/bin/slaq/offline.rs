@@ -191,6 +191,9 @@ fn pollux(args: &SimulateArgs) -> anyhow::Result<()> {
         anyhow::ensure!(factor.is_finite() && factor > 0.0, "--unknown-length-factor must be positive");
         config.job_length = pollux::JobLength::Unknown { factor };
     }
+    if let Some(p) = args.restart_penalty {
+        config.restart_penalty = p;
+    }
     if let Some(h) = args.restart_horizon {
         anyhow::ensure!(h.is_finite() && h > 0.0, "--restart-horizon must be positive");
         config.restart_horizon_s = h;

@@ -80,6 +80,9 @@ pub struct Config {
     /// 180, 300 and 600 s, and is reported on workloads 5–8 and the other loads, which it did
     /// not see (docs/evaluation.md, "Pollux's workloads").
     pub restart_horizon_s: f64,
+    /// Pollux's restart penalty in slaq's bids (`schedule::restart_factor`): a running job's
+    /// gains on any other allocation scaled by `(age − restarts·restart_s)/(age + restart_s)`.
+    pub restart_penalty: bool,
     /// Whether slaq is told how long each job is (its last epoch's progress, what
     /// Optimus+Oracle gets) or not (as Pollux is not).
     pub job_length: JobLength,
@@ -121,6 +124,7 @@ impl Default for Config {
             max_s: 30.0 * 86_400.0,
             plan: PlanSettings::default(),
             restart_horizon_s: 120.0,
+            restart_penalty: true,
             job_length: JobLength::Known,
         }
     }
@@ -313,7 +317,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         // 1. What each job bids, and its model.
         let models: Vec<JobModel> = active.iter().map(|&j| jobs[j].model(policy)).collect();
         let mut epoch_jobs: Vec<EpochJob<'_, Gains>> =
-            active.iter().zip(&models).map(|(&j, m)| jobs[j].bid(m, &bidding)).collect();
+            active.iter().zip(&models).map(|(&j, m)| jobs[j].bid(m, &bidding, now)).collect();
         // The finish-time bound's view of each job: its progress, what is left of it as slaq
         // may know it (`--job-length`), and its predicted rate at each count up to its bid's.
         let bounded = policy != Policy::Fair && config.plan.slowdown_bound().is_finite();
@@ -428,7 +432,7 @@ impl<'a> Job<'a> {
     /// has no gains to weigh a restart against: it keeps a job's slots for the residence and
     /// asks for the user's GPUs. slaq bids gains net of the restart, for up to twice the GPUs
     /// the job has run on (its model is trusted no further).
-    fn bid<'m>(&self, model: &'m JobModel, how: &Bidding<'_>) -> EpochJob<'m, Gains> {
+    fn bid<'m>(&self, model: &'m JobModel, how: &Bidding<'_>, now: f64) -> EpochJob<'m, Gains> {
         let cur = self.count();
         let fair = how.policy == Policy::Fair;
         let pinned = fair && cur > 0 && self.since_change < how.residence;
@@ -438,7 +442,16 @@ impl<'a> Job<'a> {
             let config = how.config;
             let rates = schedule::rates(model, max, config.slots);
             let remaining = self.remaining(&rates, config);
-            let g = schedule::gains(&rates, remaining, how.place.horizon_s, cur, config.restart_s);
+            let mut g = schedule::gains(&rates, remaining, how.place.horizon_s, cur, config.restart_s);
+            if config.restart_penalty && cur > 0 {
+                let factor =
+                    schedule::restart_factor(now - self.spec.submit_s, self.restarts.unwrap_or(0), config.restart_s);
+                for (k, v) in g.iter_mut().enumerate() {
+                    if k as u32 != cur {
+                        *v *= factor;
+                    }
+                }
+            }
             Gains(schedule::concave_hull(&g))
         });
         let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain };
