@@ -6,7 +6,8 @@ frontier over the completion weight lambda at 64 workers beside every peer's poi
 Runs `target/release/slaq simulate --json` and prints, per cell and policy, the means over the
 seeds of: loss-area reduction against fair (%), mean JCT / fair's, worst slowdown against fair
 (mean over seeds, max in brackets), p95 slowdown (mean, max), mean time to 90% and to 95% /
-fair's, restarts per job. Metrics are defined once in src/sim/curves/metrics.rs.
+fair's, restarts per job, the fair clock's p90 error (its fair finish / the job's JCT under fair,
+over the jobs whose clock finished; slaq only, with the bound). Metrics are defined once in src/sim/curves/metrics.rs.
 
   benches/issue41.py table --seeds 4,5,6            # the held-out table
   benches/issue41.py frontier --seeds 4,5,6 --svg docs/img   # lambda sweep + peers, SVG per cell
@@ -44,6 +45,8 @@ def figures(p, fair):
         "t90": p["mean_time_to_90_s"] / fair["mean_time_to_90_s"],
         "t95": p["time_to_95_s"] / fair["time_to_95_s"],
         "restarts": p["restarts_per_job"],
+        # The fair clock's error (the bound's view of fair sharing), p90 of clock / fair JCT.
+        "clock_p90": (p.get("fair_clock_vs_fair") or [float("nan")] * 3)[1],
     }
 
 
@@ -60,7 +63,7 @@ def cell(workers, speedup, seeds, policies, extra=()):
 
 
 def table(a):
-    print("speedup      W  policy        area%  JCT/fair  worst(max)    p95(max)    t90/f  t95/f  restarts")
+    print("speedup      W  policy        area%  JCT/fair  worst(max)    p95(max)    t90/f  t95/f  restarts  clock p90")
     for speedup in SPEEDUPS:
         for workers in (32, 64, 128, 256):
             res = cell(workers, speedup, a.seeds, POLICIES)
@@ -68,7 +71,7 @@ def table(a):
                 r = res[name]
                 print(f"{speedup:11} {workers:3}  {name:12} {r['area']:+7.1f}  {r['jct']:7.3f}  "
                       f"{r['worst']:5.2f}({r['worst_max']:5.2f})  {r['p95']:5.2f}({r['p95_max']:5.2f})  "
-                      f"{r['t90']:5.2f}  {r['t95']:5.2f}  {r['restarts']:6.1f}", flush=True)
+                      f"{r['t90']:5.2f}  {r['t95']:5.2f}  {r['restarts']:6.1f}  {r['clock_p90']:9.2f}", flush=True)
 
 
 def svg(path, title, frontier, peers):

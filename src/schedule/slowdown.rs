@@ -175,6 +175,12 @@ impl PaceLedger {
         }
     }
 
+    /// When (seconds from arrival) the clock says fair sharing finished the job, once it has
+    /// (`None` while the clock runs).
+    pub fn fair_finish_s(&self) -> Option<f64> {
+        self.fair_finish_s
+    }
+
     /// One-worker seconds fair sharing would have given the job by the last epoch.
     pub fn fair_seconds(&self) -> f64 {
         self.fair_s

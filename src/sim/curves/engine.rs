@@ -260,7 +260,13 @@ pub fn run_with(
         }
     }
 
-    let outcomes = states.iter().map(|s| s.replay.outcome()).collect();
+    let outcomes = states
+        .iter()
+        .map(|s| crate::sim::curves::metrics::JobOutcome {
+            fair_clock_s: s.ledger.pace().fair_finish_s(),
+            ..s.replay.outcome()
+        })
+        .collect();
     metrics.finish(policy.name, outcomes, now)
 }
 

@@ -29,6 +29,9 @@
 //!   its JCT under fair on the same workload (1 for fair itself). **p95 slowdown vs fair**: the
 //!   95th percentile of the same ratios (nearest rank: the smallest ratio that at least 95% of the
 //!   jobs are at or below). Jobs unfinished in either run are left out of both.
+//! - **Fair clock vs fair** (`fair_clock_vs_fair`, with the finish-time bound on): per job whose
+//!   clock finished while it ran, the clock's fair finish over its real JCT under fair on the
+//!   same workload; median, 90th percentile and largest (1: the clock is exact).
 //! - **Cluster share by group**: the fraction of all worker-seconds, while jobs were active,
 //!   given to the jobs that arrived at high, medium and low loss (SLAQ's Fig. 16).
 //! - **Contended fraction**: the fraction of active time in which the active jobs could use more
@@ -54,6 +57,9 @@ pub struct JobOutcome {
     pub completion_s: Option<f64>,
     /// Times it was relaunched at a new worker count after its first start.
     pub restarts: u32,
+    /// The finish-time bound's fair clock at its end: when (seconds from arrival) the clock
+    /// said fair sharing finished it, if the clock had by then (`None` without the bound).
+    pub fair_clock_s: Option<f64>,
 }
 
 /// The state of the cluster at one epoch.
@@ -87,6 +93,11 @@ pub struct Summary {
     /// Filled in by a comparison against a fair run of the same workload.
     pub worst_slowdown_vs_fair: Option<f64>,
     pub p95_slowdown_vs_fair: Option<f64>,
+    /// The fair clock's error against the fair run (with the bound on): the median, 90th
+    /// percentile and largest ratio of a job's clock finish to its JCT under fair, over the
+    /// jobs whose clock finished, and how many those were.
+    pub fair_clock_vs_fair: Option<[f64; 3]>,
+    pub fair_clock_jobs: usize,
     pub makespan_s: f64,
     pub utilisation: f64,
     pub contended_fraction: f64,
@@ -145,6 +156,8 @@ impl RunMetrics {
             restarts_per_job: mean(&jobs.iter().map(|j| f64::from(j.restarts)).collect::<Vec<_>>()),
             worst_slowdown_vs_fair: None,
             p95_slowdown_vs_fair: None,
+            fair_clock_vs_fair: None,
+            fair_clock_jobs: 0,
             makespan_s: end_s,
             utilisation,
             contended_fraction,
@@ -168,6 +181,16 @@ impl RunMetrics {
             .collect();
         self.summary.worst_slowdown_vs_fair = Some(ratios.iter().copied().fold(f64::NAN, f64::max));
         self.summary.p95_slowdown_vs_fair = Some(percentile(&ratios, 0.95));
+        let clock: Vec<f64> = self
+            .jobs
+            .iter()
+            .zip(&fair.jobs)
+            .filter_map(|(mine, theirs)| Some(mine.fair_clock_s? / theirs.completion_s?.max(1e-9)))
+            .collect();
+        self.summary.fair_clock_jobs = clock.len();
+        self.summary.fair_clock_vs_fair = (!clock.is_empty()).then(|| {
+            [percentile(&clock, 0.5), percentile(&clock, 0.9), clock.iter().copied().fold(f64::NAN, f64::max)]
+        });
     }
 }
 

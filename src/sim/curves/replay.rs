@@ -178,6 +178,7 @@ impl<'a> ReplayJob<'a> {
             time_to_95_s: since_arrival(self.reached_95),
             completion_s: since_arrival(self.finished),
             restarts: self.restarts,
+            fair_clock_s: None,
         }
     }
 }
