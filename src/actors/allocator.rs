@@ -76,6 +76,19 @@ struct TypedCluster {
 /// A message encoded for publishing (`None`: it could not be encoded, and that was logged).
 type Encoded = Option<crate::bus::Outgoing>;
 
+/// The iterations a job has left: declared (`max_iters`), or predicted from its curve
+/// (`schedule::predicted_remaining`, at least an epoch's iterations on one worker).
+fn remaining_iters(bid: &Bid, curve: &GainCurve, epoch_s: f64) -> f64 {
+    let last = bid.last_iter.unwrap_or(0);
+    match bid.max_iters {
+        Some(max) => max.saturating_sub(last) as f64,
+        None => {
+            let one_epoch = epoch_s / curve.time.seconds(1).max(1e-12);
+            schedule::predicted_remaining(Some(curve), last as f64, one_epoch)
+        }
+    }
+}
+
 /// What a job bids this epoch: its own gains, or (a submitted job, which every change
 /// restarts) those gains with the restart priced in.
 enum BidGain<'a> {
@@ -186,6 +199,10 @@ struct JobEntry {
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
     /// finish-time bound is on; else empty (no `Pace`).
     pace_rates: Vec<f64>,
+    /// Its iterations left as of its latest bid (declared, or predicted from its curve: a
+    /// search on the curve, done once per bid, not per epoch); read by the bound and the
+    /// completion term.
+    remaining_iters: f64,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     speeds: JobSpeeds,
 }
@@ -211,6 +228,7 @@ impl JobEntry {
             supervision: Supervision::default(),
             since_s: now_s,
             pace_rates: Vec::new(),
+            remaining_iters: 0.0,
             speeds: JobSpeeds::default(),
         }
     }
@@ -854,9 +872,8 @@ impl AllocatorActor {
                         min_workers: b.min_workers,
                         max_workers: b.max_workers,
                         attained_service,
-                        gain: b.gain.as_ref().map(|g| schedule::Finishing {
-                            finish: self.finish_of(b, g.curve()),
-                            gain: match &entry.command {
+                        gain: b.gain.as_ref().map(|g| {
+                            let gain = match &entry.command {
                                 // Every change restarts it: the measured cost once known, else the
                                 // configured one (the prior), plus the work since its checkpoint.
                                 Some(_) => BidGain::Priced(schedule::restart_priced(
@@ -869,7 +886,9 @@ impl AllocatorActor {
                                     PRICED_TABLE_LEN,
                                 )),
                                 None => BidGain::Curve(ByRef(g)),
-                            },
+                            };
+                            let len = DEFAULT_TABLE_LEN.min(b.max_workers.min(num_workers) as usize + 1);
+                            schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters), len)
                         }),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
@@ -880,7 +899,7 @@ impl AllocatorActor {
                     Some(schedule::Pace {
                         age_s: now_s - entry.since_s,
                         done: last as f64,
-                        remaining: self.remaining_of(b, b.gain.as_ref()?.curve()),
+                        remaining: entry.remaining_iters,
                         rates: &entry.pace_rates,
                         wait_s: self.settings.epoch.as_secs_f64(),
                     })
@@ -896,26 +915,12 @@ impl AllocatorActor {
             .collect()
     }
 
-    /// The iterations a job has left: declared (`max_iters`), or predicted from its curve
-    /// (`schedule::predicted_remaining`).
-    fn remaining_of(&self, bid: &Bid, curve: &GainCurve) -> f64 {
-        let last = bid.last_iter.unwrap_or(0);
-        match bid.max_iters {
-            Some(max) => max.saturating_sub(last) as f64,
-            None => {
-                let one_epoch = self.settings.epoch.as_secs_f64() / curve.time.seconds(1).max(1e-12);
-                schedule::predicted_remaining(Some(curve), last as f64, one_epoch)
-            }
-        }
-    }
-
     /// A job's completion term (`schedule::finish`): none under fair sharing or with weight 0.
-    fn finish_of(&self, bid: &Bid, curve: &GainCurve) -> Option<schedule::Finish> {
+    fn finish_of(&self, curve: &GainCurve, remaining_iters: f64) -> Option<schedule::Finish> {
         let weight = self.settings.completion_weight;
         if weight <= 0.0 || self.settings.policy == PolicyKind::Fair {
             return None;
         }
-        let remaining_iters = self.remaining_of(bid, curve);
         Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: self.settings.bid_horizon_s, weight })
     }
 
@@ -1100,6 +1105,10 @@ impl AllocatorActor {
             let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
             if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
                 entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
+            }
+            let priced = bounded || (self.settings.completion_weight > 0.0 && self.settings.policy != PolicyKind::Fair);
+            if let Some(g) = bid.gain.as_ref().filter(|_| priced) {
+                entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
             entry.bid = Some(bid);
             entry.pending_for = None;

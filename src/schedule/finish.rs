@@ -54,21 +54,41 @@ impl Finish {
     }
 }
 
-/// A job's gain with its completion term (none: the gain alone).
+/// A job's gain with its completion term (none: the gain alone). With the term, the inner
+/// gain's table no longer answers for the sum: [`Finishing::tabled`] keeps the sum's first
+/// values, which allocations read in a tight loop (`policy::table`).
 #[derive(Clone, Debug)]
 pub struct Finishing<G> {
     pub gain: G,
     pub finish: Option<Finish>,
+    table: Vec<f64>,
+}
+
+impl<G: GainFn> Finishing<G> {
+    pub fn new(gain: G, finish: Option<Finish>) -> Self {
+        Finishing { gain, finish, table: Vec::new() }
+    }
+
+    /// The same, with the sum's values for `w = 0..len` precomputed when the term is on.
+    pub fn tabled(gain: G, finish: Option<Finish>, len: usize) -> Self {
+        let mut f = Finishing::new(gain, finish);
+        if f.finish.is_some() {
+            f.table = (0..len as u32).map(|w| f.gain(w)).collect();
+        }
+        f
+    }
 }
 
 impl<G: GainFn> GainFn for Finishing<G> {
     fn gain(&self, workers: u32) -> f64 {
+        if let Some(&g) = self.table.get(workers as usize) {
+            return g;
+        }
         self.gain.gain(workers) + self.finish.map_or(0.0, |f| f.weight * f.done(workers, 1.0))
     }
 
     fn table(&self) -> &[f64] {
-        // The inner table holds the gain alone.
-        if self.finish.is_some() { &[] } else { self.gain.table() }
+        if self.finish.is_some() { &self.table } else { self.gain.table() }
     }
 
     fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
@@ -135,10 +155,17 @@ mod tests {
         assert!((f.done(4, 1.0) - 0.4).abs() < 1e-9);
         assert_eq!(f.done(20, 1.0), 1.0, "done within the horizon: no more is worth anything");
         assert!((f.done(1, 2.0) - 0.2).abs() < 1e-9, "twice as fast workers");
-        let g = Finishing { gain: |w: u32| 0.01 * f64::from(w), finish: Some(f) };
+        let g = Finishing::new(|w: u32| 0.01 * f64::from(w), Some(f));
         assert!((g.gain(4) - (0.04 + 2.0 * 0.4)).abs() < 1e-9);
-        let without = Finishing { gain: |w: u32| 0.01 * f64::from(w), finish: None };
+        let without = Finishing::new(|w: u32| 0.01 * f64::from(w), None);
         assert_eq!(without.gain(4), 0.04);
+        // The table holds the sum, equal to it wherever both answer; past it the sum answers.
+        let tabled = Finishing::tabled(|w: u32| 0.01 * f64::from(w), Some(f), 3);
+        assert_eq!(tabled.table().len(), 3);
+        for w in 0..30 {
+            assert!((tabled.gain(w) - g.gain(w)).abs() < 1e-12, "w = {w}");
+        }
+        assert!(Finishing::tabled(|w: u32| f64::from(w), None, 3).table().is_empty(), "no term: the inner table");
     }
 
     #[test]
@@ -186,7 +213,7 @@ mod tests {
                     .map(|&(remaining, quality)| {
                         let remaining_iters = f64::from(remaining);
                         let finish = Finish { time: linear(), remaining_iters, horizon_s: 1.0, weight: 1e6 };
-                        let gain = Finishing { gain: Gains(vec![0.0, quality]), finish: Some(finish) };
+                        let gain = Finishing::new(Gains(vec![0.0, quality]), Some(finish));
                         JobBid { min_workers: 0, max_workers: 1, attained_service: 0.0, gain: Some(gain) }
                     })
                     .collect();

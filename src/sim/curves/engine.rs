@@ -607,7 +607,7 @@ fn reallocate(
                 None => sim_gain(s, policy, horizon_s, cost_s, table),
             })
             .flatten()
-            .map(|gain| schedule::Finishing { gain, finish: finish_of(s, config, policy) });
+            .map(|gain| schedule::Finishing::new(gain, finish_of(s, config, policy)));
         let (min_workers, max_workers) = peer_gains
             .get(i)
             .map_or((config.min_workers_per_job, config.max_workers_per_job), |&(_, min, max)| (min, max));
