@@ -887,8 +887,7 @@ impl AllocatorActor {
                                 )),
                                 None => BidGain::Curve(ByRef(g)),
                             };
-                            let len = DEFAULT_TABLE_LEN.min(b.max_workers.min(num_workers) as usize + 1);
-                            schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters), len)
+                            schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters))
                         }),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },

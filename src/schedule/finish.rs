@@ -69,11 +69,14 @@ impl<G: GainFn> Finishing<G> {
         Finishing { gain, finish, table: Vec::new() }
     }
 
-    /// The same, with the sum's values for `w = 0..len` precomputed when the term is on.
-    pub fn tabled(gain: G, finish: Option<Finish>, len: usize) -> Self {
+    /// The same, with the sum's values precomputed where the inner gain keeps a table (the
+    /// term costs a few operations; evaluating a curve where the inner table ends costs far
+    /// more, and is left to the allocation, which may never read that far).
+    pub fn tabled(gain: G, finish: Option<Finish>) -> Self {
         let mut f = Finishing::new(gain, finish);
-        if f.finish.is_some() {
-            f.table = (0..len as u32).map(|w| f.gain(w)).collect();
+        if let Some(term) = f.finish {
+            f.table =
+                f.gain.table().iter().enumerate().map(|(w, g)| g + term.weight * term.done(w as u32, 1.0)).collect();
         }
         f
     }
@@ -159,13 +162,15 @@ mod tests {
         assert!((g.gain(4) - (0.04 + 2.0 * 0.4)).abs() < 1e-9);
         let without = Finishing::new(|w: u32| 0.01 * f64::from(w), None);
         assert_eq!(without.gain(4), 0.04);
-        // The table holds the sum, equal to it wherever both answer; past it the sum answers.
-        let tabled = Finishing::tabled(|w: u32| 0.01 * f64::from(w), Some(f), 3);
+        // The table holds the sum where the inner gain keeps one, equal to it wherever both
+        // answer; past it the sum answers.
+        let inner = crate::policy::table::Tabled::new(|w: u32| 0.01 * f64::from(w), 2, 64);
+        let tabled = Finishing::tabled(inner.clone(), Some(f));
         assert_eq!(tabled.table().len(), 3);
         for w in 0..30 {
             assert!((tabled.gain(w) - g.gain(w)).abs() < 1e-12, "w = {w}");
         }
-        assert!(Finishing::tabled(|w: u32| f64::from(w), None, 3).table().is_empty(), "no term: the inner table");
+        assert_eq!(Finishing::tabled(inner, None).table().len(), 3, "no term: the inner table");
     }
 
     #[test]
