@@ -397,8 +397,8 @@ fn concave_hull(curve: &super::speedup::SpeedupCurve, n: u32) -> Vec<f64> {
 }
 
 /// `srpt-oracle`'s weights: heSRPT's (Berg et al., SIGMETRICS 2020) for the active jobs ranked
-/// by true remaining work, the exponent `p` fitted on their true speed-ups
-/// (`schedule::completion_terms` does the same on predicted ones).
+/// by true remaining work, the exponent `p` fitted on their true speed-ups up to twice the
+/// equal share (`schedule::speedup_exponent`).
 fn srpt_weights(states: &mut [JobState<'_>], active: &[usize], num_workers: u32) {
     let m = active.len();
     if m == 0 {
