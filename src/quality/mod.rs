@@ -11,4 +11,4 @@ pub mod speeds;
 
 pub use curve::{Curve, Family};
 pub use predictor::{Candidate, GainCurve, JobPredictor, Model, Objective, ObserveError, PredictorConfig};
-pub use runtime::{IterTimeModel, TimeCurve, TimePrior, pooled_shape};
+pub use runtime::{IterTimeModel, TimeCurve, TimePrior};

@@ -476,12 +476,6 @@ impl JobPredictor {
         self.time.curve()
     }
 
-    /// Gives its iteration-time model's prior a speed-up shape learnt from other jobs
-    /// ([`super::runtime::pooled_shape`]); refit at the next bid.
-    pub fn set_time_shape(&mut self, serial_fraction: f64, comm_fraction: f64) {
-        self.time.set_shape(serial_fraction, comm_fraction);
-    }
-
     /// Bytes of state this predictor holds (inline and on the heap).
     pub fn state_bytes(&self) -> usize {
         let pending: usize = self.pending.iter().map(|q| q.capacity() * size_of::<Pending>()).sum();

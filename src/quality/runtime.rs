@@ -294,31 +294,6 @@ impl IterTimeModel {
         .remembering(&self.memory)
     }
 
-    /// Replaces the prior's speed-up shape (serial fraction, communication per doubling): a
-    /// shape learnt from the other jobs ([`pooled_shape`]). The prior's scale is re-derived from
-    /// the times remembered per count, as if they had been observed under the new shape.
-    pub fn set_shape(&mut self, serial_fraction: f64, comm_fraction: f64) {
-        if self.prior.serial_fraction == serial_fraction && self.prior.comm_fraction == comm_fraction {
-            return;
-        }
-        self.prior.serial_fraction = serial_fraction;
-        self.prior.comm_fraction = comm_fraction;
-        let (mut num, mut den) = (0.0, 0.0);
-        for (i, &t) in self.memory.iter().enumerate() {
-            if t > 0.0 {
-                num += f64::from(t) / self.prior_shape((i + 1) as f64);
-                den += 1.0;
-            }
-        }
-        if den > 0.0 {
-            self.scale_num = num / den * self.scale_den;
-        }
-        self.stale = true;
-        if self.num_observations == 0 {
-            self.curve = self.prior_curve(self.prior.one_worker_seconds);
-        }
-    }
-
     /// The fit as of the last [`Self::update`].
     pub fn curve(&self) -> TimeCurve {
         self.curve
@@ -329,79 +304,9 @@ impl IterTimeModel {
     }
 }
 
-/// The speed-up shape `(σ, c)` of `t(w) ∝ σ + (1−σ)/w + c·log2 w` that best explains, in
-/// least squares of log ratios, the times jobs measured at two or more counts (each job's
-/// consecutive measured counts, at most `MAX_PAIRS` pairs in all): what the jobs of this cluster
-/// have shown of their speed-ups, a prior for the counts a job has not run at. A grid over
-/// `σ ∈ [0, 0.5]`, `c ∈ [0, 0.05]`. `None` with fewer than three pairs.
-pub fn pooled_shape(curves: &[TimeCurve]) -> Option<(f64, f64)> {
-    const MAX_PAIRS: usize = 512;
-    let mut pairs: Vec<(f64, f64, f64)> = Vec::new();
-    'jobs: for curve in curves {
-        let mut last: Option<(f64, f64)> = None;
-        for (i, &t) in curve.measured().iter().enumerate() {
-            if t <= 0.0 {
-                continue;
-            }
-            let (w, t) = ((i + 1) as f64, f64::from(t));
-            if let Some((w0, t0)) = last {
-                pairs.push((w0, w, (t / t0).ln()));
-                if pairs.len() >= MAX_PAIRS {
-                    break 'jobs;
-                }
-            }
-            last = Some((w, t));
-        }
-    }
-    if pairs.len() < 3 {
-        return None;
-    }
-    let shape = |sigma: f64, c: f64, w: f64| sigma + (1.0 - sigma) / w + c * w.log2();
-    let error = |sigma: f64, c: f64| -> f64 {
-        pairs.iter().map(|&(w0, w, r)| (r - (shape(sigma, c, w) / shape(sigma, c, w0)).ln()).powi(2)).sum()
-    };
-    let mut best = (f64::INFINITY, 0.0, 0.0);
-    for i in 0..=25 {
-        for j in 0..=25 {
-            let (sigma, c) = (0.02 * f64::from(i), 0.002 * f64::from(j));
-            let e = error(sigma, c);
-            if e < best.0 {
-                best = (e, sigma, c);
-            }
-        }
-    }
-    Some((best.1, best.2))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_pooled_shape_is_the_jobs_speed_up_whatever_their_scales() {
-        // Jobs of different speeds, each measured at a few counts of the same speed-up shape.
-        let curves: Vec<TimeCurve> = (1..=6)
-            .map(|j| {
-                let scale = f64::from(j) * 0.7;
-                let mut memory = [0.0f32; MEMORY];
-                for w in [j, j + 3, 2 * j + 5] {
-                    let wf = f64::from(w);
-                    memory[w as usize - 1] = (scale * (0.06 + 0.94 / wf + 0.008 * wf.log2())) as f32;
-                }
-                TimeCurve::fitted(0.0, 1.0, 0.0).remembering(&memory)
-            })
-            .collect();
-        let (sigma, c) = pooled_shape(&curves).unwrap();
-        assert!((sigma - 0.06).abs() < 0.011 && (c - 0.008).abs() < 0.0011, "{sigma} {c}");
-        assert_eq!(pooled_shape(&curves[..1]), None, "one job's two pairs are not enough");
-        // A model given the shape predicts the counts it never ran at from it.
-        let mut model = IterTimeModel::new(TimePrior::default());
-        model.observe(2, 2.0 * (0.06 + 0.47 + 0.008));
-        model.set_shape(sigma, c);
-        model.update();
-        let want = 2.0 * (0.06 + 0.94 / 16.0 + 0.008 * 4.0);
-        assert!((model.curve().seconds(16) - want).abs() / want < 0.1, "{} vs {want}", model.curve().seconds(16));
-    }
 
     #[test]
     fn prior_answers_before_any_observation() {

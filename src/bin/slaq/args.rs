@@ -599,10 +599,6 @@ pub(crate) struct SimulateArgs {
     /// horizon (issue #41; 0: the quality gain alone) [default: `[sim] completion_weight`, 0.05].
     #[arg(long)]
     pub(crate) completion_weight: Option<f64>,
-    /// Whether the jobs' iteration-time priors take the speed-up shape the cluster's jobs have
-    /// measured (true) or the configured one (false) [default: `[sim] pooled_time_prior`].
-    #[arg(long)]
-    pub(crate) pooled_time_prior: Option<bool>,
     /// Serial fraction σ in the speed-up model `t(w) = t1·(σ + (1−σ)/w + c·log2 w)` [default: 0.05].
     #[arg(long)]
     pub(crate) serial_fraction: Option<f64>,

@@ -78,7 +78,6 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     config.plan.max_slowdown = args.max_slowdown.unwrap_or(config.plan.max_slowdown);
     config.predict_length = args.job_length == "unknown";
     config.completion_weight = args.completion_weight.unwrap_or(config.completion_weight);
-    config.pooled_time_prior = args.pooled_time_prior.unwrap_or(config.pooled_time_prior);
     for &floor in &floors {
         SimConfig { plan: slaq::schedule::PlanSettings { floor, ..config.plan }, ..config }.validate()?;
     }

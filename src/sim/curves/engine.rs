@@ -29,8 +29,8 @@ impl PolicySpec {
     /// The named policies: `slaq` (greedy on the quality objective), `slaq-paper` (greedy on
     /// SLAQ's ΔL/max ΔL normalisation, under the same floor), `fair`, `oracle` (the greedy
     /// on each job's true future curve and true speed-up, looking over the planning horizon; see
-    /// [`oracle_gain`]) and `srpt-oracle` (the completion-time reference: each job's true
-    /// remaining work, heSRPT-style, no floor and no bound; see [`srpt_gain`]).
+    /// [`oracle_gain`]), `srpt-oracle` (the completion-time reference: heSRPT on each job's true
+    /// remaining work and speed-up; see [`srpt_weights`]) and the peers ([`PolicySpec::is_peer`]).
     pub fn named(name: &str) -> Option<PolicySpec> {
         let (name, kind, objective) = match name {
             "slaq" => ("slaq", PolicyKind::Slaq, Objective::Quality),
@@ -63,9 +63,8 @@ impl PolicySpec {
         matches!(self.name, "oracle" | "srpt-oracle")
     }
 
-    /// The plan's settings for this policy: the run's, but none for the completion-time
-    /// reference, which is pure shortest-remaining-first (a floor or a bound would make it
-    /// another policy).
+    /// The plan's settings for this policy: the run's, but neither floor nor bound for the
+    /// completion-time reference and the peers (either would make them other policies).
     fn plan(&self, plan: PlanSettings) -> PlanSettings {
         if self.name == "srpt-oracle" || self.is_peer() {
             PlanSettings { floor: 0.0, max_slowdown: 0.0, ..plan }
@@ -98,10 +97,6 @@ pub struct SimConfig {
     /// drop) on the job's fitted curve, never less than the Tiresias-like prior of as many
     /// iterations again as it has run here (nor one epoch on one worker).
     pub predict_length: bool,
-    /// Whether the jobs' iteration-time priors take the speed-up shape the cluster's jobs have
-    /// measured (`quality::pooled_shape`, refreshed every [`POOL_EVERY`] epochs) instead of the
-    /// configured one: the fair clock and the gains at counts a job has not run at.
-    pub pooled_time_prior: bool,
     /// The weight of the completion term in slaq's bids (`schedule::finish`, issue #41): 0 is
     /// the quality gain alone; larger values value finishing more.
     pub completion_weight: f64,
@@ -122,7 +117,6 @@ impl Default for SimConfig {
             plan: PlanSettings::default(),
             predict_length: false,
             completion_weight: schedule::DEFAULT_COMPLETION_WEIGHT,
-            pooled_time_prior: false,
             predictor: PredictorConfig::default(),
             max_time_s: 1e7,
         }
@@ -134,9 +128,6 @@ impl Default for SimConfig {
 /// could use far more workers than exist for most of the run, as in SLAQ's evaluation. The
 /// `contended_fraction` of a run's metrics measures this.
 pub const DEFAULT_WORKERS: u32 = 64;
-
-/// Epochs between refreshes of the pooled speed-up shape ([`SimConfig::pooled_time_prior`]).
-pub const POOL_EVERY: u32 = 6;
 
 struct JobState<'a> {
     replay: ReplayJob<'a>,
@@ -197,8 +188,6 @@ pub fn run_with(
     let mut next_epoch = 0.0f64;
     let mut metrics = Tracker::new(config.num_workers);
     let mut num_finished = 0;
-    let mut epochs = 0u32;
-    let mut pooled: Option<(f64, f64)> = None;
 
     while num_finished < jobs.len() && now < config.max_time_s {
         // The next event: an arrival, an epoch tick, the earliest iteration completion, or a
@@ -236,9 +225,6 @@ pub fn run_with(
             }
             next_arrival += 1;
             let s = &mut states[j];
-            if let Some((serial, comm)) = pooled {
-                s.predictor.set_time_shape(serial, comm);
-            }
             warm_up(&mut s.predictor, &s.replay.job.loss[..s.replay.job.offset]);
             s.replay.arrive(now);
             active.push(j);
@@ -247,10 +233,6 @@ pub fn run_with(
         active.sort_unstable();
 
         if now >= next_epoch {
-            if config.pooled_time_prior && epochs.is_multiple_of(POOL_EVERY) {
-                pooled = pool_time_shape(&mut states, &active).or(pooled);
-            }
-            epochs += 1;
             reallocate(&mut states, &active, config, policy, now, teams.as_deref_mut());
             for &j in &active {
                 states[j].replay.note_workers();
@@ -268,17 +250,6 @@ pub fn run_with(
         })
         .collect();
     metrics.finish(policy.name, outcomes, now)
-}
-
-/// Gives the active jobs' time priors the speed-up shape all jobs have measured so far, and
-/// returns it.
-fn pool_time_shape(states: &mut [JobState<'_>], active: &[usize]) -> Option<(f64, f64)> {
-    let curves: Vec<_> = states.iter().map(|s| s.predictor.time_curve()).collect();
-    let (serial, comm) = crate::quality::pooled_shape(&curves)?;
-    for &j in active {
-        states[j].predictor.set_time_shape(serial, comm);
-    }
-    Some((serial, comm))
 }
 
 /// Iterations done by `now` are observed; jobs that finish leave `active`. Returns how many did.
