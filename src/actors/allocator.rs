@@ -1105,8 +1105,8 @@ impl AllocatorActor {
             if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
                 entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
             }
-            let priced = bounded || (self.settings.completion_weight > 0.0 && self.settings.policy != PolicyKind::Fair);
-            if let Some(g) = bid.gain.as_ref().filter(|_| priced) {
+            // Read by the bound and the completion term, which fair sharing has neither of.
+            if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
             entry.bid = Some(bid);

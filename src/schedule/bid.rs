@@ -147,6 +147,8 @@ pub fn make_bid(predictor: &mut JobPredictor, horizon_s: f64, epoch_s: f64, work
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::place::Layout;
+    use crate::schedule::job::test_job;
 
     #[test]
     fn the_restart_factor_keeps_young_and_often_moved_jobs_put() {
@@ -156,8 +158,6 @@ mod tests {
         assert_eq!(restart_factor(100.0, 10, 30.0), 0.0, "moved more than its age pays for");
         assert_eq!(restart_factor(5.0, 2, 0.0), 1.0, "free restarts: no penalty");
     }
-    use crate::cluster::place::Layout;
-    use crate::schedule::job::test_job;
 
     #[test]
     fn a_restart_is_priced_into_every_other_count_and_the_dip_is_bridged() {

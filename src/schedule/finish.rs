@@ -40,8 +40,8 @@ impl Finish {
     /// The fraction of the job's remaining work `workers` workers running `speed` times as
     /// fast get done over the horizon, at most all of it. Capped: uncapped, the share over
     /// the remaining work let the smallest job take workers worth almost nothing under a
-    /// sublinear speed-up, and every cell measured worse (benches/runs/2026-11-26-issue41-*);
-    /// heSRPT's optimum gives shares by rank, not by size: the next step.
+    /// sublinear speed-up, and every cell measured worse; heSRPT's rank weights in its place
+    /// traced the same frontier or a worse one (benches/runs/2026-11-26-issue41-*).
     pub fn done(&self, workers: u32, speed: f64) -> f64 {
         if workers == 0 || speed <= 0.0 {
             return 0.0;
@@ -51,6 +51,11 @@ impl Finish {
         }
         let iters = self.horizon_s * speed / self.time.seconds(workers);
         (iters / self.remaining_iters).min(1.0)
+    }
+
+    /// The term's value: `weight` times [`Finish::done`].
+    pub fn value(&self, workers: u32, speed: f64) -> f64 {
+        self.weight * self.done(workers, speed)
     }
 }
 
@@ -75,8 +80,7 @@ impl<G: GainFn> Finishing<G> {
     pub fn tabled(gain: G, finish: Option<Finish>) -> Self {
         let mut f = Finishing::new(gain, finish);
         if let Some(term) = f.finish {
-            f.table =
-                f.gain.table().iter().enumerate().map(|(w, g)| g + term.weight * term.done(w as u32, 1.0)).collect();
+            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + term.value(w as u32, 1.0)).collect();
         }
         f
     }
@@ -87,7 +91,7 @@ impl<G: GainFn> GainFn for Finishing<G> {
         if let Some(&g) = self.table.get(workers as usize) {
             return g;
         }
-        self.gain.gain(workers) + self.finish.map_or(0.0, |f| f.weight * f.done(workers, 1.0))
+        self.gain.gain(workers) + self.finish.map_or(0.0, |f| f.value(workers, 1.0))
     }
 
     fn table(&self) -> &[f64] {
@@ -95,7 +99,7 @@ impl<G: GainFn> GainFn for Finishing<G> {
     }
 
     fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
-        self.gain.gain_at_speed(workers, speed) + self.finish.map_or(0.0, |f| f.weight * f.done(workers, speed))
+        self.gain.gain_at_speed(workers, speed) + self.finish.map_or(0.0, |f| f.value(workers, speed))
     }
 }
 

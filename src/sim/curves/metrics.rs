@@ -143,16 +143,17 @@ impl RunMetrics {
         let t90 = times(0.10, |j| j.time_to_90_s);
         let t95 = times(0.05, |j| j.time_to_95_s);
         let jct: Vec<f64> = jobs.iter().filter_map(|j| j.completion_s).collect();
+        let mean_t95 = mean(&t95);
         let areas: Vec<f64> = jobs.iter().map(|j| j.loss_area).collect();
         let summary = Summary {
             mean_loss_area: mean(&areas),
             avg_active_norm_loss,
             mean_time_to_90_s: mean(&t90),
-            mean_time_to_95_s: mean(&t95),
+            mean_time_to_95_s: mean_t95,
             median_time_to_90_s: median(&t90),
             mean_jct_s: mean(&jct),
             p95_jct_s: percentile(&jct, 0.95),
-            time_to_95_s: mean(&t95),
+            time_to_95_s: mean_t95,
             restarts_per_job: mean(&jobs.iter().map(|j| f64::from(j.restarts)).collect::<Vec<_>>()),
             worst_slowdown_vs_fair: None,
             p95_slowdown_vs_fair: None,
