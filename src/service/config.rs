@@ -715,6 +715,15 @@ mod tests {
         assert!(err.contains("SLAQ_EPOCH_MS"), "{err}");
         let flags = Overrides { prefix: Some("a b".into()), ..Overrides::default() };
         assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
+        for weight in [-0.1, f64::NAN, f64::INFINITY] {
+            let mut raw = RawConfig::default();
+            raw.scheduler.completion_weight = weight;
+            let err = raw.resolve(&BTreeMap::new(), &Overrides::default()).unwrap_err().to_string();
+            assert!(err.contains("completion_weight"), "{weight}: {err}");
+        }
+        let flags = Overrides { horizon_s: Some(0.0), ..Overrides::default() };
+        let err = RawConfig::default().resolve(&BTreeMap::new(), &flags).unwrap_err().to_string();
+        assert!(err.contains("horizon_s"), "{err}");
     }
 
     #[test]
