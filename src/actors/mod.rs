@@ -2,6 +2,7 @@
 //! `quality` and `policy`. One file per concern.
 
 pub mod allocator;
+pub mod bid;
 pub mod job;
 pub mod registry;
 pub mod tenants;

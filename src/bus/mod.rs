@@ -6,6 +6,9 @@ pub mod durable;
 pub mod lease;
 pub mod partitions;
 pub mod provision;
+mod publisher;
+
+pub use publisher::{Outgoing, Publisher};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
-use crate::protocol::{self, Encoding, Subjects};
+use crate::protocol::{self, Encoding};
 
 /// Connection events worth counting (async-nats reports them only through a callback).
 #[derive(Debug, Default)]
@@ -247,86 +250,6 @@ pub async fn connect_counting(
         .map_err(|source| BusError::Connect { urls: joined.clone(), source })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credentials_in_urls_are_taken_out_and_used() {
-        let urls = vec!["nats://alice:s%40cret@127.0.0.1:4222".to_string(), "nats://127.0.0.1:4223".to_string()];
-        let (clean, found) = split_url_credentials(&urls).unwrap();
-        assert_eq!(clean, vec!["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]);
-        assert_eq!(found, Some(("alice".to_string(), Some("s@cret".to_string()))));
-        let (clean, found) = split_url_credentials(&["tok123@localhost:4222".to_string()]).unwrap();
-        assert_eq!((clean[0].as_str(), found), ("nats://localhost:4222", Some(("tok123".to_string(), None))));
-        assert!(split_url_credentials(&["nats://[::1".to_string()]).is_err());
-    }
-}
-
-/// A subject and its encoded payload, ready to send.
-pub type Outgoing = (String, Bytes);
-
-/// Encodes and publishes. Publishing happens on a spawned task so the caller (an actor)
-/// never waits, even while NATS is disconnected.
-#[derive(Clone, Debug)]
-pub struct Publisher {
-    client: async_nats::Client,
-    subjects: Subjects,
-    encoding: Encoding,
-    /// Nothing is published once this scheduler may have lost its lease.
-    fence: lease::Fence,
-}
-
-impl Publisher {
-    pub fn new(client: async_nats::Client, subjects: Subjects) -> Self {
-        Publisher { client, subjects, encoding: Encoding::MsgPack, fence: lease::Fence::unfenced() }
-    }
-
-    /// Publishes only while `fence` holds.
-    pub fn fenced(self, fence: lease::Fence) -> Self {
-        Publisher { fence, ..self }
-    }
-
-    /// Whether the connection to NATS is up now.
-    pub fn connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
-    }
-
-    pub fn subjects(&self) -> &Subjects {
-        &self.subjects
-    }
-
-    /// Encodes a message for `subject`; `None` (logged) if it cannot be encoded.
-    pub fn message<T: Serialize>(&self, subject: String, message: &T) -> Option<Outgoing> {
-        match protocol::encode(self.encoding, message) {
-            Ok(bytes) => Some((subject, Bytes::from(bytes))),
-            Err(e) => {
-                warn!(error = %e, subject, "cannot encode an outgoing message");
-                None
-            }
-        }
-    }
-
-    /// Publishes all messages in order on a background task.
-    pub fn send_all(&self, messages: Vec<Outgoing>) {
-        if messages.is_empty() {
-            return;
-        }
-        let (client, fence) = (self.client.clone(), self.fence.clone());
-        tokio::task::spawn_local(async move {
-            for (subject, payload) in messages {
-                if !fence.holds() {
-                    debug!("the lease is not certainly held: publishing stopped");
-                    return;
-                }
-                if let Err(e) = client.publish(subject.clone(), payload).await {
-                    warn!(error = %e, subject, "publish failed");
-                }
-            }
-        });
-    }
-}
-
 /// The encoding a received message says it is in (its `Content-Type` header; MessagePack
 /// without one).
 pub fn encoding_of(message: &async_nats::Message) -> Encoding {
@@ -377,4 +300,20 @@ pub async fn publish<T: Serialize>(
         }
     };
     result.map_err(|source| BusError::Publish { subject, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_taken_out_and_used() {
+        let urls = vec!["nats://alice:s%40cret@127.0.0.1:4222".to_string(), "nats://127.0.0.1:4223".to_string()];
+        let (clean, found) = split_url_credentials(&urls).unwrap();
+        assert_eq!(clean, vec!["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]);
+        assert_eq!(found, Some(("alice".to_string(), Some("s@cret".to_string()))));
+        let (clean, found) = split_url_credentials(&["tok123@localhost:4222".to_string()]).unwrap();
+        assert_eq!((clean[0].as_str(), found), ("nats://localhost:4222", Some(("tok123".to_string(), None))));
+        assert!(split_url_credentials(&["nats://[::1".to_string()]).is_err());
+    }
 }

@@ -7,9 +7,12 @@
 
 pub mod fair;
 pub mod gavel;
+mod kind;
 pub mod peers;
 pub mod slaq;
 pub mod table;
+
+pub use kind::PolicyKind;
 
 use crate::quality::GainCurve;
 
@@ -124,25 +127,6 @@ pub struct Allocation {
 impl Allocation {
     pub fn total(&self) -> u64 {
         self.workers.iter().map(|&w| u64::from(w)).sum()
-    }
-}
-
-/// The allocation policies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyKind {
-    /// Greedy marginal gain ([`slaq::allocate`]).
-    Slaq,
-    /// Work-conserving max-min fair share ([`fair::allocate`]).
-    Fair,
-}
-
-impl PolicyKind {
-    pub fn allocate<G: GainFn>(self, problem: &Problem<'_, G>) -> Allocation {
-        match self {
-            PolicyKind::Slaq => slaq::allocate(problem),
-            PolicyKind::Fair => fair::allocate(problem),
-        }
     }
 }
 

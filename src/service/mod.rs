@@ -11,6 +11,7 @@
 pub mod config;
 pub mod ended;
 mod http;
+pub mod intake;
 
 mod replica;
 pub mod shard;
@@ -29,8 +30,7 @@ use futures_util::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::actors::allocator::{
-    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, JobQuiet, JobStarted, JobStopped, Restore, StopAllocator,
-    WorkerBeat, WorkerHello,
+    AllocatorActor, AllocatorSettings, GetEpochs, GetStatus, Input, JobStarted, Restore, StopAllocator,
 };
 use crate::actors::job::{JobActor, Report, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec};
 use crate::bus::durable::{Durable, SavedState};
@@ -200,9 +200,9 @@ pub async fn run(
     // not hold up the ingest loop, status answers or the lease's renewal on this one.
     let allocator_thread = Arbiter::new();
     let allocator = {
-        let (metrics, durable) = (metrics.clone(), durable.clone());
+        let (metrics, durable, fence) = (metrics.clone(), durable.clone(), config.fence.clone());
         AllocatorActor::start_in_arbiter(&allocator_thread.handle(), move |_| {
-            AllocatorActor::new(settings, publisher, metrics, durable).ending_to(ending_tx)
+            AllocatorActor::new(settings, publisher, metrics, durable).fenced(fence).ending_to(ending_tx)
         })
     };
     let arbiters: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
@@ -211,7 +211,7 @@ pub async fn run(
         job_arbiters.push(Arbiter::current());
     }
 
-    let ingest_intake = config.durable.partitions.map(shard::Intake::new);
+    let ingest_intake = config.durable.partitions.map(intake::Intake::new);
     // What the stream held before this start: read again (a replay), it registers no job.
     let replay_until = match &durable {
         Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,
@@ -381,7 +381,6 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
         tenants: config.tenants.clone(),
         term,
         replica: config.ha.as_ref().map(|ha| ha.replica.clone()),
-        fence: config.fence.clone(),
     }
 }
 
@@ -564,7 +563,7 @@ struct Ingest {
     bus: Arc<BusCounters>,
     /// With shared work (`[cluster] shared`): the owners' bids, merged; job actors run on the
     /// partitions' owners, not here.
-    intake: Option<shard::Intake>,
+    intake: Option<intake::Intake>,
 }
 
 impl Ingest {
@@ -621,11 +620,11 @@ impl Ingest {
             warn!(jobs = undecodable, "saved predictors that do not decode; those jobs start afresh");
         }
         if restored + num_workers > 0 {
-            self.allocator.do_send(Restore {
+            self.allocator.do_send(Input::Restore(Restore {
                 workers: saved.workers,
                 assignments: saved.assignments,
                 plans: saved.plans,
-            });
+            }));
             info!(jobs = restored, workers = num_workers, "restored from JetStream");
         }
     }
@@ -708,7 +707,7 @@ impl Ingest {
     /// counted and dropped.
     fn owner_bids(&mut self, message: async_nats::Message) {
         let Some(intake) = self.intake.as_mut() else { return };
-        let merged = match shard::PartitionBids::decode(&message.payload, intake.partitions()) {
+        let merged = match intake::PartitionBids::decode(&message.payload, intake.partitions()) {
             Ok(m) => intake.merge(m),
             Err(e) => {
                 let cause = e.cause();
@@ -732,7 +731,7 @@ impl Ingest {
             self.ended.end(job, 0, now, announced);
         }
         if !(merged.bids.is_empty() && merged.gone.is_empty() && merged.quiet.is_empty()) {
-            self.allocator.do_send(merged);
+            self.allocator.do_send(Input::Remote(merged));
         }
     }
 
@@ -755,7 +754,7 @@ impl Ingest {
         if let Some(route) = self.jobs.get_mut(id) {
             route.last_heard = Instant::now();
             if std::mem::take(&mut route.quiet) {
-                self.allocator.do_send(JobQuiet { job: id.to_string(), quiet: false });
+                self.allocator.do_send(Input::JobQuiet { job: id.to_string(), quiet: false });
             }
         }
     }
@@ -781,13 +780,13 @@ impl Ingest {
             Inbound::JobHello(spec) => self.job_hello(*spec, reply, encoding).await?,
             Inbound::JobBye(end) => self.job_bye(end, seq)?,
             Inbound::WorkerHello(spec) => {
-                self.allocator.do_send(WorkerHello(spec));
+                self.allocator.do_send(Input::WorkerHello(spec));
                 if let Some(reply) = reply {
                     self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
                 }
             }
             Inbound::WorkerBeat { worker, running } => {
-                self.allocator.do_send(WorkerBeat { worker: worker.to_string(), running })
+                self.allocator.do_send(Input::WorkerBeat { worker: worker.to_string(), running })
             }
             Inbound::Status(request) => {
                 let reply =
@@ -1014,7 +1013,7 @@ impl Ingest {
             d.forget_job(id);
         }
         let outcome = Outcome::from(reason);
-        self.allocator.do_send(JobStopped { job: id.to_string(), outcome });
+        self.allocator.do_send(Input::JobStopped { job: id.to_string(), outcome });
         // Per job, so debug: at 100,000 jobs a line each would be the log.
         debug!(job = id, reason = %outcome, "job left");
     }
@@ -1055,7 +1054,7 @@ impl Ingest {
                 if let Some(d) = &self.durable {
                     d.forget_job(id);
                 }
-                self.allocator.do_send(JobStopped { job: id.clone(), outcome: Outcome::Expired });
+                self.allocator.do_send(Input::JobStopped { job: id.clone(), outcome: Outcome::Expired });
             }
             if !idle.is_empty() {
                 self.metrics.jobs_expired.inc_by(idle.len() as u64);
@@ -1066,7 +1065,7 @@ impl Ingest {
             for (id, route) in self.jobs.iter_mut() {
                 if !route.quiet && route.command.is_none() && now.duration_since(route.last_heard) > stale {
                     route.quiet = true;
-                    self.allocator.do_send(JobQuiet { job: id.clone(), quiet: true });
+                    self.allocator.do_send(Input::JobQuiet { job: id.clone(), quiet: true });
                 }
             }
         }

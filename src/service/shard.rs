@@ -5,11 +5,9 @@
 //! it holds some partitions' leases (`bus::partitions`), runs the job actors of those
 //! partitions (restored from the state bucket when it takes one over), reads their reports with
 //! one ordered consumer per partition, and sends their bids to the leader each epoch as
-//! [`PartitionBids`] on the state connection: the bids that changed, the jobs that ended or went
-//! quiet, and, every [`FULL_EVERY`] epochs or when a new leader asks, all of its bids and the
-//! roster of its jobs. The leader (`service::run`) merges them with [`Intake`]: a partition's
-//! bids count under its lease's term, so a bid still in flight from a previous owner never
-//! replaces its new owner's, and a job its owner no longer has is ended there.
+//! `PartitionBids` (`intake`) on the state connection: the bids that changed, the jobs that ended
+//! or went quiet, and, every [`FULL_EVERY`] epochs or when a new leader asks, all of its bids and
+//! the roster of its jobs. The leader (`service::run`) merges them with `intake::Intake`.
 //!
 //! Hellos go to the leader (answered, the spec saved) and to the owner (the actor started);
 //! allocations go to the job and to its owner (the actor's worker count).
@@ -20,21 +18,19 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::intake::{PartitionBids, chunks};
 use super::{Connections, JobSetup, ServeConfig, ServiceError};
-use crate::actors::allocator::RemoteJobs;
-use crate::actors::job::{
-    Bid, BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec, WireBid, WorkersChanged,
-};
+use crate::actors::bid::Bid;
+use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec, WorkersChanged};
 use crate::bus::durable::Durable;
 use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
-    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, ProtocolError, RejectCause, valid_id,
+    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, ProtocolError, RejectCause,
 };
 
 /// Every this many epochs an owner sends all its bids and its roster (a lost message is made
@@ -44,117 +40,6 @@ pub const FULL_EVERY: u64 = 30;
 /// Reading a partition taken over starts this long before its jobs' oldest save plus the save
 /// interval (clocks of replicas and servers differ).
 const REPLAY_MARGIN_MS: u64 = 10_000;
-
-/// Ended jobs are remembered this long (a bid for one from a previous owner, still in flight,
-/// must not bring it back).
-const TOMBSTONE_KEEP: Duration = Duration::from_secs(120);
-
-/// What the owner of a partition sends the leader (`<prefix>.v1.ctl.bids.<p>`, MessagePack).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PartitionBids {
-    pub replica: String,
-    pub partition: u32,
-    /// The partition lease's term under which the owner runs these jobs.
-    pub term: u64,
-    #[serde(default)]
-    pub bids: Vec<(String, WireBid)>,
-    /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`).
-    #[serde(default)]
-    pub gone: Vec<(String, Outcome)>,
-    /// Jobs that went quiet (`true`) or spoke again.
-    #[serde(default)]
-    pub quiet: Vec<(String, bool)>,
-    /// Every job the owner runs in the partition (full sends only).
-    #[serde(default)]
-    pub roster: Option<Vec<String>>,
-}
-
-impl PartitionBids {
-    /// Decodes and checks one message: every job id valid and of this partition, every gain
-    /// finite. A message that fails is refused whole.
-    pub fn decode(bytes: &[u8], partitions: u32) -> Result<PartitionBids, ProtocolError> {
-        let m: PartitionBids = protocol::decode(Encoding::MsgPack, bytes, "partition bids")?;
-        let bad = |what| Err(ProtocolError::Invalid(what, RejectCause::InvalidSpec));
-        if m.partition >= partitions {
-            return bad("partition out of range");
-        }
-        let ids =
-            m.bids.iter().map(|(j, _)| j).chain(m.gone.iter().map(|(j, _)| j)).chain(m.quiet.iter().map(|(j, _)| j));
-        let ids = ids.chain(m.roster.iter().flatten());
-        if ids.into_iter().any(|j| !valid_id(j) || partition::of(j, partitions) != m.partition) {
-            return bad("a job id that is invalid or of another partition");
-        }
-        let finite = |b: &WireBid| {
-            b.min_workers <= b.max_workers
-                && b.gain.is_none_or(|g| (1..=64).all(|w| g.gain(w.min(b.max_workers.max(1))).is_finite()))
-        };
-        if !m.bids.iter().all(|(_, b)| finite(b)) {
-            return bad("a bid with bounds out of order or gains that are not finite");
-        }
-        Ok(m)
-    }
-}
-
-/// The leader's merge of the owners' messages (see the module's documentation).
-pub struct Intake {
-    partitions: u32,
-    /// Each job's state under the highest term seen: `None` running, `Some(t)` ended at `t`.
-    jobs: partition::Bids<Option<Instant>>,
-}
-
-impl Intake {
-    pub fn new(partitions: u32) -> Intake {
-        Intake { partitions, jobs: partition::Bids::default() }
-    }
-
-    pub fn partitions(&self) -> u32 {
-        self.partitions
-    }
-
-    /// What one message changes for the allocator.
-    pub fn merge(&mut self, m: PartitionBids) -> RemoteJobs {
-        let now = Instant::now();
-        let mut out = RemoteJobs::default();
-        for (job, bid) in m.bids {
-            if self.jobs.offer(&job, m.term, None) {
-                out.bids.push((job, Bid::from_wire(bid)));
-            }
-        }
-        for (job, how) in m.gone {
-            if self.jobs.offer(&job, m.term, Some(now)) {
-                out.gone.push((job, how));
-            }
-        }
-        for (job, quiet) in m.quiet {
-            if self.jobs.get(&job) == Some(&None) {
-                out.quiet.push((job, quiet));
-            }
-        }
-        if let Some(roster) = m.roster {
-            // Jobs running here under this owner's term or an older one that the owner no
-            // longer has: their end was lost (a bye purged before it was read, a message
-            // lost): they end here too.
-            let roster: HashSet<&str> = roster.iter().map(String::as_str).collect();
-            let missing: Vec<String> = self
-                .jobs
-                .iter_terms()
-                .filter(|(job, term, state)| {
-                    state.is_none()
-                        && *term <= m.term
-                        && partition::of(job, self.partitions) == m.partition
-                        && !roster.contains(job)
-                })
-                .map(|(job, _, _)| job.to_string())
-                .collect();
-            for job in missing {
-                self.jobs.offer(&job, m.term, Some(now));
-                out.gone.push((job, Outcome::Expired));
-            }
-            self.jobs.retain(|state| state.is_none_or(|t| now.duration_since(t) < TOMBSTONE_KEEP));
-        }
-        out
-    }
-}
 
 /// A job whose actor runs here.
 struct OwnedJob {
@@ -868,141 +753,10 @@ impl Owner {
     }
 }
 
-/// `m` cut into messages that encode within `budget` bytes: bids split in halves until each
-/// part fits; the roster, gone and quiet lists ride on the last.
-fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
-    let size = |m: &PartitionBids| protocol::encode(Encoding::MsgPack, m).map_or(usize::MAX, |b| b.len());
-    if m.bids.len() <= 1 || size(&m) <= budget {
-        return vec![m];
-    }
-    let mut first =
-        PartitionBids { replica: m.replica.clone(), partition: m.partition, term: m.term, ..Default::default() };
-    let mut rest = m;
-    first.bids = rest.bids.drain(..rest.bids.len() / 2).collect();
-    let mut out = chunks(first, budget);
-    out.extend(chunks(rest, budget));
-    out
-}
-
 /// Whether a stream message stored at `published_ns` (Unix nanoseconds, the server's clock) is
 /// recent enough that the hello its job sent before it may still be on its way; an older one
 /// (a partition read again from its start) is a replay.
 fn fresh(published_ns: i128) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
     now - published_ns < super::LATE_HELLO_WAIT.as_nanos() as i128
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn message(p: u32, term: u64, jobs: &[&str], gone: &[&str], roster: Option<&[&str]>) -> PartitionBids {
-        let bid = |_| WireBid {
-            model: crate::actors::job::job_model(&JobSpec::new("x"), &[], None),
-            min_workers: 0,
-            max_workers: 4,
-            gain: None,
-            last_iter: None,
-            last_loss: None,
-            predicted_gain: None,
-            points: 1,
-            generation: None,
-            sizes: None,
-            checkpoint_age_s: None,
-            max_iters: None,
-            speeds: None,
-        };
-        PartitionBids {
-            replica: "r".into(),
-            partition: p,
-            term,
-            bids: jobs.iter().map(|j| (j.to_string(), bid(j))).collect(),
-            gone: gone.iter().map(|j| (j.to_string(), Outcome::Finished)).collect(),
-            quiet: Vec::new(),
-            roster: roster.map(|r| r.iter().map(|j| j.to_string()).collect()),
-        }
-    }
-
-    /// Job ids of partition `p` among 4.
-    fn ids(p: u32, n: usize) -> Vec<String> {
-        (0..).map(|i| format!("job-{i}")).filter(|j| partition::of(j, 4) == p).take(n).collect()
-    }
-
-    #[test]
-    fn a_previous_owners_messages_change_nothing_after_the_new_owners() {
-        let jobs = ids(1, 3);
-        let [a, b, c] = [jobs[0].as_str(), jobs[1].as_str(), jobs[2].as_str()];
-        let mut intake = Intake::new(4);
-        assert_eq!(intake.merge(message(1, 5, &[a, b], &[], None)).bids.len(), 2);
-        // The new owner (term 7) has a and c; b ended under it.
-        let m = intake.merge(message(1, 7, &[a, c], &[b], None));
-        assert_eq!((m.bids.len(), m.gone.len()), (2, 1));
-        // The old owner's late messages: b back, a gone, c's bid: all refused.
-        let late = intake.merge(message(1, 5, &[b, c], &[a], Some(&[a, b, c])));
-        assert!(late.bids.is_empty() && late.gone.is_empty(), "{late:?}");
-        // A roster under the current term ends what its owner does not have.
-        let m = intake.merge(message(1, 7, &[], &[], Some(&[c])));
-        assert_eq!(m.gone, vec![(a.to_string(), Outcome::Expired)]);
-        // A job that ends and comes back under the same owner bids again.
-        let m = intake.merge(message(1, 7, &[b], &[], None));
-        assert_eq!(m.bids.len(), 1);
-    }
-
-    #[test]
-    fn malformed_messages_are_refused_whole() {
-        let jobs = ids(2, 2);
-        let ok = message(2, 1, &[jobs[0].as_str()], &[], Some(&[jobs[1].as_str()]));
-        let bytes = protocol::encode(Encoding::MsgPack, &ok).unwrap();
-        assert_eq!(PartitionBids::decode(&bytes, 4).unwrap(), ok);
-        assert!(PartitionBids::decode(&bytes, 2).is_err(), "partition 2 of 2");
-        let other = ids(3, 1);
-        let wrong = message(2, 1, &[other[0].as_str()], &[], None);
-        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &wrong).unwrap(), 4).is_err());
-        let mut unbounded = ok.clone();
-        unbounded.bids[0].1.min_workers = 9;
-        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &unbounded).unwrap(), 4).is_err());
-        assert!(PartitionBids::decode(b"\x93garbage", 4).is_err());
-    }
-
-    #[test]
-    fn chunks_fit_and_keep_every_bid_once() {
-        let jobs = ids(0, 40);
-        let refs: Vec<&str> = jobs.iter().map(String::as_str).collect();
-        let m = message(0, 3, &refs, &refs[..2], Some(&refs));
-        let parts = chunks(m.clone(), 2_000);
-        assert!(parts.len() > 1);
-        let back: Vec<String> = parts.iter().flat_map(|c| c.bids.iter().map(|(j, _)| j.clone())).collect();
-        assert_eq!(back, jobs);
-        assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.gone.is_empty()));
-        assert_eq!(parts.last().unwrap().roster, m.roster);
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        /// Whatever arrives on a bids subject is decoded or refused, never a panic: random bytes,
-        /// and valid messages with bytes flipped or cut.
-        #[test]
-        fn hostile_bids_are_refused_not_panicked_on(
-            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
-            flips in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..8),
-            cut in 0usize..4096,
-        ) {
-            let _ = PartitionBids::decode(&noise, 4);
-            let jobs = ids(1, 3);
-            let refs: Vec<&str> = jobs.iter().map(String::as_str).collect();
-            let mut bytes = protocol::encode(Encoding::MsgPack, &message(1, 2, &refs, &refs[..1], Some(&refs))).unwrap();
-            for (at, b) in flips {
-                let n = bytes.len();
-                bytes[at % n] ^= b;
-            }
-            bytes.truncate(cut.max(1));
-            if let Ok(m) = PartitionBids::decode(&bytes, 4) {
-                // What passes is of its partition and valid.
-                proptest::prop_assert!(m.partition < 4);
-                proptest::prop_assert!(m.bids.iter().all(|(j, b)| valid_id(j) && b.min_workers <= b.max_workers));
-                let mut intake = Intake::new(4);
-                let _ = intake.merge(m);
-            }
-        }
-    }
 }

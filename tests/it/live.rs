@@ -577,7 +577,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
         .collect();
 
     // The same reports through `plan_epoch`, with what the allocator carries between epochs.
-    let models: Vec<schedule::JobModel> = specs.iter().map(|s| slaq::actors::job::job_model(s, &[], None)).collect();
+    let models: Vec<schedule::JobModel> = specs.iter().map(|s| slaq::actors::bid::job_model(s, &[], None)).collect();
     let mut predictors: Vec<JobPredictor> = curves.iter().map(|losses| fed_predictor(losses)).collect();
     let mut ledgers = vec![FloorLedger::default(); specs.len()];
     let mut current: Vec<Option<usize>> = vec![None; workers.len()];

@@ -139,7 +139,7 @@ mod wire_bids {
     use std::sync::Arc;
 
     use proptest::prelude::*;
-    use slaq::actors::job::{Bid, WireBid, job_model};
+    use slaq::actors::bid::{Bid, WireBid, job_model};
     use slaq::cluster::model::Observation;
     use slaq::policy::{ByRef, JobBid, PolicyKind};
     use slaq::protocol::JobSpec;

@@ -588,7 +588,7 @@ fn decision_times(jobs: usize, machines: usize, slots: u32, runs: usize) -> (f64
 /// them), then per run: encode each as a replica would, decode and tabulate it as the leader
 /// would, and merge it into the leader's table.
 pub fn merge(args: BenchMergeArgs) -> anyhow::Result<()> {
-    use slaq::actors::job::{Bid, WireBid, job_model};
+    use slaq::actors::bid::{Bid, WireBid, job_model};
     use slaq::partition::Bids;
     use std::time::Instant;
 

@@ -5,12 +5,12 @@
 //! Events are arrivals, iteration completions and epoch ticks; between events every running
 //! job progresses at `1/t(w)` iterations per second, so the run is exact, not time-stepped.
 
+use super::moves::Teams;
 use crate::policy::{GainFn, Gains, JobBid, PolicyKind, peers};
 use crate::quality::{GainCurve, JobPredictor, Objective, PredictorConfig};
 use crate::schedule::{
     self, EpochInput, EpochJob, EpochPlan, FloorLedger, JobModel, PlaceSettings, Placer, PlanSettings, Tenancy,
 };
-use crate::sim::teams::Teams;
 
 use super::metrics::{RunMetrics, Tracker};
 use super::replay::ReplayJob;

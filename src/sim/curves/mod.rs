@@ -5,6 +5,7 @@
 pub mod engine;
 pub mod fixtures;
 pub mod metrics;
+pub mod moves;
 pub mod replay;
 pub mod report;
 pub mod speedup;

@@ -22,12 +22,11 @@
 //! start_s = 600.0
 //! ```
 
-pub mod moves;
 pub mod track;
 
 use std::collections::BTreeMap;
 
-pub use moves::{Teams, TenantTimes};
+pub use crate::sim::curves::moves::{Teams, TenantTimes};
 pub use track::{TeamFigures, TenantFigures};
 
 use crate::schedule::tenants::{Resolved, TenantConfig, TenantShare, resolve};

@@ -4,10 +4,10 @@
 //! job a restart of `restart_s` on all its workers. A shrink not needed to restore a guarantee
 //! waits until the job has run `hold_s` (and its tenant's `min_run_s`) since its last grow.
 
+use super::replay::ReplayJob;
 use crate::schedule::{Quotas, TenantShare};
-use crate::sim::curves::replay::ReplayJob;
 
-use super::track::Track;
+use crate::sim::teams::track::Track;
 
 /// Each tenant's timing settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -276,8 +276,9 @@ impl<'a> Teams<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::speedup::SpeedupModel;
+    use super::super::workload::{self, SimJob, WorkloadConfig};
     use super::*;
-    use crate::sim::curves::{SimJob, SpeedupModel, WorkloadConfig, workload};
     use crate::trace::TraceCurve;
 
     /// Two jobs of one 50-iteration curve.

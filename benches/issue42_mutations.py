@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""Issue #42: each timing rule of the allocator's core, broken on purpose, must fail its
+fake-clock unit test (`src/actors/allocator/tests.rs`). Applies one mutation at a time to the
+source, runs `cargo test --lib actors::allocator::tests`, prints CAUGHT or MISSED, and restores
+the file. Usage: python3 benches/issue42_mutations.py [name ...] (from the repository root)."""
+import subprocess, sys
+muts = [
+ ("src/actors/registry.rs", "if now_s - w.last_seen_s > timeout_s {", "if now_s - w.last_seen_s > timeout_s * 0.9 {", "silent"),
+ ("src/actors/allocator/supervision.rs", "        if !connected {\n            self.was_disconnected = true;\n        } else {", "        if false {\n            self.was_disconnected = true;\n        } else {", "outage"),
+ ("src/actors/allocator/supervision.rs", "2f64.powi(restart.saturating_sub(1).min(64) as i32)", "f64::from(restart)", "backoff"),
+ ("src/actors/allocator/supervision.rs", "&& now_s - sup.generation_started_s.max(sup.progress_s) > stall", "&& now_s - sup.generation_started_s > stall", "stall"),
+ ("src/actors/allocator/assignment.rs", "pub(super) const RETELL_AFTER_S: f64 = 2.0;", "pub(super) const RETELL_AFTER_S: f64 = 0.0;", "retell"),
+ ("src/actors/allocator/core.rs", "            tell_all: true,", "            tell_all: false,", "term"),
+ ("src/actors/allocator/planning.rs", "tenants: tenancy.map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),", "tenants: tenancy.filter(|_| false).map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),", "quota"),
+ ("src/actors/allocator/planning.rs", "            types,\n", "            types: types.filter(|_| false),\n", "typed"),
+]
+only = sys.argv[1:] 
+for path, a, b, name in muts:
+    if only and name not in only: continue
+    s = open(path).read()
+    assert a in s, (name, a)
+    open(path, "w").write(s.replace(a, b, 1))
+    try:
+        r = subprocess.run(["cargo", "test", "-q", "--lib", "actors::allocator::tests"], capture_output=True, text=True)
+        failed = [l for l in r.stdout.splitlines() if "FAILED" in l and l.startswith("test ")]
+        print(name, "->", "CAUGHT" if r.returncode else "MISSED", failed, flush=True)
+    finally:
+        open(path, "w").write(s)

@@ -1,0 +1,334 @@
+//! The jobs as the planner sees them: each epoch's `EpochJob`s from the latest bids (a
+//! submitted job's restart priced in, the completion term, the finish-time bound's pace), the
+//! worker types and machines, the plan itself (`schedule::plan_epoch`), and each job's
+//! prediction checked against its reports at the next epoch.
+
+use super::super::bid::Bid;
+use super::super::types;
+use super::state::{Allocator, Count, Effect, PendingGain};
+use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
+use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
+use crate::protocol::EpochGains;
+use crate::quality::GainCurve;
+use crate::quality::speeds::TypeRatios;
+use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger};
+
+/// Entries of a submitted job's restart-priced gain table (its workers are capped there).
+const PRICED_TABLE_LEN: usize = 16 * DEFAULT_TABLE_LEN;
+
+/// A cluster of several worker types this epoch: each worker's type (an index into the types'
+/// sorted names) and each job's speed on each (in the jobs' id order).
+pub(super) struct TypedCluster {
+    type_of: Vec<usize>,
+    speeds: Vec<Vec<f64>>,
+}
+
+/// The iterations a job has left: declared (`max_iters`), or predicted from its curve
+/// (`schedule::predicted_remaining`, at least an epoch's iterations on one worker).
+fn remaining_iters(bid: &Bid, curve: &GainCurve, epoch_s: f64) -> f64 {
+    let last = bid.last_iter.unwrap_or(0);
+    match bid.max_iters {
+        Some(max) => max.saturating_sub(last) as f64,
+        None => {
+            let one_epoch = epoch_s / curve.time.seconds(1).max(1e-12);
+            schedule::predicted_remaining(Some(curve), last as f64, one_epoch)
+        }
+    }
+}
+
+/// What a job bids this epoch: its own gains, or (a submitted job, which every change
+/// restarts) those gains with the restart priced in.
+pub(super) enum BidGain<'a> {
+    Curve(ByRef<'a, Tabled<GainCurve>>),
+    Priced(schedule::GainTable),
+}
+
+impl GainFn for BidGain<'_> {
+    fn gain(&self, workers: u32) -> f64 {
+        match self {
+            BidGain::Curve(c) => c.gain(workers),
+            BidGain::Priced(t) => t.gain(workers),
+        }
+    }
+
+    fn table(&self) -> &[f64] {
+        match self {
+            BidGain::Curve(c) => c.table(),
+            BidGain::Priced(t) => t.table(),
+        }
+    }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        match self {
+            BidGain::Curve(c) => c.gain_at_speed(workers, speed),
+            BidGain::Priced(t) => t.gain_at_speed(workers, speed),
+        }
+    }
+}
+
+impl Allocator {
+    /// A job's new bid (a job unknown here is ignored).
+    pub(super) fn take_bid(&mut self, job: &str, bid: Bid, now_s: f64, fx: &mut Vec<Effect>) {
+        if let Some(entry) = self.jobs.get_mut(job) {
+            if bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
+                let sup = &mut entry.supervision;
+                sup.progress_s = now_s;
+                // The first new iteration of the current generation (reports that say theirs;
+                // the old generation's last reports, sent while it stops, do not count).
+                let current = bid.generation.is_some_and(|g| g >= entry.generation);
+                if current && entry.command.is_some() && std::mem::take(&mut sup.timing_restart) {
+                    let took = now_s - sup.generation_started_s;
+                    sup.restart_s = Some(sup.restart_s.map_or(took, |r| 0.5 * r + 0.5 * took));
+                    fx.push(Effect::Count(Count::RestartSeconds(took)));
+                }
+            }
+            entry.pace_rates.clear();
+            let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
+            if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
+                entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
+            }
+            // Read by the bound and the completion term, which fair sharing has neither of.
+            if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
+                entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
+            }
+            entry.bid = Some(bid);
+            entry.pending_for = None;
+        }
+    }
+
+    /// One pass over the jobs (at 4,000 jobs each pass over the map costs a tenth of a ms):
+    /// - the ledgers, lent to the planner and put back by `new_generations` (no copies);
+    /// - whether a job lost a worker to silence (it has a new membership even if no worker
+    ///   moves), or has a failed generation whose backoff is over (it restarts on its workers);
+    /// - whether a submitted job is pinned: in the first `min_generation` of a generation it
+    ///   keeps exactly its workers, as every change restarts its processes.
+    pub(super) fn epoch_state(&mut self, now_s: f64) -> (Vec<FloorLedger>, Vec<bool>, Vec<bool>) {
+        let min_generation_s = self.settings.min_generation.as_secs_f64();
+        let amortise = self.settings.restart_amortisation;
+        let n = self.jobs.len();
+        let mut ledgers: Vec<FloorLedger> = Vec::with_capacity(n);
+        let (mut lost_workers, mut pinned): (Vec<bool>, Vec<bool>) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for e in self.jobs.values_mut() {
+            ledgers.push(std::mem::take(&mut e.ledger));
+            let sup = &e.supervision;
+            let lost = std::mem::take(&mut e.lost_workers) || sup.restart_at_s.is_some_and(|t| now_s >= t);
+            lost_workers.push(lost);
+            pinned.push(
+                e.command.is_some()
+                    && !e.workers.is_empty()
+                    && !lost
+                    && !sup.ending
+                    && now_s - sup.generation_started_s < sup.tenure_s(min_generation_s, amortise),
+            );
+        }
+        (ledgers, lost_workers, pinned)
+    }
+
+    /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
+    /// by name reads two strings scattered over the heap per worker, most of an epoch at 16,000
+    /// workers.
+    ///
+    /// Keys are handed out in order, so the live jobs' keys are usually dense: then a table
+    /// indexed by key answers (a hash lookup per worker was a tenth of an epoch at 16,000
+    /// workers); when churn has spread them over more than 8 slots per job, a hash map does.
+    pub(super) fn current_jobs(&self) -> Vec<Option<usize>> {
+        let (lo, hi) = self.jobs.values().fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e.key), hi.max(e.key)));
+        if lo <= hi && hi - lo < 8 * self.jobs.len() as u64 + 64 {
+            let mut ord_of = vec![u32::MAX; (hi - lo + 1) as usize];
+            for (i, e) in self.jobs.values().enumerate() {
+                ord_of[(e.key - lo) as usize] = i as u32;
+            }
+            let ord = |key: u64| {
+                let slot = key.checked_sub(lo).and_then(|k| ord_of.get(k as usize)).copied()?;
+                (slot != u32::MAX).then_some(slot as usize)
+            };
+            return self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord(j.key))).collect();
+        }
+        let ord_of: foldhash::HashMap<u64, usize> = self.jobs.values().enumerate().map(|(i, e)| (e.key, i)).collect();
+        self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
+    }
+
+    /// The epoch's plan: the jobs as `EpochJob`s (`epoch_jobs`), then `schedule::plan_epoch`.
+    pub(super) fn plan(
+        &self,
+        pinned: &[bool],
+        current: &[Option<usize>],
+        ledgers: &mut [FloorLedger],
+        now_s: f64,
+        typed: Option<&TypedCluster>,
+        tenancy: Option<&(Vec<schedule::tenants::TenantShare>, Vec<usize>)>,
+    ) -> EpochPlan {
+        let jobs = self.epoch_jobs(pinned, now_s);
+        let machine_of = self.machines();
+        let horizon = self.settings.bid_horizon_s;
+        let types = typed.map(|t| schedule::Types {
+            type_of: &t.type_of,
+            speeds: &t.speeds,
+            keep_on_move: if horizon > 0.0 {
+                ((horizon - self.settings.place.restart_s) / horizon).clamp(0.0, 1.0)
+            } else {
+                1.0
+            },
+        });
+        let input = EpochInput {
+            policy: self.settings.policy,
+            plan: self.settings.plan,
+            place: self.settings.place,
+            jobs: &jobs,
+            machine_of: machine_of.as_deref(),
+            current,
+            seed: self.epoch,
+            types,
+            tenants: tenancy.map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),
+        };
+        schedule::plan_epoch(&input, ledgers)
+    }
+
+    /// On a cluster of several worker types (`names`, the types in use): each worker's type and
+    /// each job's speed on each (after measuring the epoch that ended, `quality::speeds`);
+    /// `None` on one type. Jobs' speeds are measured whenever some worker names its type, one
+    /// type or several.
+    pub(super) fn typed_cluster(&mut self, names: &[String], now_s: f64) -> Option<TypedCluster> {
+        for entry in self.jobs.values_mut() {
+            let bid = entry.bid.as_ref();
+            let (iter, time) = (bid.and_then(|b| b.last_iter).unwrap_or(0), bid.and_then(|b| b.gain.as_ref()));
+            let on = types::world_type(&self.registry, &entry.workers);
+            let count = entry.workers.len() as u32;
+            entry.speeds.epoch(on, count, iter, entry.generation, time.map(|g| &g.curve().time), now_s);
+        }
+        // One type in use: measured (a type that joins later is then compared), not decided.
+        if names.len() < 2 {
+            return None;
+        }
+        let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds.measured));
+        let speeds = self
+            .jobs
+            .values()
+            .map(|e| {
+                let t1 = e.bid.as_ref().and_then(|b| b.gain.as_ref()).map(|g| g.curve().time.seconds(1));
+                e.speeds.row(names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
+            })
+            .collect();
+        Some(TypedCluster { type_of: types::type_of(&self.registry, names), speeds })
+    }
+
+    /// Each worker's machine as a dense index (a worker without one is its own machine), or
+    /// `None` when no worker names a machine (a count the registry keeps: at 40,000 workers a
+    /// scan for one was 2% of an epoch).
+    fn machines(&self) -> Option<Vec<usize>> {
+        self.registry.any_machine().then(|| {
+            let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+            self.registry
+                .iter()
+                .map(|(id, w)| {
+                    let n = index.len();
+                    *index.entry(w.spec.machine.as_deref().unwrap_or(id.as_str())).or_insert(n)
+                })
+                .collect()
+        })
+    }
+
+    /// Each job as the planner sees it this epoch, in id order: its bid and its model. A job that
+    /// has not bid yet keeps exactly the workers it has, and so does a submitted job within its
+    /// tenure (`pinned`): those bounds are the scheduler's own and stand. A job that has held
+    /// workers and said nothing for `stale_job` bids for none until it reports again: a dead
+    /// job's last prediction must not keep winning workers. A submitted job's gains carry the
+    /// restart that any change costs it. Otherwise a job's own minimum is a request (honoured up
+    /// to its fair share) and its own allowed sizes hold.
+    fn epoch_jobs(&self, pinned: &[bool], now_s: f64) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
+        let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
+        let num_workers = self.registry.len() as u32;
+        self.jobs
+            .values()
+            .zip(pinned)
+            .map(|(entry, &pinned)| {
+                let have = entry.workers.len() as u32;
+                let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
+                let attained_service = entry.attained_service;
+                let bid = match &entry.bid {
+                    _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
+                    _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
+                    Some(b) => JobBid {
+                        min_workers: b.min_workers,
+                        max_workers: b.max_workers,
+                        attained_service,
+                        gain: b.gain.as_ref().map(|g| {
+                            let gain = match &entry.command {
+                                // Every change restarts it: the measured cost once known, else the
+                                // configured one (the prior), plus the work since its checkpoint.
+                                Some(_) => BidGain::Priced(schedule::restart_priced(
+                                    g,
+                                    have,
+                                    entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
+                                        + b.checkpoint_age_s.unwrap_or(0.0),
+                                    self.settings.bid_horizon_s,
+                                    b.max_workers.min(num_workers),
+                                    PRICED_TABLE_LEN,
+                                )),
+                                None => BidGain::Curve(ByRef(g)),
+                            };
+                            schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters))
+                        }),
+                    },
+                    None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
+                };
+                let own = entry.bid.as_ref().filter(|_| !pinned);
+                let pace = own.filter(|_| !stale && !entry.pace_rates.is_empty()).and_then(|b| {
+                    let last = b.last_iter?;
+                    Some(schedule::Pace {
+                        age_s: now_s - entry.since_s,
+                        done: last as f64,
+                        remaining: entry.remaining_iters,
+                        rates: &entry.pace_rates,
+                        wait_s: self.settings.epoch.as_secs_f64(),
+                    })
+                });
+                EpochJob {
+                    bid,
+                    own_minimum: own.is_some(),
+                    sizes: own.and_then(|b| b.sizes.as_deref()),
+                    model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
+                    pace,
+                }
+            })
+            .collect()
+    }
+
+    /// A job's completion term (`schedule::finish`): none under fair sharing or with weight 0.
+    fn finish_of(&self, curve: &GainCurve, remaining_iters: f64) -> Option<schedule::Finish> {
+        let weight = self.settings.completion_weight;
+        if weight <= 0.0 || self.settings.policy == PolicyKind::Fair {
+            return None;
+        }
+        Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: self.settings.bid_horizon_s, weight })
+    }
+
+    /// Compares each job's prediction for the epoch that just ended with its reports, and
+    /// records the prediction for the epoch that starts (at the workers it now has).
+    pub(super) fn check_predictions(&mut self, epoch_s: f64) -> Option<EpochGains> {
+        let mut gains = EpochGains::default();
+        for entry in self.jobs.values_mut() {
+            let now = entry.bid.as_ref().and_then(|b| b.last_loss);
+            if let (Some(p), Some(loss)) = (entry.pending, now) {
+                gains.jobs += 1;
+                gains.predicted += p.predicted;
+                gains.realised += (p.loss_at_start - loss) / p.scale;
+            }
+            let workers = entry.workers.len() as u32;
+            if entry.pending_for == Some(workers) {
+                continue;
+            }
+            entry.pending_for = Some(workers);
+            entry.pending = entry.bid.as_ref().and_then(|b| {
+                let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
+                // A prior (no points yet) predicts nothing checkable.
+                (b.points >= 2).then(|| PendingGain {
+                    loss_at_start: loss,
+                    scale: gain.scale,
+                    predicted: gain.predicted_drop(workers, epoch_s),
+                })
+            });
+        }
+        (gains.jobs > 0).then_some(gains)
+    }
+}

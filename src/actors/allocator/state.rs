@@ -1,0 +1,244 @@
+//! The allocator's state and what it answers with, apart from the code that changes them (the
+//! core, `core.rs`, and its concerns, which all import this and none of each other): the
+//! settings, the `Allocator` struct and its jobs, and the `Effect`s the shell performs.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::bid::Bid;
+use super::super::registry::WorkerRegistry;
+use super::super::types::JobSpeeds;
+use crate::cluster::ranks::PortBook;
+use crate::policy::PolicyKind;
+use crate::protocol::{EndReason, EpochSummary, JobAllocation, JobCommand, JobOutcome, WorkerAssignment, WorkerSpec};
+use crate::schedule::{FloorLedger, JobModel, PlaceSettings, PlanSettings};
+
+/// What the allocator needs of the configuration.
+#[derive(Clone, Debug)]
+pub struct AllocatorSettings {
+    pub epoch: Duration,
+    pub policy: PolicyKind,
+    pub plan: PlanSettings,
+    /// Placement: the method, and what a move costs and must pay back.
+    pub place: PlaceSettings,
+    pub worker_timeout: Duration,
+    /// A job that holds workers and has been quiet this long bids for none (see `JobQuiet`).
+    pub stale_job: Option<Duration>,
+    /// The term every assignment carries (the leader's lease, or this start's incarnation):
+    /// agents ignore a term older than one they have obeyed.
+    pub term: Option<u64>,
+    /// This replica's name when replicas share a lease (for `status`).
+    pub replica: Option<String>,
+    /// A submitted job whose generation has sent no report for this long is restarted (as if
+    /// its process had failed). `None`: never.
+    pub stall_timeout: Option<Duration>,
+    /// A submitted job keeps its workers for at least this long after each change (see
+    /// `min_generation_ms`).
+    pub min_generation: Duration,
+    /// First rendezvous port, ports per address, and how long a port given back cools.
+    pub rendezvous: (u16, u16, Duration),
+    /// ... and at least this many times its measured restart cost.
+    pub restart_amortisation: f64,
+    /// The horizon a job's gains are predicted over (`horizon_s`): a submitted job's restart
+    /// costs its bid that much of it (`schedule::restart_priced`).
+    pub bid_horizon_s: f64,
+    /// The weight of the completion term in the jobs' bids (`schedule::finish`; 0: off).
+    pub completion_weight: f64,
+    /// `[tenants]`: each tenant's jobs are planned inside its quota (none: one pool). Shared
+    /// state: a reload (SIGHUP, in the service) replaces them, read here between epochs.
+    pub tenants: super::super::tenants::Tenants,
+}
+
+/// What the shell does for the core, in the order given.
+#[derive(Clone, Debug)]
+pub enum Effect {
+    /// Publish a worker's assignment.
+    Assign(WorkerAssignment),
+    /// Publish a job's allocation (its workers, batch size, type).
+    Allocate(JobAllocation),
+    /// Tell a job's actor, if it runs here, its new worker count (after the epoch's messages
+    /// are out: each rebids, and that work must not delay them).
+    TellJob {
+        job: String,
+        workers: u32,
+    },
+    /// End a submitted job as a bye would (its restarts are used up, or rank 0 exited 0).
+    EndJob {
+        job: String,
+        reason: EndReason,
+    },
+    SaveWorker(WorkerSpec),
+    ForgetWorker(String),
+    SaveAssignment {
+        worker: String,
+        job: Option<String>,
+    },
+    SavePlan {
+        job: String,
+        attained_service: f64,
+        ledger: FloorLedger,
+    },
+    Count(Count),
+}
+
+/// The counters the core moves (the shell's metrics registry holds them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Count {
+    BeatAccepted,
+    BeatFromUnknownWorker,
+    /// An agent ran another job than recorded and was told again.
+    Mismatch,
+    AgentRefusals(u64),
+    JobFailed,
+    JobRestarted,
+    /// Seconds from a new generation to its first new report.
+    RestartSeconds(f64),
+    GenerationsWithoutRanks(u64),
+    RendezvousPortsBusy(usize),
+}
+
+pub(super) struct JobEntry {
+    /// Unique per job for the life of the process (a job that leaves and returns gets a new
+    /// one): workers name their job by it in the registry.
+    pub(super) key: u64,
+    /// Its actor runs in this process; else on the replica that owns its partition
+    /// (`[cluster] shared`), which learns its worker count from its allocation.
+    pub(super) local: bool,
+    pub(super) workers: Vec<String>,
+    pub(super) attained_service: f64,
+    pub(super) ledger: FloorLedger,
+    pub(super) bid: Option<Bid>,
+    /// What the last epoch predicted for this job, checked against its reports at the next.
+    pub(super) pending: Option<PendingGain>,
+    /// The worker count `pending` was predicted at, with the current bid (`None`: a new bid
+    /// came since): the same bid at the same count predicts the same, so it is not recomputed.
+    pub(super) pending_for: Option<u32>,
+    /// Attained service, entitled and granted worker-epochs when the plan was last saved.
+    pub(super) saved_plan: Option<(f64, f64, f64)>,
+    /// The batch size last published (jobs that declare `batch_sizes`).
+    pub(super) batch: Option<u32>,
+    /// It has sent nothing for `stale_job` (the ingest loop says so).
+    pub(super) quiet: bool,
+    /// When its workers last changed.
+    pub(super) workers_since_s: f64,
+    /// Its processes' generation: one more at every change of its membership.
+    pub(super) generation: u64,
+    /// A worker of it went silent and was removed: its membership changed at the next epoch.
+    pub(super) lost_workers: bool,
+    /// What the agents run for it (a submitted job), and how its generations fare.
+    pub(super) command: Option<JobCommand>,
+    pub(super) supervision: Supervision,
+    /// When it registered (after a restart, as restored from its fair clock): its age for the
+    /// finish-time bound.
+    pub(super) since_s: f64,
+    /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
+    /// finish-time bound is on; else empty (no `Pace`).
+    pub(super) pace_rates: Vec<f64>,
+    /// Its iterations left as of its latest bid (declared, or predicted from its curve: a
+    /// search on the curve, done once per bid, not per epoch); read by the bound and the
+    /// completion term.
+    pub(super) remaining_iters: f64,
+    /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
+    pub(super) speeds: JobSpeeds,
+}
+
+impl JobEntry {
+    pub(super) fn new(key: u64, local: bool, now_s: f64) -> Self {
+        JobEntry {
+            key,
+            local,
+            workers: Vec::new(),
+            attained_service: 0.0,
+            ledger: FloorLedger::default(),
+            bid: None,
+            pending: None,
+            pending_for: None,
+            saved_plan: None,
+            batch: None,
+            quiet: false,
+            workers_since_s: now_s,
+            generation: 0,
+            lost_workers: false,
+            command: None,
+            supervision: Supervision { progress_s: now_s, ..Supervision::default() },
+            since_s: now_s,
+            pace_rates: Vec::new(),
+            remaining_iters: 0.0,
+            speeds: JobSpeeds::default(),
+        }
+    }
+}
+
+/// The allocator's state: every job's latest bid, the worker registry, the epoch count and
+/// what `status` shows. Owned by the actor (`super::AllocatorActor`), which feeds it.
+pub struct Allocator {
+    pub(super) settings: AllocatorSettings,
+    /// Whether the shell keeps state (JetStream): without, no save is asked for.
+    pub(super) persist: bool,
+    /// In id order: the `BTreeMap`'s order is the dense job index of the plan.
+    pub(super) jobs: BTreeMap<String, JobEntry>,
+    pub(super) registry: WorkerRegistry,
+    pub(super) epoch: u64,
+    pub(super) history: VecDeque<EpochSummary>,
+    /// Whether NATS was unreachable at the last epoch: silence then is not a worker's fault.
+    pub(super) was_disconnected: bool,
+    /// When each unknown worker was last asked to say hello again (bounded; see `WorkerBeat`).
+    pub(super) prompted: HashMap<String, f64>,
+    /// The last job key handed out.
+    pub(super) next_key: u64,
+    /// The model of a job that has not bid yet.
+    pub(super) default_model: Arc<JobModel>,
+    /// The next epoch publishes every worker's assignment, changed or not: the first epoch of
+    /// a term (a restart or a fail-over), so that assignments lost in a crash are made good.
+    pub(super) tell_all: bool,
+    /// The rendezvous port each job's rank 0 listens on, per machine.
+    pub(super) ports: PortBook,
+    /// Jobs that ended lately (for `status`).
+    pub(super) ended: VecDeque<JobOutcome>,
+    /// The last generation of jobs that ended (at most `PAST_GENERATIONS_KEPT`, oldest out).
+    pub(super) past_generations: HashMap<String, u64>,
+    pub(super) past_order: VecDeque<String>,
+    /// Generations started without ranks (no free rendezvous port), since this start.
+    pub(super) without_ranks: u64,
+    /// Jobs with a command (supervised): without any, an epoch skips their checks.
+    pub(super) submitted: usize,
+}
+
+/// Where a submitted job's current generation stands.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Supervision {
+    /// Generations restarted after a failure or a stall.
+    pub(super) restarts: u32,
+    /// When the current generation started.
+    pub(super) generation_started_s: f64,
+    /// When its report count last grew.
+    pub(super) progress_s: f64,
+    /// A generation that failed (counted once), and when its restart is due.
+    pub(super) failed_generation: Option<u64>,
+    pub(super) restart_at_s: Option<f64>,
+    /// Its restarts are used up: it is being ended as failed.
+    pub(super) ending: bool,
+    /// A new generation (not the first) has not reported yet: its restart is being timed.
+    pub(super) timing_restart: bool,
+    /// What a restart costs it: seconds from a new generation to its first new report
+    /// (a moving average of the last few), once measured.
+    pub(super) restart_s: Option<f64>,
+}
+
+impl Supervision {
+    /// How long the current generation keeps its workers: `min_generation_s`, or `factor`
+    /// times the measured restart cost if that is longer.
+    pub(super) fn tenure_s(&self, min_generation_s: f64, factor: f64) -> f64 {
+        min_generation_s.max(self.restart_s.map_or(0.0, |r| r * factor))
+    }
+}
+
+/// A job's loss when an epoch started, its bid's normaliser, and the drop the bid predicted
+/// over the epoch for the workers it was given.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PendingGain {
+    pub(super) loss_at_start: f64,
+    pub(super) scale: f64,
+    pub(super) predicted: f64,
+}

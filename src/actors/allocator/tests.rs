@@ -1,0 +1,294 @@
+//! The allocator's rules on a fake clock: every `now_s` below is chosen, none is read. Each test
+//! was seen failing with the rule it checks broken: `python3 benches/issue42_mutations.py`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::core::{Input, Restore};
+use super::state::{Allocator, AllocatorSettings, Count, Effect};
+use super::supervision::backoff_s;
+use crate::actors::bid::{Bid, job_model};
+use crate::actors::tenants::Tenants;
+use crate::policy::PolicyKind;
+use crate::protocol::{EndReason, JobCommand, JobSpec, Running, WorkerAssignment, WorkerSpec};
+use crate::quality::{JobPredictor, PredictorConfig};
+use crate::schedule::{self, PlaceSettings, Placer, PlanSettings, tenants::TenantSet};
+
+fn settings() -> AllocatorSettings {
+    AllocatorSettings {
+        epoch: Duration::from_secs(1),
+        policy: PolicyKind::Slaq,
+        plan: PlanSettings::default(),
+        place: PlaceSettings { placer: Placer::Greedy, restart_s: 9.0, horizon_s: 60.0 },
+        worker_timeout: Duration::from_secs(15),
+        stale_job: None,
+        term: Some(7),
+        replica: None,
+        stall_timeout: Some(Duration::from_secs(30)),
+        min_generation: Duration::ZERO,
+        rendezvous: (29_500, 1_000, Duration::from_secs(5)),
+        restart_amortisation: 0.0,
+        bid_horizon_s: 60.0,
+        completion_weight: 0.05,
+        tenants: Tenants::default(),
+    }
+}
+
+fn worker(id: &str, kind: Option<&str>) -> WorkerSpec {
+    WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: kind.map(str::to_string), advertise: None }
+}
+
+fn command(max_restarts: u32) -> JobCommand {
+    JobCommand { argv: vec!["train".into()], env: BTreeMap::new(), cwd: None, checkpoint_dir: None, max_restarts }
+}
+
+/// A bid from `points` reports of a curve that falls fast, on workers that speed it up.
+fn bid(job: &str, max_workers: Option<u32>, points: u64) -> Bid {
+    let mut p = JobPredictor::new(PredictorConfig::default());
+    for i in 1..=points {
+        p.observe(i, 0.1 + 1.0 / i as f64).expect("a valid point");
+        for w in 1..=4u32 {
+            p.observe_time(w, 1.0 / f64::from(w));
+        }
+    }
+    let gain = schedule::make_bid(&mut p, 60.0, 1.0, 0);
+    let spec = JobSpec { max_workers, ..JobSpec::new(job) };
+    Bid::new(&spec, Arc::new(job_model(&spec, &[], None)), &p, gain, 0)
+}
+
+fn assigns(fx: &[Effect]) -> Vec<&WorkerAssignment> {
+    fx.iter().filter_map(|e| if let Effect::Assign(a) = e { Some(a) } else { None }).collect()
+}
+
+fn counts(fx: &[Effect]) -> Vec<Count> {
+    fx.iter().filter_map(|e| if let Effect::Count(c) = e { Some(*c) } else { None }).collect()
+}
+
+fn forgotten(fx: &[Effect]) -> Vec<&str> {
+    fx.iter().filter_map(|e| if let Effect::ForgetWorker(w) = e { Some(w.as_str()) } else { None }).collect()
+}
+
+fn epoch(a: &mut Allocator, now_s: f64, connected: bool) -> Vec<Effect> {
+    let out = a.epoch(now_s, connected, &|| 0.0);
+    a.record(out.summary);
+    out.effects
+}
+
+/// An allocator with a submitted job `j` (its processes restarted up to `max_restarts` times)
+/// restored onto worker `w`, its first epoch (the term's, which tells every worker) run at 1 s.
+fn submitted_job_on_one_worker(max_restarts: u32) -> Allocator {
+    let mut a = Allocator::new(settings(), true);
+    a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: Some(command(max_restarts)) });
+    let restore = Restore {
+        workers: vec![worker("w", None)],
+        assignments: HashMap::from([("w".to_string(), "j".to_string())]),
+        plans: HashMap::new(),
+    };
+    a.handle(0.0, Input::Restore(restore));
+    epoch(&mut a, 1.0, true);
+    a
+}
+
+/// What the agent on `w` says it runs: generation `generation` of `j`, exited with `exit`.
+fn beat(generation: u64, exit: Option<i32>) -> Input {
+    let running = Running { job: Some("j".into()), term: 7, epoch: 1, generation: Some(generation), exit, refused: 0 };
+    Input::WorkerBeat { worker: "w".into(), running: Some(running) }
+}
+
+/// The generation `w` is told to run, if an epoch's effects tell it one.
+fn told_generation(fx: &[Effect]) -> Option<u64> {
+    assigns(fx).iter().find(|a| a.worker == "w").and_then(|a| a.launch.as_ref()).map(|l| l.generation)
+}
+
+#[test]
+fn a_worker_silent_past_the_timeout_is_gone_and_one_just_inside_it_is_not() {
+    let mut a = Allocator::new(settings(), true);
+    a.handle(0.0, Input::WorkerHello(worker("w", None)));
+    assert!(forgotten(&epoch(&mut a, 14.999, true)).is_empty(), "14.999 s of silence is inside 15 s");
+    assert_eq!(a.snapshot(14.999, &Default::default()).num_workers, 1);
+    assert_eq!(forgotten(&epoch(&mut a, 15.001, true)), ["w"], "15.001 s of silence is past 15 s");
+    assert_eq!(a.snapshot(15.001, &Default::default()).num_workers, 0);
+    // A heartbeat from it now is from an unknown worker: it is asked to say hello again, once.
+    let fx = a.handle(16.0, Input::WorkerBeat { worker: "w".into(), running: None });
+    assert_eq!(counts(&fx), [Count::BeatFromUnknownWorker]);
+    assert!(assigns(&fx)[0].hello_again);
+    assert!(assigns(&a.handle(17.0, Input::WorkerBeat { worker: "w".into(), running: None })).is_empty());
+}
+
+#[test]
+fn a_heartbeat_restarts_a_worker_s_timeout() {
+    let mut a = Allocator::new(settings(), true);
+    a.handle(0.0, Input::WorkerHello(worker("w", None)));
+    a.handle(10.0, Input::WorkerBeat { worker: "w".into(), running: None });
+    assert!(forgotten(&epoch(&mut a, 24.999, true)).is_empty());
+    assert_eq!(forgotten(&epoch(&mut a, 25.001, true)), ["w"]);
+}
+
+#[test]
+fn no_worker_expires_during_an_outage_and_each_gets_the_full_timeout_after_it() {
+    let mut a = Allocator::new(settings(), true);
+    a.handle(0.0, Input::WorkerHello(worker("w", None)));
+    epoch(&mut a, 1.0, true);
+    for now_s in [20.0, 60.0, 600.0] {
+        assert!(forgotten(&epoch(&mut a, now_s, false)).is_empty(), "NATS is down at {now_s} s");
+    }
+    // Back at 601 s: the timeout counts from then.
+    assert!(forgotten(&epoch(&mut a, 601.0, true)).is_empty());
+    assert!(forgotten(&epoch(&mut a, 615.999, true)).is_empty());
+    assert_eq!(forgotten(&epoch(&mut a, 616.001, true)), ["w"]);
+}
+
+#[test]
+fn restart_backoff_doubles_from_one_second_up_to_a_minute() {
+    let expected = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0];
+    assert_eq!((1..=8).map(backoff_s).collect::<Vec<_>>(), expected);
+    // The same in the core: each failed generation restarts on its worker exactly a backoff
+    // after the failure, in a new generation, and the failure after the last restart ends it.
+    let mut a = submitted_job_on_one_worker(expected.len() as u32);
+    let (mut now_s, mut generation) = (2.0, 0);
+    for (restart, backoff) in expected.iter().enumerate() {
+        let fx = a.handle(now_s, beat(generation, Some(1)));
+        assert_eq!(counts(&fx), [Count::BeatAccepted, Count::JobRestarted], "restart {}", restart + 1);
+        // The agent keeps beating (a minute's backoff outlasts the worker timeout).
+        a.handle(now_s + backoff - 2e-3, beat(generation, None));
+        assert_eq!(told_generation(&epoch(&mut a, now_s + backoff - 1e-3, true)), None, "restart {}", restart + 1);
+        let told = told_generation(&epoch(&mut a, now_s + backoff, true));
+        assert_eq!(told, Some(generation + 1), "restart {} after {backoff} s", restart + 1);
+        (now_s, generation) = (now_s + backoff + 1.0, generation + 1);
+    }
+    let fx = a.handle(now_s, beat(generation, Some(1)));
+    assert!(counts(&fx).contains(&Count::JobFailed));
+    assert!(fx.iter().any(|e| matches!(e, Effect::EndJob { job, reason: EndReason::Failed } if job == "j")));
+    // Ended once: another failure report asks for nothing more.
+    assert!(!a.handle(now_s + 1.0, beat(generation, Some(1))).iter().any(|e| matches!(e, Effect::EndJob { .. })));
+}
+
+#[test]
+fn a_generation_that_reports_nothing_for_the_stall_timeout_is_restarted_but_not_during_an_outage() {
+    let mut a = submitted_job_on_one_worker(3);
+    // Registered at 0 s with a 30 s stall timeout; its agent beats (it is alive, not progressing).
+    for now_s in [10.0, 20.0, 29.0] {
+        a.handle(now_s, beat(0, None));
+    }
+    assert!(!counts(&epoch(&mut a, 29.999, true)).contains(&Count::JobRestarted));
+    a.handle(39.0, beat(0, None));
+    assert!(!counts(&epoch(&mut a, 40.0, false)).contains(&Count::JobRestarted), "NATS is down");
+    assert!(counts(&epoch(&mut a, 40.001, true)).contains(&Count::JobRestarted));
+    // A report that makes progress counts the stall from then.
+    let mut b = submitted_job_on_one_worker(3);
+    b.handle(20.0, Input::Bid { job: "j".into(), bid: bid("j", None, 5) });
+    for now_s in [10.0, 20.0, 30.0, 40.0, 49.0] {
+        b.handle(now_s, beat(0, None));
+    }
+    assert!(!counts(&epoch(&mut b, 49.999, true)).contains(&Count::JobRestarted));
+    assert!(counts(&epoch(&mut b, 50.001, true)).contains(&Count::JobRestarted));
+}
+
+#[test]
+fn rank_zero_exiting_zero_ends_the_job_as_finished() {
+    let mut a = submitted_job_on_one_worker(3);
+    // A restored worker has no rank: its first generation here (after a failure) gives it one.
+    a.handle(2.0, beat(0, Some(1)));
+    assert_eq!(told_generation(&epoch(&mut a, 3.0, true)), Some(1));
+    assert!(!a.handle(4.0, beat(1, Some(3))).iter().any(|e| matches!(e, Effect::EndJob { .. })));
+    let fx = a.handle(5.0, beat(1, Some(0)));
+    assert!(fx.iter().any(|e| matches!(e, Effect::EndJob { reason: EndReason::Finished, .. })), "{fx:?}");
+}
+
+#[test]
+fn an_agent_running_another_job_is_told_again_only_two_seconds_after_its_assignment() {
+    let mut a = submitted_job_on_one_worker(3);
+    // Told at the term's first epoch, at 1 s; the agent says it runs nothing.
+    let idle = |term| Input::WorkerBeat {
+        worker: "w".into(),
+        running: Some(Running { job: None, term, epoch: 0, generation: None, exit: None, refused: 0 }),
+    };
+    assert!(assigns(&a.handle(2.999, idle(7))).is_empty(), "the assignment may still be on its way");
+    let fx = a.handle(3.001, idle(7));
+    assert_eq!(assigns(&fx).iter().map(|m| m.job.as_deref()).collect::<Vec<_>>(), [Some("j")]);
+    assert!(counts(&fx).contains(&Count::Mismatch));
+    assert!(assigns(&a.handle(4.0, idle(7))).is_empty(), "told again at 3.001 s");
+    assert!(assigns(&a.handle(10.0, idle(8))).is_empty(), "an agent on a newer term is a new leader's");
+}
+
+#[test]
+fn a_new_term_tells_every_worker_once_and_then_only_what_changed() {
+    let mut a = Allocator::new(settings(), true);
+    a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: None });
+    let restore = Restore {
+        workers: vec![worker("w1", None), worker("w2", None), worker("w3", None)],
+        assignments: HashMap::from([("w1".to_string(), "j".to_string()), ("w2".to_string(), "j".to_string())]),
+        plans: HashMap::new(),
+    };
+    let fx = a.handle(0.0, Input::Restore(restore));
+    assert!(matches!(fx.as_slice(), [Effect::TellJob { workers: 2, .. }]), "{fx:?}");
+    let first = epoch(&mut a, 1.0, true);
+    let told: BTreeMap<&str, Option<&str>> =
+        assigns(&first).iter().map(|m| (m.worker.as_str(), m.job.as_deref())).collect();
+    assert_eq!(told, BTreeMap::from([("w1", Some("j")), ("w2", Some("j")), ("w3", None)]));
+    assert!(assigns(&first).iter().all(|m| m.term == Some(7)));
+    assert!(assigns(&epoch(&mut a, 2.0, true)).is_empty(), "nothing changed");
+}
+
+/// The workers each job is assigned in an epoch's effects.
+fn members(fx: &[Effect]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in fx {
+        if let Effect::Allocate(alloc) = e {
+            out.insert(alloc.job.clone(), alloc.workers.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tenant_is_held_to_its_quota_in_what_is_published() {
+    let toml = r#"
+        a = { guaranteed = 2, borrow_limit = 0 }
+        b = { guaranteed = 2 }
+    "#;
+    let set = TenantSet::new(toml::from_str(toml).expect("tenants")).expect("valid tenants");
+    let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+    for w in 0..6 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    for job in ["a.x", "a.y", "a.z"] {
+        a.handle(0.0, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: job.into(), bid: bid(job, None, 40) });
+    }
+    a.handle(0.0, Input::JobStarted { job: "b.x".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "b.x".into(), bid: bid("b.x", Some(1), 40) });
+    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for now_s in 1..=5 {
+        held.extend(members(&epoch(&mut a, f64::from(now_s), true)));
+        let of_a: usize = held.iter().filter(|(j, _)| j.starts_with("a.")).map(|(_, w)| w.len()).sum();
+        assert!(of_a <= 2, "tenant a holds {of_a} workers at {now_s} s, past its quota of 2: {held:?}");
+    }
+    assert_eq!(held.get("b.x").map(Vec::len), Some(1));
+    assert!(held.iter().filter(|(j, _)| j.starts_with("a.")).map(|(_, w)| w.len()).sum::<usize>() == 2);
+}
+
+#[test]
+fn on_a_typed_cluster_each_job_runs_on_one_type() {
+    let mut a = Allocator::new(settings(), false);
+    for (w, kind) in [("w0", "v100"), ("w1", "k80"), ("w2", "v100"), ("w3", "k80"), ("w4", "k80")] {
+        a.handle(0.0, Input::WorkerHello(worker(w, Some(kind))));
+    }
+    let kind_of = |w: &str| if ["w0", "w2"].contains(&w) { "v100" } else { "k80" };
+    for job in ["x", "y"] {
+        a.handle(0.0, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: job.into(), bid: bid(job, None, 40) });
+    }
+    let mut seen = 0;
+    for now_s in 1..=5 {
+        for e in epoch(&mut a, f64::from(now_s), true) {
+            let Effect::Allocate(alloc) = e else { continue };
+            let kinds: HashSet<&str> = alloc.workers.iter().map(|w| kind_of(w)).collect();
+            assert!(kinds.len() <= 1, "job {} runs on {kinds:?}", alloc.job);
+            assert_eq!(alloc.accelerator.as_deref(), kinds.iter().next().copied());
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "both jobs were allocated workers");
+}
