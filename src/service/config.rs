@@ -514,14 +514,9 @@ impl RawConfig {
 
     fn validate(self, over_auth: &NatsAuth) -> Result<ServeConfig, ConfigError> {
         let auth = self.nats.auth(over_auth);
-        // Credentials of its own mean a secured deployment (see `register_on_report`).
-        let secured = auth.user.is_some()
-            || auth.token.is_some()
-            || auth.nkey_seed_file.is_some()
-            || auth.credentials_file.is_some()
-            || auth.tls_cert_file.is_some()
-            || self.nats.urls.iter().any(|u| u.contains('@'));
-        let invalid = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        // Credentials of its own mean a secured deployment (see `register_on_report`); the
+        // same test the connection makes (a URL that does not parse never connects).
+        let secured = crate::bus::carries_credentials(&auth, &self.nats.urls);
         let s = &self.scheduler;
         if self.nats.urls.is_empty() {
             return invalid("nats.urls is empty");
@@ -530,94 +525,11 @@ impl RawConfig {
             return invalid("nats.reply_prefixes needs an inbox prefix (such as \"_INBOX\"), none starting with $");
         }
         let state_auth = self.nats.state_auth(&auth);
-        if s.epoch_ms == 0 || s.worker_timeout_ms == 0 {
-            return invalid("epoch_ms and worker_timeout_ms must be positive");
-        }
-        let ports = s
-            .rendezvous_ports
-            .split_once('-')
-            .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)));
-        let Some((first_port, last_port)) = ports.filter(|(a, b)| *a >= 1024 && a <= b) else {
-            return invalid(
-                "rendezvous_ports must be FIRST-LAST, 1024 <= FIRST <= LAST <= 65535 (e.g. \"29500-30499\")",
-            );
-        };
-        if !(s.horizon_s.is_finite() && s.horizon_s > 0.0) {
-            return invalid("horizon_s must be positive");
-        }
-        if s.job_mailbox == 0 || s.max_jobs == 0 || s.max_payload_bytes < 64 {
-            return invalid("job_mailbox and max_jobs must be positive, max_payload_bytes at least 64");
-        }
-        let plan = crate::schedule::PlanSettings {
-            floor: s.floor,
-            floor_window: s.floor_window,
-            max_slowdown: s.max_slowdown,
-        };
-        plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if !(s.completion_weight.is_finite() && s.completion_weight >= 0.0) {
-            return invalid("completion_weight must be at least 0");
-        }
-        if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
-            return invalid("restart_s must be at least 0 and move_horizon_s positive");
-        }
-        let place = crate::schedule::PlaceSettings {
-            placer: crate::schedule::Placer::Lp,
-            restart_s: s.restart_s,
-            horizon_s: s.move_horizon_s,
-        };
+        let (first_port, last_port, plan, place) = s.checked()?;
         let subjects = Subjects::new(&self.nats.prefix).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let job_threads = s.job_threads;
-        let http_listen = match self.http.listen.trim() {
-            "" => None,
-            addr => Some(addr.parse().map_err(|_| {
-                ConfigError::Invalid(format!("http.listen {addr:?} is not host:port (e.g. 0.0.0.0:9464)"))
-            })?),
-        };
-        let state_mode = match self.state.mode.as_str() {
-            "auto" => StateMode::Auto,
-            "jetstream" => StateMode::JetStream,
-            "none" => StateMode::None,
-            other => return invalid(&format!("state.mode {other:?}: expected auto, jetstream or none")),
-        };
-        if self.state.report_history < 1
-            || self.state.snapshot_ms == 0
-            || self.state.replicas == 0
-            || self.state.report_retention_s == 0
-        {
-            return invalid(
-                "state.report_history, state.report_retention_s, state.snapshot_ms and state.replicas must be positive",
-            );
-        }
-        let ha = if self.ha.enabled {
-            if state_mode == StateMode::None {
-                return invalid("ha.enabled needs the durable state (state.mode auto or jetstream)");
-            }
-            if self.ha.lease_ms < 200 {
-                return invalid("ha.lease_ms must be at least 200");
-            }
-            let replica = match self.ha.replica_id.trim() {
-                "" => format!(
-                    "{}-{}",
-                    std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "slaq".into()),
-                    std::process::id()
-                ),
-                id => id.to_string(),
-            };
-            Some(HaSettings { lease: Duration::from_millis(self.ha.lease_ms), replica })
-        } else {
-            None
-        };
-        let partitions = if self.cluster.shared {
-            if ha.is_none() {
-                return invalid("cluster.shared needs [ha] enabled (the leader's lease)");
-            }
-            if !(1..=4096).contains(&self.cluster.partitions) {
-                return invalid("cluster.partitions must be between 1 and 4096");
-            }
-            Some(self.cluster.partitions)
-        } else {
-            None
-        };
+        let http_listen = self.http.address()?;
+        let (state_mode, ha, partitions) = self.durability()?;
         let (Some(rate), Some(burst)) =
             (std::num::NonZeroU32::new(s.max_reports_per_s), std::num::NonZeroU32::new(s.report_burst))
         else {
@@ -676,6 +588,120 @@ impl RawConfig {
             predictor: self.predictor,
             http_listen,
         })
+    }
+
+    /// `[state]`, `[ha]` and `[cluster]` checked: the state's mode, the replicas' lease and
+    /// name, and the partitions of shared work.
+    fn durability(&self) -> Result<(StateMode, Option<HaSettings>, Option<u32>), ConfigError> {
+        let state_mode = match self.state.mode.as_str() {
+            "auto" => StateMode::Auto,
+            "jetstream" => StateMode::JetStream,
+            "none" => StateMode::None,
+            other => return invalid(&format!("state.mode {other:?}: expected auto, jetstream or none")),
+        };
+        if self.state.report_history < 1
+            || self.state.snapshot_ms == 0
+            || self.state.replicas == 0
+            || self.state.report_retention_s == 0
+        {
+            return invalid(
+                "state.report_history, state.report_retention_s, state.snapshot_ms and state.replicas must be positive",
+            );
+        }
+        let ha = if self.ha.enabled {
+            if state_mode == StateMode::None {
+                return invalid("ha.enabled needs the durable state (state.mode auto or jetstream)");
+            }
+            if self.ha.lease_ms < 200 {
+                return invalid("ha.lease_ms must be at least 200");
+            }
+            let replica = match self.ha.replica_id.trim() {
+                "" => format!(
+                    "{}-{}",
+                    std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "slaq".into()),
+                    std::process::id()
+                ),
+                id => id.to_string(),
+            };
+            Some(HaSettings { lease: Duration::from_millis(self.ha.lease_ms), replica })
+        } else {
+            None
+        };
+        let partitions = if self.cluster.shared {
+            if ha.is_none() {
+                return invalid("cluster.shared needs [ha] enabled (the leader's lease)");
+            }
+            if !(1..=4096).contains(&self.cluster.partitions) {
+                return invalid("cluster.partitions must be between 1 and 4096");
+            }
+            Some(self.cluster.partitions)
+        } else {
+            None
+        };
+        Ok((state_mode, ha, partitions))
+    }
+}
+
+/// A configuration error saying `message`.
+fn invalid<T>(message: &str) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid(message.to_string()))
+}
+
+impl RawHttp {
+    /// Where `/metrics` is served (`None`: nowhere).
+    fn address(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        match self.listen.trim() {
+            "" => Ok(None),
+            addr => Ok(Some(addr.parse().map_err(|_| {
+                ConfigError::Invalid(format!("http.listen {addr:?} is not host:port (e.g. 0.0.0.0:9464)"))
+            })?)),
+        }
+    }
+}
+
+impl RawScheduler {
+    /// `[scheduler]` checked: its periods, rendezvous ports (first and last), horizon, limits,
+    /// the planner's settings and the placement's.
+    fn checked(
+        &self,
+    ) -> Result<(u16, u16, crate::schedule::PlanSettings, crate::schedule::PlaceSettings), ConfigError> {
+        let s = self;
+        if s.epoch_ms == 0 || s.worker_timeout_ms == 0 {
+            return invalid("epoch_ms and worker_timeout_ms must be positive");
+        }
+        let ports = s
+            .rendezvous_ports
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)));
+        let Some((first_port, last_port)) = ports.filter(|(a, b)| *a >= 1024 && a <= b) else {
+            return invalid(
+                "rendezvous_ports must be FIRST-LAST, 1024 <= FIRST <= LAST <= 65535 (e.g. \"29500-30499\")",
+            );
+        };
+        if !(s.horizon_s.is_finite() && s.horizon_s > 0.0) {
+            return invalid("horizon_s must be positive");
+        }
+        if s.job_mailbox == 0 || s.max_jobs == 0 || s.max_payload_bytes < 64 {
+            return invalid("job_mailbox and max_jobs must be positive, max_payload_bytes at least 64");
+        }
+        let plan = crate::schedule::PlanSettings {
+            floor: s.floor,
+            floor_window: s.floor_window,
+            max_slowdown: s.max_slowdown,
+        };
+        plan.validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if !(s.completion_weight.is_finite() && s.completion_weight >= 0.0) {
+            return invalid("completion_weight must be at least 0");
+        }
+        if !(s.restart_s.is_finite() && s.restart_s >= 0.0 && s.move_horizon_s.is_finite() && s.move_horizon_s > 0.0) {
+            return invalid("restart_s must be at least 0 and move_horizon_s positive");
+        }
+        let place = crate::schedule::PlaceSettings {
+            placer: crate::schedule::Placer::Lp,
+            restart_s: s.restart_s,
+            horizon_s: s.move_horizon_s,
+        };
+        Ok((first_port, last_port, plan, place))
     }
 }
 
