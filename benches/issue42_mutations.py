@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Issue #42: each timing rule of the allocator's core, broken on purpose, must fail its
-fake-clock unit test (`src/actors/allocator/tests.rs`). Applies one mutation at a time to the
-source, runs `cargo test --lib actors::allocator::tests`, prints CAUGHT or MISSED, and restores
-the file. Usage: python3 benches/issue42_mutations.py [name ...] (from the repository root)."""
+"""Issue #42: each rule of the allocator's core and of the state writer, broken on purpose,
+must fail its unit test on a fake clock (`src/actors/allocator/tests.rs`,
+`src/bus/durable/{queue,write}.rs`). Applies one mutation at a time to the source, runs the
+module's unit tests, prints CAUGHT or MISSED, and restores the file.
+Usage: python3 benches/issue42_mutations.py [name ...] (from the repository root)."""
 import subprocess, sys
 muts = [
  ("src/actors/registry.rs", "if now_s - w.last_seen_s > timeout_s {", "if now_s - w.last_seen_s > timeout_s * 0.9 {", "silent"),
@@ -13,6 +14,14 @@ muts = [
  ("src/actors/allocator/core.rs", "            tell_all: true,", "            tell_all: false,", "term"),
  ("src/actors/allocator/planning.rs", "tenants: tenancy.map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),", "tenants: tenancy.filter(|_| false).map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),", "quota"),
  ("src/actors/allocator/planning.rs", "            types,\n", "            types: types.filter(|_| false),\n", "typed"),
+ # The state writer (#20's two surviving mutations first).
+ ("src/bus/durable/write.rs", "    if !fence.holds() {\n        return Outcome::Failed", "    if false {\n        return Outcome::Failed", "write-fence"),
+ ("src/bus/durable/queue.rs", "        if lease.deposed {\n            let dropped", "        if false {\n            let dropped", "deposed-keeps-queue"),
+ ("src/bus/durable/queue.rs", "        if lease.deposed {\n            return false;", "        if false {\n            return false;", "deposed-queues"),
+ ("src/bus/durable/queue.rs", "lease.unfenced || lease.renewals > r", "lease.unfenced || lease.renewals >= r", "renewal"),
+ ("src/bus/durable/queue.rs", "BACKOFF.0.saturating_mul(1 << attempts.min(10))", "BACKOFF.0.saturating_mul(1 + attempts.min(10))", "write-backoff"),
+ ("src/bus/durable/write.rs", "                lock().stale(key);\n", "", "read-again"),
+ ("src/bus/durable/write.rs", "if term == 0 || last.term != Some(term) {", "if last.term != Some(term) {", "own-without-term"),
 ]
 only = sys.argv[1:] 
 for path, a, b, name in muts:
@@ -21,7 +30,8 @@ for path, a, b, name in muts:
     assert a in s, (name, a)
     open(path, "w").write(s.replace(a, b, 1))
     try:
-        r = subprocess.run(["cargo", "test", "-q", "--lib", "actors::allocator::tests"], capture_output=True, text=True)
+        module = "bus::durable" if path.startswith("src/bus/") else "actors::allocator::tests"
+        r = subprocess.run(["cargo", "test", "-q", "--lib", module], capture_output=True, text=True)
         failed = [l for l in r.stdout.splitlines() if "FAILED" in l and l.startswith("test ")]
         print(name, "->", "CAUGHT" if r.returncode else "MISSED", failed, flush=True)
     finally:

@@ -457,10 +457,10 @@ async fn a_write_that_timed_out_but_landed_is_no_conflict() {
     let counters = d.counters();
     assert_eq!(counters.conflicts.load(Ordering::Relaxed), 0);
     // The acknowledgement was lost: the same value again, then a new one.
-    d.assume_revision("job.own", 0);
+    d.assume_revision(&slaq::bus::durable::Key::Job("own".into()), 0);
     d.save_job(&spec);
     d.flush(Duration::from_secs(10)).await;
-    d.assume_revision("job.own", 0);
+    d.assume_revision(&slaq::bus::durable::Key::Job("own".into()), 0);
     let newer = JobSpec { weight: 3.0, ..JobSpec::new("own") };
     d.save_job(&newer);
     d.flush(Duration::from_secs(10)).await;
