@@ -1,11 +1,11 @@
 //! A job's bid, the one thing a job actor tells the allocator (and a partition's owner the
-//! leader, as a [`WireBid`]): plain data, no actix, read by the allocator's core.
+//! leader, as a `protocol::WireBid`): plain data, no actix, read by the allocator's core.
 
 use std::sync::Arc;
 
 use crate::cluster::model::{self, BatchLimits, Observation};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
-use crate::protocol::JobSpec;
+use crate::protocol::{JobSpec, WireBid};
 use crate::quality::{GainCurve, JobPredictor};
 use crate::schedule::{self, JobModel};
 
@@ -33,34 +33,6 @@ pub struct Bid {
     pub max_iters: Option<u64>,
     /// Its declared speeds per worker type (`JobSpec::speeds`).
     pub speeds: Option<Arc<std::collections::BTreeMap<String, f64>>>,
-}
-
-/// A [`Bid`] as a replica sends it to the leader (issue #19): everything the planner and
-/// `status` read, nothing derived. The leader tabulates the gains as the job actor does, so a bid
-/// that crossed the wire plans exactly as the one that did not (`tests/it/partitions.rs`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct WireBid {
-    pub model: JobModel,
-    pub min_workers: u32,
-    pub max_workers: u32,
-    pub gain: Option<GainCurve>,
-    #[serde(default)]
-    pub last_iter: Option<u64>,
-    #[serde(default)]
-    pub last_loss: Option<f64>,
-    #[serde(default)]
-    pub predicted_gain: Option<f64>,
-    pub points: u64,
-    #[serde(default)]
-    pub generation: Option<u64>,
-    #[serde(default)]
-    pub sizes: Option<Vec<u32>>,
-    #[serde(default)]
-    pub checkpoint_age_s: Option<f64>,
-    #[serde(default)]
-    pub max_iters: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speeds: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 impl Bid {

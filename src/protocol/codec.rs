@@ -75,7 +75,7 @@ mod tests {
     fn msgpack_is_named_and_tolerates_unknown_fields() {
         let report = LossReport::new("j", 3, 0.5, 1.0, 2);
         let bytes = encode(Encoding::MsgPack, &report).unwrap();
-        let back: LossReport = decode(Encoding::MsgPack, &bytes, "loss report").unwrap();
+        let back: LossReport = decode_borrowed(Encoding::MsgPack, &bytes, "loss report").unwrap();
         assert_eq!(back, report);
         // A newer sender with an extra field.
         #[derive(Serialize)]
@@ -96,9 +96,9 @@ mod tests {
             gpu_temp: 70.0,
         })
         .unwrap();
-        assert!(decode::<LossReport>(Encoding::MsgPack, &newer, "loss report").is_ok());
+        assert!(decode_borrowed::<LossReport>(Encoding::MsgPack, &newer, "loss report").is_ok());
         let json = br#"{"job":"j","iter":1,"loss":1.0,"iter_seconds":0.1,"workers":1,"extra":[1,2]}"#;
-        assert!(decode::<LossReport>(Encoding::Json, json, "loss report").is_ok());
+        assert!(decode_borrowed::<LossReport>(Encoding::Json, json, "loss report").is_ok());
     }
 
     #[test]
@@ -114,10 +114,11 @@ mod tests {
 
     #[test]
     fn a_decode_error_says_which_field() {
-        let err = decode::<LossReport>(Encoding::Json, br#"{"job":"j","loss":1.0}"#, "loss report").unwrap_err();
+        let err =
+            decode_borrowed::<LossReport>(Encoding::Json, br#"{"job":"j","loss":1.0}"#, "loss report").unwrap_err();
         assert!(err.to_string().contains("missing field `iter`"), "{err}");
         let bytes = rmp_serde::to_vec_named(&serde_json::json!({"job": "j", "iter": "three"})).unwrap();
-        let err = decode::<LossReport>(Encoding::MsgPack, &bytes, "loss report").unwrap_err();
+        let err = decode_borrowed::<LossReport>(Encoding::MsgPack, &bytes, "loss report").unwrap_err();
         assert!(err.to_string().starts_with("cannot decode loss report: "), "{err}");
     }
 

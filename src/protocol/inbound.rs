@@ -3,7 +3,7 @@
 //! acts on the result; the fuzz tests call this very function.
 
 use super::{
-    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReportRef, ProtocolError, RejectCause, Running,
+    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReport, ProtocolError, RejectCause, Running,
     StatusRequest, Subjects, WorkerSpec, decode, decode_borrowed,
 };
 
@@ -107,7 +107,7 @@ pub fn inbound<'a>(
     let (kind, id) = subjects.parse(subject)?;
     Ok(match kind {
         Kind::JobLoss => {
-            let report: LossReportRef<'_> = decode_borrowed(encoding, payload, "loss report")?;
+            let report: LossReport<'_> = decode_borrowed(encoding, payload, "loss report")?;
             Inbound::JobLoss { job: id, point: report.validate(id)? }
         }
         Kind::JobHello => {

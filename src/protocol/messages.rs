@@ -243,10 +243,12 @@ impl JobSpec {
     }
 }
 
-/// One finished iteration.
+/// One finished iteration. Decoded without copying the job id where the bytes allow (the
+/// ingest's hot path: `decode_borrowed`); `into_owned` keeps one past its bytes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LossReport {
-    pub job: String,
+pub struct LossReport<'a> {
+    #[serde(borrow)]
+    pub job: std::borrow::Cow<'a, str>,
     pub iter: u64,
     pub loss: f64,
     pub iter_seconds: f64,
@@ -276,12 +278,18 @@ pub struct LossReport {
     pub checkpoint_age_s: Option<f64>,
 }
 
-impl LossReport {
+impl<'a> LossReport<'a> {
     /// A report of `loss` after iteration `iter`, which took `iter_seconds` on `workers`, with
-    /// every optional field unset.
-    pub fn new(job: &str, iter: u64, loss: f64, iter_seconds: f64, workers: u32) -> Self {
+    /// every optional field unset (the job's id borrowed or owned).
+    pub fn new(
+        job: impl Into<std::borrow::Cow<'a, str>>,
+        iter: u64,
+        loss: f64,
+        iter_seconds: f64,
+        workers: u32,
+    ) -> Self {
         LossReport {
-            job: job.to_string(),
+            job: job.into(),
             iter,
             loss,
             iter_seconds,
@@ -297,49 +305,39 @@ impl LossReport {
         }
     }
 
-    /// Checks a report received on the subject of job `subject_job`.
-    pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
-        LossReportRef {
-            job: std::borrow::Cow::Borrowed(&self.job),
-            iter: self.iter,
-            loss: self.loss,
-            iter_seconds: self.iter_seconds,
-            workers: self.workers,
-            batch_size: self.batch_size,
-            machines: self.machines,
-            sync_seconds: self.sync_seconds,
-            grad_sqr: self.grad_sqr,
-            grad_var: self.grad_var,
-            generation: self.generation,
-            checkpoint_age_s: self.checkpoint_age_s,
+    /// The same report, owning its job id.
+    pub fn into_owned(self) -> LossReport<'static> {
+        let LossReport {
+            job,
+            iter,
+            loss,
+            iter_seconds,
+            workers,
+            batch_size,
+            sent_at,
+            machines,
+            sync_seconds,
+            grad_sqr,
+            grad_var,
+            generation,
+            checkpoint_age_s,
+        } = self;
+        LossReport {
+            job: std::borrow::Cow::Owned(job.into_owned()),
+            iter,
+            loss,
+            iter_seconds,
+            workers,
+            batch_size,
+            sent_at,
+            machines,
+            sync_seconds,
+            grad_sqr,
+            grad_var,
+            generation,
+            checkpoint_age_s,
         }
-        .validate(subject_job)
     }
-}
-
-/// The same fields as [`LossReport`], decoded without copying the job id: the ingest hot path.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct LossReportRef<'a> {
-    #[serde(borrow)]
-    pub job: std::borrow::Cow<'a, str>,
-    pub iter: u64,
-    pub loss: f64,
-    pub iter_seconds: f64,
-    pub workers: u32,
-    #[serde(default)]
-    pub batch_size: Option<u32>,
-    #[serde(default)]
-    pub machines: Option<u32>,
-    #[serde(default)]
-    pub sync_seconds: Option<f64>,
-    #[serde(default)]
-    pub grad_sqr: Option<f64>,
-    #[serde(default)]
-    pub grad_var: Option<f64>,
-    #[serde(default)]
-    pub generation: Option<u64>,
-    #[serde(default)]
-    pub checkpoint_age_s: Option<f64>,
 }
 
 /// The numbers of one loss report, as the job actor needs them.
@@ -358,7 +356,7 @@ pub struct LossPoint {
     pub checkpoint_age_s: Option<f64>,
 }
 
-impl LossReportRef<'_> {
+impl LossReport<'_> {
     /// Checks a report received on the subject of job `subject_job`; returns its numbers.
     pub fn validate(&self, subject_job: &str) -> Result<LossPoint, ProtocolError> {
         check_id(&self.job, subject_job)?;
@@ -688,7 +686,7 @@ impl Ack {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Encoding, decode};
+    use crate::protocol::{Encoding, decode_borrowed};
 
     #[test]
     fn validation_names_the_cause() {
@@ -709,7 +707,7 @@ mod tests {
         let bad = JobSpec { max_workers: Some(1), min_workers: 2, ..JobSpec::new("j") };
         assert_eq!(bad.validate("j").unwrap_err().cause(), RejectCause::InvalidSpec);
         assert_eq!(
-            decode::<LossReport>(Encoding::MsgPack, b"\xc1garbage", "loss report").unwrap_err().cause(),
+            decode_borrowed::<LossReport>(Encoding::MsgPack, b"\xc1garbage", "loss report").unwrap_err().cause(),
             RejectCause::Undecodable
         );
     }

@@ -6,12 +6,14 @@
 //! - `codec`: MessagePack (named fields) or JSON.
 //! - `errors`: `RejectCause` (what the counters count) and `ProtocolError`.
 //! - `inbound`: a received subject and payload, parsed and validated into an `Inbound`.
+//! - `partition`: what replicas that share the jobs send each other (`PartitionBids`, `WireBid`).
 
 mod codec;
 mod control;
 mod errors;
 mod inbound;
 mod messages;
+mod partition;
 mod subjects;
 
 pub use codec::{Encoding, decode, decode_borrowed, encode};
@@ -19,4 +21,5 @@ pub use control::*;
 pub use errors::{ProtocolError, RejectCause};
 pub use inbound::{DEFAULT_TENANT, Inbound, InboundLimits, Tenants, inbound};
 pub use messages::*;
+pub use partition::{PartitionBids, WireBid, chunks};
 pub use subjects::{Kind, MAX_ID_LEN, MAX_REPLY_LEN, Subjects, tenant_of, valid_id, valid_job_id, valid_reply};

@@ -1,6 +1,5 @@
-//! The leader's side of `[cluster] shared` (issue #19): what a partition's owner sends it
-//! ([`PartitionBids`], `<prefix>.v1.ctl.bids.<p>`, checked whole by `decode`, cut to fit a
-//! message by `chunks`) and [`Intake`], its merge of the owners' messages into the allocator's
+//! The leader's side of `[cluster] shared` (issue #19): [`Intake`], its merge of what the
+//! partitions' owners send it (`protocol::PartitionBids`) into the allocator's
 //! `RemoteJobs`: a partition's bids count under its lease's term, so a bid still in flight from
 //! a previous owner never replaces its new owner's, and a job its owner no longer has is ended.
 //! The owners' side is `shard`.
@@ -8,62 +7,14 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::actors::allocator::RemoteJobs;
-use crate::actors::bid::{Bid, WireBid};
+use crate::actors::bid::Bid;
 use crate::partition;
-use crate::protocol::{self, Encoding, Outcome, ProtocolError, RejectCause, valid_id};
+use crate::protocol::{Outcome, PartitionBids};
 
 /// Ended jobs are remembered this long (a bid for one from a previous owner, still in flight,
 /// must not bring it back).
 const TOMBSTONE_KEEP: Duration = Duration::from_secs(120);
-
-/// What the owner of a partition sends the leader (`<prefix>.v1.ctl.bids.<p>`, MessagePack).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PartitionBids {
-    pub replica: String,
-    pub partition: u32,
-    /// The partition lease's term under which the owner runs these jobs.
-    pub term: u64,
-    #[serde(default)]
-    pub bids: Vec<(String, WireBid)>,
-    /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`).
-    #[serde(default)]
-    pub gone: Vec<(String, Outcome)>,
-    /// Jobs that went quiet (`true`) or spoke again.
-    #[serde(default)]
-    pub quiet: Vec<(String, bool)>,
-    /// Every job the owner runs in the partition (full sends only).
-    #[serde(default)]
-    pub roster: Option<Vec<String>>,
-}
-
-impl PartitionBids {
-    /// Decodes and checks one message: every job id valid and of this partition, every gain
-    /// finite. A message that fails is refused whole.
-    pub fn decode(bytes: &[u8], partitions: u32) -> Result<PartitionBids, ProtocolError> {
-        let m: PartitionBids = protocol::decode(Encoding::MsgPack, bytes, "partition bids")?;
-        let bad = |what| Err(ProtocolError::Invalid(what, RejectCause::InvalidSpec));
-        if m.partition >= partitions {
-            return bad("partition out of range");
-        }
-        let ids =
-            m.bids.iter().map(|(j, _)| j).chain(m.gone.iter().map(|(j, _)| j)).chain(m.quiet.iter().map(|(j, _)| j));
-        let ids = ids.chain(m.roster.iter().flatten());
-        if ids.into_iter().any(|j| !valid_id(j) || partition::of(j, partitions) != m.partition) {
-            return bad("a job id that is invalid or of another partition");
-        }
-        let finite = |b: &WireBid| {
-            b.min_workers <= b.max_workers
-                && b.gain.is_none_or(|g| (1..=64).all(|w| g.gain(w.min(b.max_workers.max(1))).is_finite()))
-        };
-        if !m.bids.iter().all(|(_, b)| finite(b)) {
-            return bad("a bid with bounds out of order or gains that are not finite");
-        }
-        Ok(m)
-    }
-}
 
 /// The leader's merge of the owners' messages (see the module's documentation).
 pub struct Intake {
@@ -126,26 +77,10 @@ impl Intake {
     }
 }
 
-/// `m` cut into messages that encode within `budget` bytes: bids split in halves until each
-/// part fits; the roster, gone and quiet lists ride on the last.
-pub(super) fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
-    let size = |m: &PartitionBids| protocol::encode(Encoding::MsgPack, m).map_or(usize::MAX, |b| b.len());
-    if m.bids.len() <= 1 || size(&m) <= budget {
-        return vec![m];
-    }
-    let mut first =
-        PartitionBids { replica: m.replica.clone(), partition: m.partition, term: m.term, ..Default::default() };
-    let mut rest = m;
-    first.bids = rest.bids.drain(..rest.bids.len() / 2).collect();
-    let mut out = chunks(first, budget);
-    out.extend(chunks(rest, budget));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::JobSpec;
+    use crate::protocol::{self, Encoding, JobSpec, WireBid, chunks, valid_id};
 
     fn message(p: u32, term: u64, jobs: &[&str], gone: &[&str], roster: Option<&[&str]>) -> PartitionBids {
         let bid = |_| WireBid {

@@ -707,7 +707,7 @@ impl Ingest {
     /// counted and dropped.
     fn owner_bids(&mut self, message: async_nats::Message) {
         let Some(intake) = self.intake.as_mut() else { return };
-        let merged = match intake::PartitionBids::decode(&message.payload, intake.partitions()) {
+        let merged = match protocol::PartitionBids::decode(&message.payload, intake.partitions()) {
             Ok(m) => intake.merge(m),
             Err(e) => {
                 let cause = e.cause();

@@ -21,7 +21,6 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::intake::{PartitionBids, chunks};
 use super::{Connections, JobSetup, ServeConfig, ServiceError};
 use crate::actors::bid::Bid;
 use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec, WorkersChanged};
@@ -30,7 +29,8 @@ use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
-    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, ProtocolError, RejectCause,
+    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, PartitionBids, ProtocolError, RejectCause,
+    chunks,
 };
 
 /// Every this many epochs an owner sends all its bids and its roster (a lost message is made

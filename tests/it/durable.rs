@@ -78,7 +78,7 @@ async fn report_acked(
     for iter in iters {
         let mut acks = Vec::with_capacity(jobs);
         for j in 0..jobs {
-            let r = LossReport::new(&job_id(j), iter, loss(j, iter), 0.5, 1);
+            let r = LossReport::new(job_id(j), iter, loss(j, iter), 0.5, 1);
             let payload = slaq::protocol::encode(Encoding::MsgPack, &r).unwrap();
             acks.push(js.publish(s.job_loss(&job_id(j)), payload.into()).await.expect("publish"));
         }

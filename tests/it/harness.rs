@@ -424,7 +424,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A loss report of a job whose loss falls as 1/iter, on one worker at 0.1 s an iteration.
-pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport {
+pub fn loss_report(job: &str, iter: u64) -> slaq::protocol::LossReport<'_> {
     slaq::protocol::LossReport::new(job, iter, 1.0 / iter as f64, 0.1, 1)
 }
 

@@ -139,10 +139,11 @@ mod wire_bids {
     use std::sync::Arc;
 
     use proptest::prelude::*;
-    use slaq::actors::bid::{Bid, WireBid, job_model};
+    use slaq::actors::bid::{Bid, job_model};
     use slaq::cluster::model::Observation;
     use slaq::policy::{ByRef, JobBid, PolicyKind};
     use slaq::protocol::JobSpec;
+    use slaq::protocol::WireBid;
     use slaq::quality::{JobPredictor, PredictorConfig};
     use slaq::schedule::{self, EpochInput, EpochJob, FloorLedger, PlaceSettings, Placer, PlanSettings};
 

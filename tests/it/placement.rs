@@ -50,11 +50,11 @@ async fn hello(c: &async_nats::Client, spec: &JobSpec) {
     assert!(ack.ok, "{ack:?}");
 }
 
-fn report(job: &str, iter: u64, workers: u32) -> LossReport {
+fn report(job: &str, iter: u64, workers: u32) -> LossReport<'_> {
     LossReport { workers, ..crate::harness::loss_report(job, iter) }
 }
 
-async fn send(c: &async_nats::Client, r: &LossReport) {
+async fn send(c: &async_nats::Client, r: &LossReport<'_>) {
     let s = Subjects::new("slaq").unwrap();
     bus::publish(c, s.job_loss(&r.job), Encoding::MsgPack, r).await.unwrap();
 }

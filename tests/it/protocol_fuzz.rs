@@ -15,12 +15,13 @@ proptest! {
         let limits = InboundLimits { max_payload_bytes: 64 * 1024, max_min_workers: 1024, tenants: protocol::Tenants::Any };
         let (loss, hello, bye, worker) = (s.job_loss("j"), s.job_hello("j"), s.job_bye("j"), s.worker_hello("j"));
         for encoding in [Encoding::MsgPack, Encoding::Json] {
-            let by_hand = protocol::decode::<LossReport>(encoding, &bytes, "loss report");
+            let by_hand = protocol::decode_borrowed::<LossReport>(encoding, &bytes, "loss report");
             let inbound = protocol::inbound(&s, &loss, &bytes, encoding, &limits);
             match &by_hand {
                 Ok(r) => {
                     prop_assert_eq!(r.validate("j").is_ok(), inbound.is_ok());
-                    let again: LossReport = protocol::decode(encoding, &protocol::encode(encoding, r).unwrap(), "r").unwrap();
+                    let encoded = protocol::encode(encoding, r).unwrap();
+                    let again: LossReport = protocol::decode_borrowed(encoding, &encoded, "r").unwrap();
                     prop_assert!(again == *r || r.loss.is_nan());
                 }
                 Err(_) => prop_assert_eq!(inbound.err().map(|e| e.cause()), Some(RejectCause::Undecodable)),
@@ -80,7 +81,7 @@ proptest! {
         let r = LossReport { machines: None, sync_seconds: None, grad_sqr: None, grad_var: None, job: "j".into(), iter, loss, iter_seconds: secs, workers, batch_size: None, sent_at: None, generation, checkpoint_age_s: None };
         for encoding in [Encoding::MsgPack, Encoding::Json] {
             let bytes = protocol::encode(encoding, &r).unwrap();
-            let back: LossReport = protocol::decode(encoding, &bytes, "loss report").unwrap();
+            let back: LossReport = protocol::decode_borrowed(encoding, &bytes, "loss report").unwrap();
             prop_assert_eq!(&back, &r);
             prop_assert!(back.validate("j").is_ok());
         }

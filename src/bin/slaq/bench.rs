@@ -370,7 +370,7 @@ pub fn soak(args: BenchSoakArgs) -> anyhow::Result<()> {
                             iter[j] += 1;
                             let k = iter[j] as f64;
                             let r = protocol::LossReport::new(
-                                &format!("job{j}"),
+                                format!("job{j}"),
                                 iter[j],
                                 0.2 + (1.0 + (j % 7) as f64) / k.powf(0.5 + (j % 5) as f64 * 0.2),
                                 1.0 / rate,
@@ -588,8 +588,9 @@ fn decision_times(jobs: usize, machines: usize, slots: u32, runs: usize) -> (f64
 /// them), then per run: encode each as a replica would, decode and tabulate it as the leader
 /// would, and merge it into the leader's table.
 pub fn merge(args: BenchMergeArgs) -> anyhow::Result<()> {
-    use slaq::actors::bid::{Bid, WireBid, job_model};
+    use slaq::actors::bid::{Bid, job_model};
     use slaq::partition::Bids;
+    use slaq::protocol::WireBid;
     use std::time::Instant;
 
     anyhow::ensure!(args.jobs > 0 && args.runs > 0, "sizes must be positive");

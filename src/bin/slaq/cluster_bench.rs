@@ -198,7 +198,7 @@ async fn run(args: BenchClusterArgs) -> anyhow::Result<serde_json::Value> {
         let (bids, partitions) = (bids.clone(), args.partitions);
         tokio::spawn(async move {
             while let Some(m) = sub.next().await {
-                if let Ok(m) = slaq::service::intake::PartitionBids::decode(&m.payload, partitions) {
+                if let Ok(m) = slaq::protocol::PartitionBids::decode(&m.payload, partitions) {
                     let mut bids = bids.lock().unwrap_or_else(|p| p.into_inner());
                     for (job, bid) in m.bids {
                         bids.insert(job, (m.replica.clone(), bid.points));
