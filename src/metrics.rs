@@ -79,113 +79,110 @@ pub const EPOCH_PHASES: [&str; 4] = ["collect", "policy", "publish", "total"];
 /// The kinds of accepted messages, as `kind` labels of `slaq_messages_accepted_total`.
 pub const MESSAGE_KINDS: [&str; 6] = ["loss", "job_hello", "job_bye", "worker_hello", "worker_beat", "status"];
 
+/// A counter (the name and help are this file's constants: valid).
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
+}
+
+fn float_counter(name: &str, help: &str) -> prometheus::Counter {
+    prometheus::Counter::new(name, help).expect("valid metric")
+}
+
+fn float_gauge(name: &str, help: &str) -> prometheus::Gauge {
+    prometheus::Gauge::new(name, help).expect("valid metric")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> prometheus::IntGaugeVec {
+    prometheus::IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         // Epochs take from tens of microseconds to seconds (100,000 jobs).
         let buckets = prometheus::exponential_buckets(50e-6, 4.0, 10).unwrap_or_default();
         let metrics = Metrics {
-            messages_accepted: IntCounterVec::new(
-                Opts::new("slaq_messages_accepted_total", "Messages accepted, by kind"),
-                &["kind"],
-            )
-            .expect("valid metric"),
-            messages_rejected: IntCounterVec::new(
-                Opts::new("slaq_messages_rejected_total", "Messages rejected, by cause"),
-                &["cause"],
-            )
-            .expect("valid metric"),
+            messages_accepted: counter_vec("slaq_messages_accepted_total", "Messages accepted, by kind", &["kind"]),
+            messages_rejected: counter_vec("slaq_messages_rejected_total", "Messages rejected, by cause", &["cause"]),
             epoch_seconds: HistogramVec::new(
                 HistogramOpts::new("slaq_epoch_duration_seconds", "Time an epoch spends in each phase")
                     .buckets(buckets),
                 &["phase"],
             )
             .expect("valid metric"),
-            epochs: IntCounter::new("slaq_epochs_total", "Epochs run").expect("valid metric"),
-            jobs: IntGauge::new("slaq_jobs", "Jobs known to the scheduler").expect("valid metric"),
-            workers: IntGauge::new("slaq_workers", "Workers registered and alive").expect("valid metric"),
-            workers_assigned: IntGauge::new("slaq_workers_assigned", "Workers assigned to a job in the last epoch")
-                .expect("valid metric"),
-            workers_moved: IntCounter::new("slaq_workers_moved_total", "Worker assignments changed")
-                .expect("valid metric"),
-            last_epoch_moved: IntGauge::new("slaq_last_epoch_workers_moved", "Workers moved in the last epoch")
-                .expect("valid metric"),
-            slo_jobs: prometheus::IntGaugeVec::new(
-                Opts::new(
-                    "slaq_slo_jobs",
-                    "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
-                ),
+            epochs: counter("slaq_epochs_total", "Epochs run"),
+            jobs: gauge("slaq_jobs", "Jobs known to the scheduler"),
+            workers: gauge("slaq_workers", "Workers registered and alive"),
+            workers_assigned: gauge("slaq_workers_assigned", "Workers assigned to a job in the last epoch"),
+            workers_moved: counter("slaq_workers_moved_total", "Worker assignments changed"),
+            last_epoch_moved: gauge("slaq_last_epoch_workers_moved", "Workers moved in the last epoch"),
+            slo_jobs: gauge_vec(
+                "slaq_slo_jobs",
+                "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
                 &["state"],
-            )
-            .expect("valid metric"),
-            tenant_workers: prometheus::IntGaugeVec::new(
-                Opts::new(
-                    "slaq_tenant_workers",
-                    "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
-                ),
+            ),
+            tenant_workers: gauge_vec(
+                "slaq_tenant_workers",
+                "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
                 &["tenant", "kind"],
-            )
-            .expect("valid metric"),
-            accelerator_workers: prometheus::IntGaugeVec::new(
-                Opts::new("slaq_accelerator_workers", "Workers alive per worker type, all and those running a job"),
+            ),
+            accelerator_workers: gauge_vec(
+                "slaq_accelerator_workers",
+                "Workers alive per worker type, all and those running a job",
                 &["accelerator", "state"],
-            )
-            .expect("valid metric"),
-            predicted_gain: prometheus::Gauge::new(
+            ),
+            predicted_gain: float_gauge(
                 "slaq_epoch_predicted_gain",
                 "Normalised loss reduction the bids predicted for the last completed epoch, summed over jobs",
-            )
-            .expect("valid metric"),
-            realised_gain: prometheus::Gauge::new(
+            ),
+            realised_gain: float_gauge(
                 "slaq_epoch_realised_gain",
                 "Normalised loss reduction the jobs reported over the last completed epoch, summed over jobs",
-            )
-            .expect("valid metric"),
-            predicted_gain_total: prometheus::Counter::new(
+            ),
+            predicted_gain_total: float_counter(
                 "slaq_predicted_gain_total",
                 "Predicted normalised loss reduction, summed over epochs and jobs",
-            )
-            .expect("valid metric"),
-            realised_gain_total: prometheus::Counter::new(
+            ),
+            realised_gain_total: float_counter(
                 "slaq_realised_gain_total",
                 "Realised normalised loss reduction (negative drops count as zero), summed over epochs and jobs",
-            )
-            .expect("valid metric"),
-            gain_epoch_jobs: IntGauge::new(
+            ),
+            gain_epoch_jobs: gauge(
                 "slaq_epoch_gain_jobs",
                 "Jobs whose predicted and realised gains the last epoch compared",
-            )
-            .expect("valid metric"),
-            jobs_expired: IntCounter::new(
+            ),
+            jobs_expired: counter(
                 "slaq_jobs_expired_total",
                 "Jobs forgotten after sending nothing for the idle timeout",
-            )
-            .expect("valid metric"),
-            stream_skipped: IntCounter::new(
+            ),
+            stream_skipped: counter(
                 "slaq_stream_skipped_total",
                 "Reports stream messages the server skipped on the scheduler's consumer, read and handled by sequence",
-            )
-            .expect("valid metric"),
-            stream_gaps_unchecked: IntCounter::new(
+            ),
+            stream_gaps_unchecked: counter(
                 "slaq_stream_gaps_unchecked_total",
                 "Gaps in the reports stream's sequences the scheduler could not check (the read failed)",
-            )
-            .expect("valid metric"),
-            rendezvous_ports_busy: IntGauge::new(
+            ),
+            rendezvous_ports_busy: gauge(
                 "slaq_rendezvous_ports_busy",
                 "Rendezvous ports held or cooling at the address whose ports are most used (of 1,000 per address)",
-            )
-            .expect("valid metric"),
-            generations_without_ranks: IntCounter::new(
+            ),
+            generations_without_ranks: counter(
                 "slaq_generations_without_ranks_total",
                 "Job generations started without ranks: every rendezvous port at the rank-0 worker's address was busy",
-            )
-            .expect("valid metric"),
-            job_restarts: IntCounter::new(
+            ),
+            job_restarts: counter(
                 "slaq_job_restarts_total",
                 "Generations of submitted jobs restarted after a process failed or the job stalled",
-            )
-            .expect("valid metric"),
+            ),
             restart_seconds: prometheus::Histogram::with_opts(
                 HistogramOpts::new(
                     "slaq_job_restart_seconds",
@@ -194,57 +191,42 @@ impl Metrics {
                 .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
             )
             .expect("valid metric"),
-            agent_refusals: IntCounter::new(
+            agent_refusals: counter(
                 "slaq_agent_refusals_total",
                 "Assignments and commands the worker agents refused, as their heartbeats say",
-            )
-            .expect("valid metric"),
-            jobs_failed: IntCounter::new("slaq_jobs_failed_total", "Submitted jobs ended as failed, restarts used up")
-                .expect("valid metric"),
-            assignment_mismatches: IntCounter::new(
+            ),
+            jobs_failed: counter("slaq_jobs_failed_total", "Submitted jobs ended as failed, restarts used up"),
+            assignment_mismatches: counter(
                 "slaq_assignment_mismatches_total",
                 "Workers found running another job than the scheduler recorded, and told again",
-            )
-            .expect("valid metric"),
-            epochs_skipped: IntCounter::new(
+            ),
+            epochs_skipped: counter(
                 "slaq_epochs_skipped_total",
                 "Epochs not run because the leader's lease was not certainly held",
-            )
-            .expect("valid metric"),
-            state_writes: IntCounter::new("slaq_state_writes_total", "State writes made").expect("valid metric"),
-            state_write_failures: IntCounter::new(
+            ),
+            state_writes: counter("slaq_state_writes_total", "State writes made"),
+            state_write_failures: counter(
                 "slaq_state_write_failures_total",
                 "State write attempts that failed (each is retried until written or superseded)",
-            )
-            .expect("valid metric"),
-            state_write_conflicts: IntCounter::new(
+            ),
+            state_write_conflicts: counter(
                 "slaq_state_write_conflicts_total",
                 "State writes refused because another writer had written the key",
-            )
-            .expect("valid metric"),
-            state_writes_fenced: IntCounter::new(
+            ),
+            state_writes_fenced: counter(
                 "slaq_state_writes_fenced_total",
                 "State writes dropped because the scheduler lost its lease",
-            )
-            .expect("valid metric"),
-            state_writes_pending: IntGauge::new("slaq_state_writes_pending", "State writes queued and not yet made")
-                .expect("valid metric"),
-            nats_disconnects: IntCounter::new("slaq_nats_disconnects_total", "Connections to NATS lost")
-                .expect("valid metric"),
-            nats_reconnects: IntCounter::new(
-                "slaq_nats_reconnects_total",
-                "Connections to NATS made again after a loss",
-            )
-            .expect("valid metric"),
-            nats_dropped_messages: IntCounter::new(
+            ),
+            state_writes_pending: gauge("slaq_state_writes_pending", "State writes queued and not yet made"),
+            nats_disconnects: counter("slaq_nats_disconnects_total", "Connections to NATS lost"),
+            nats_reconnects: counter("slaq_nats_reconnects_total", "Connections to NATS made again after a loss"),
+            nats_dropped_messages: counter(
                 "slaq_nats_dropped_messages_total",
                 "Messages dropped because a subscription's buffer was full (one per message)",
-            )
-            .expect("valid metric"),
-            nats_server_errors: IntCounter::new("slaq_nats_server_errors_total", "Errors the NATS server sent")
-                .expect("valid metric"),
-            nats_connected: IntGauge::new("slaq_nats_connected", "1 while connected to NATS").expect("valid metric"),
-            ready: IntGauge::new("slaq_ready", "1 once subscriptions are confirmed").expect("valid metric"),
+            ),
+            nats_server_errors: counter("slaq_nats_server_errors_total", "Errors the NATS server sent"),
+            nats_connected: gauge("slaq_nats_connected", "1 while connected to NATS"),
+            ready: gauge("slaq_ready", "1 once subscriptions are confirmed"),
             registry,
             created: Instant::now(),
             last_epoch_ms: AtomicU64::new(u64::MAX),
