@@ -244,7 +244,7 @@ impl JobSpec {
 }
 
 /// One finished iteration. Decoded without copying the job id where the bytes allow (the
-/// ingest's hot path: `decode_borrowed`); `into_owned` keeps one past its bytes.
+/// ingest's hot path: `decode_borrowed`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LossReport<'a> {
     #[serde(borrow)]
@@ -302,40 +302,6 @@ impl<'a> LossReport<'a> {
             grad_var: None,
             generation: None,
             checkpoint_age_s: None,
-        }
-    }
-
-    /// The same report, owning its job id.
-    pub fn into_owned(self) -> LossReport<'static> {
-        let LossReport {
-            job,
-            iter,
-            loss,
-            iter_seconds,
-            workers,
-            batch_size,
-            sent_at,
-            machines,
-            sync_seconds,
-            grad_sqr,
-            grad_var,
-            generation,
-            checkpoint_age_s,
-        } = self;
-        LossReport {
-            job: std::borrow::Cow::Owned(job.into_owned()),
-            iter,
-            loss,
-            iter_seconds,
-            workers,
-            batch_size,
-            sent_at,
-            machines,
-            sync_seconds,
-            grad_sqr,
-            grad_var,
-            generation,
-            checkpoint_age_s,
         }
     }
 }
