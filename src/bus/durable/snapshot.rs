@@ -132,14 +132,16 @@ pub(super) fn decode_state(entries: impl IntoIterator<Item = (String, Bytes)>) -
         })
         .collect();
     let workers = merge_workers(sharded, legacy, legacy_jobs);
-    for (id, w) in &workers.by_id {
-        if let Some(job) = &w.job {
-            state.assignments.insert(id.clone(), job.clone());
-        }
-        state.workers.push(w.spec.clone());
-    }
-    state.workers.sort_by(|a, b| a.worker.cmp(&b.worker));
+    (state.workers, state.assignments) = listed(&workers.by_id);
     (state, workers)
+}
+
+/// The workers' specs in id order, and each busy worker's job.
+fn listed(workers: &HashMap<String, SavedWorker>) -> (Vec<WorkerSpec>, HashMap<String, String>) {
+    let mut specs: Vec<WorkerSpec> = workers.values().map(|w| w.spec.clone()).collect();
+    specs.sort_by(|a, b| a.worker.cmp(&b.worker));
+    let jobs = workers.iter().filter_map(|(id, w)| Some((id.clone(), w.job.clone()?))).collect();
+    (specs, jobs)
 }
 
 /// The workers of the shards (`sharded`) and of the earlier layout's keys (`legacy`, with their
