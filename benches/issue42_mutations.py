@@ -17,7 +17,7 @@ muts = [
  # The state writer (#20's two surviving mutations first).
  ("src/bus/durable/write.rs", "    if !fence.holds() {\n        return Outcome::Failed", "    if false {\n        return Outcome::Failed", "write-fence"),
  ("src/bus/durable/queue.rs", "        if lease.deposed {\n            let dropped", "        if false {\n            let dropped", "deposed-keeps-queue"),
- ("src/bus/durable/queue.rs", "        if lease.deposed {\n            return false;", "        if false {\n            return false;", "deposed-queues"),
+ ("src/bus/durable/queue.rs", "        if deposed {\n            return false;", "        if false {\n            return false;", "deposed-queues"),
  ("src/bus/durable/queue.rs", "lease.unfenced || lease.renewals > r", "lease.unfenced || lease.renewals >= r", "renewal"),
  ("src/bus/durable/queue.rs", "BACKOFF.0.saturating_mul(1 << attempts.min(10))", "BACKOFF.0.saturating_mul(1 + attempts.min(10))", "write-backoff"),
  ("src/bus/durable/write.rs", "                lock().stale(key);\n", "", "read-again"),

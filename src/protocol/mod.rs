@@ -21,5 +21,8 @@ pub use control::*;
 pub use errors::{ProtocolError, RejectCause};
 pub use inbound::{DEFAULT_TENANT, Inbound, InboundLimits, Tenants, inbound};
 pub use messages::*;
+/// Sample partition messages for the tests of their receivers (`service::intake`).
+#[cfg(test)]
+pub(crate) use partition::tests as partition_samples;
 pub use partition::{PartitionBids, WireBid, chunks};
 pub use subjects::{Kind, MAX_ID_LEN, MAX_REPLY_LEN, Subjects, tenant_of, valid_id, valid_job_id, valid_reply};

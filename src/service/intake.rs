@@ -80,39 +80,8 @@ impl Intake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{self, Encoding, JobSpec, WireBid, chunks, valid_id};
-
-    fn message(p: u32, term: u64, jobs: &[&str], gone: &[&str], roster: Option<&[&str]>) -> PartitionBids {
-        let bid = |_| WireBid {
-            model: crate::actors::bid::job_model(&JobSpec::new("x"), &[], None),
-            min_workers: 0,
-            max_workers: 4,
-            gain: None,
-            last_iter: None,
-            last_loss: None,
-            predicted_gain: None,
-            points: 1,
-            generation: None,
-            sizes: None,
-            checkpoint_age_s: None,
-            max_iters: None,
-            speeds: None,
-        };
-        PartitionBids {
-            replica: "r".into(),
-            partition: p,
-            term,
-            bids: jobs.iter().map(|j| (j.to_string(), bid(j))).collect(),
-            gone: gone.iter().map(|j| (j.to_string(), Outcome::Finished)).collect(),
-            quiet: Vec::new(),
-            roster: roster.map(|r| r.iter().map(|j| j.to_string()).collect()),
-        }
-    }
-
-    /// Job ids of partition `p` among 4.
-    fn ids(p: u32, n: usize) -> Vec<String> {
-        (0..).map(|i| format!("job-{i}")).filter(|j| partition::of(j, 4) == p).take(n).collect()
-    }
+    use crate::protocol::partition_samples::{ids, message};
+    use crate::protocol::{self, Encoding, valid_id};
 
     #[test]
     fn a_previous_owners_messages_change_nothing_after_the_new_owners() {
@@ -132,35 +101,6 @@ mod tests {
         // A job that ends and comes back under the same owner bids again.
         let m = intake.merge(message(1, 7, &[b], &[], None));
         assert_eq!(m.bids.len(), 1);
-    }
-
-    #[test]
-    fn malformed_messages_are_refused_whole() {
-        let jobs = ids(2, 2);
-        let ok = message(2, 1, &[jobs[0].as_str()], &[], Some(&[jobs[1].as_str()]));
-        let bytes = protocol::encode(Encoding::MsgPack, &ok).unwrap();
-        assert_eq!(PartitionBids::decode(&bytes, 4).unwrap(), ok);
-        assert!(PartitionBids::decode(&bytes, 2).is_err(), "partition 2 of 2");
-        let other = ids(3, 1);
-        let wrong = message(2, 1, &[other[0].as_str()], &[], None);
-        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &wrong).unwrap(), 4).is_err());
-        let mut unbounded = ok.clone();
-        unbounded.bids[0].1.min_workers = 9;
-        assert!(PartitionBids::decode(&protocol::encode(Encoding::MsgPack, &unbounded).unwrap(), 4).is_err());
-        assert!(PartitionBids::decode(b"\x93garbage", 4).is_err());
-    }
-
-    #[test]
-    fn chunks_fit_and_keep_every_bid_once() {
-        let jobs = ids(0, 40);
-        let refs: Vec<&str> = jobs.iter().map(String::as_str).collect();
-        let m = message(0, 3, &refs, &refs[..2], Some(&refs));
-        let parts = chunks(m.clone(), 2_000);
-        assert!(parts.len() > 1);
-        let back: Vec<String> = parts.iter().flat_map(|c| c.bids.iter().map(|(j, _)| j.clone())).collect();
-        assert_eq!(back, jobs);
-        assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.gone.is_empty()));
-        assert_eq!(parts.last().unwrap().roster, m.roster);
     }
 
     proptest::proptest! {

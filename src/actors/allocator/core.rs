@@ -9,8 +9,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use tracing::debug;
-
 use super::super::bid::{Bid, job_model};
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
@@ -76,7 +74,8 @@ pub struct RemoteJobs {
     pub quiet: Vec<(String, bool)>,
 }
 
-/// An epoch's effects and its summary (the shell adds the time it took to publish).
+/// An epoch's effects and its summary: the core's phases timed (`collect_ms`, `policy_ms`); the
+/// shell adds the time it took to publish, the total and the CPU time.
 #[derive(Debug)]
 pub struct EpochOutput {
     pub effects: Vec<Effect>,
@@ -202,7 +201,7 @@ impl Allocator {
             collect_ms: collected - started,
             policy_ms: planned - collected,
             publish_ms: 0.0,
-            total_ms: stopwatch_ms() - started,
+            total_ms: 0.0,
             cpu_ms: None,
             gains,
             slo_jobs: plan.slo_jobs,
@@ -213,7 +212,6 @@ impl Allocator {
                 _ => Default::default(),
             },
         };
-        debug!(epoch, jobs = summary.num_jobs, moved = moved.workers, "epoch planned");
         self.epoch = epoch;
         EpochOutput { effects: fx, summary }
     }

@@ -119,9 +119,7 @@ impl AllocatorActor {
                 Effect::Count(count) => self.count(count),
             }
         }
-        if !outgoing.is_empty() {
-            self.publisher.send_all(outgoing);
-        }
+        self.publisher.send_all(outgoing);
         for (addr, workers) in told {
             addr.do_send(WorkersChanged(workers));
         }

@@ -372,7 +372,7 @@ impl Durable {
             key.to_string(),
             op,
             waiter,
-            LeaseView::of(&self.0.fence),
+            self.0.fence.deposed(),
         );
         if queued {
             self.0.wake.notify_one();

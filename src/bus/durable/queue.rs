@@ -114,12 +114,12 @@ impl<W> WriteQueue<W> {
         self.pending.is_empty()
     }
 
-    /// Queues `op` for `key`; `false` (nothing queued) once the writer is deposed. A newer value
+    /// Queues `op` for `key`; `false` (nothing queued) once the writer is `deposed`. A newer value
     /// replaces the one waiting, but not the wait for a renewal after a conflict (the key
     /// still needs reading again under a lease known to be held), nor those waiting for the key
     /// to be written.
-    pub(super) fn push(&mut self, key: String, op: Op, waiter: Option<W>, lease: LeaseView) -> bool {
-        if lease.deposed {
+    pub(super) fn push(&mut self, key: String, op: Op, waiter: Option<W>, deposed: bool) -> bool {
+        if deposed {
             return false;
         }
         let (after_renewal, mut written) =
@@ -203,9 +203,9 @@ mod tests {
     fn the_latest_value_per_key_is_written_and_every_waiter_answered() {
         let mut q: WriteQueue<u32> = WriteQueue::default();
         let t0 = Instant::now();
-        assert!(q.push("job.a".into(), put(1), Some(1), HELD));
-        assert!(q.push("job.a".into(), put(2), Some(2), HELD));
-        assert!(q.push("job.b".into(), Op::Delete, None, HELD));
+        assert!(q.push("job.a".into(), put(1), Some(1), false));
+        assert!(q.push("job.a".into(), put(2), Some(2), false));
+        assert!(q.push("job.b".into(), Op::Delete, None, false));
         assert_eq!(q.len(), 2, "one write per key");
         let mut due = q.take_due(t0, HELD);
         assert_eq!(keys(&due), ["job.a", "job.b"]);
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn nothing_is_written_while_the_lease_is_not_certainly_held() {
         let mut q: WriteQueue<u32> = WriteQueue::default();
-        q.push("job.a".into(), put(1), None, HELD);
+        q.push("job.a".into(), put(1), None, false);
         let unsure = LeaseView { holds: false, ..HELD };
         assert!(q.take_due(Instant::now(), unsure).writes.is_empty());
         assert_eq!(q.len(), 1, "kept for when it holds again");
@@ -226,13 +226,13 @@ mod tests {
     #[test]
     fn a_deposed_writer_drops_its_queue_and_queues_nothing_more() {
         let mut q: WriteQueue<u32> = WriteQueue::default();
-        q.push("job.a".into(), put(1), Some(7), HELD);
-        q.push("job.b".into(), put(1), None, HELD);
+        q.push("job.a".into(), put(1), Some(7), false);
+        q.push("job.b".into(), put(1), None, false);
         let deposed = LeaseView { holds: false, deposed: true, ..HELD };
         let due = q.take_due(Instant::now(), deposed);
         assert_eq!((due.writes.len(), due.dropped), (0, 2));
         assert!(q.is_empty(), "dropped, its waiters never answered");
-        assert!(!q.push("job.c".into(), put(1), None, deposed));
+        assert!(!q.push("job.c".into(), put(1), None, true));
         assert!(q.is_empty());
     }
 
@@ -244,14 +244,14 @@ mod tests {
         );
         let mut q: WriteQueue<u32> = WriteQueue::default();
         let t0 = Instant::now();
-        q.push("job.a".into(), put(1), Some(1), HELD);
+        q.push("job.a".into(), put(1), Some(1), false);
         let (key, pending) = q.take_due(t0, HELD).writes.pop().expect("due");
         assert!(q.settle(key, pending, &Outcome::Failed("timed out".into()), t0, 3).is_empty());
         assert!(q.take_due(t0 + Duration::from_millis(199), HELD).writes.is_empty(), "in its backoff");
         let (key, pending) = q.take_due(t0 + Duration::from_millis(200), HELD).writes.pop().expect("due again");
         // A newer value arrives while the old one is being written, which then fails: the newer
         // one stays (with the old one's waiters), not the old one.
-        q.push(key.clone(), put(2), Some(2), HELD);
+        q.push(key.clone(), put(2), Some(2), false);
         let t1 = t0 + Duration::from_millis(200);
         assert!(q.settle(key, pending, &Outcome::Failed("timed out".into()), t1, 3).is_empty());
         let (key, pending) = q.take_due(t1, HELD).writes.pop().expect("the newer value, due at once");
@@ -265,17 +265,17 @@ mod tests {
     fn after_a_conflict_a_key_waits_for_the_lease_s_next_renewal() {
         let mut q: WriteQueue<u32> = WriteQueue::default();
         let t0 = Instant::now();
-        q.push("workers.3".into(), Op::Workers(3), None, HELD);
+        q.push("workers.3".into(), Op::Workers(3), None, false);
         let (key, pending) = q.take_due(t0, HELD).writes.pop().expect("due");
         q.settle(key, pending, &Outcome::Conflict, t0, 3);
         let later = t0 + Duration::from_secs(60);
         assert!(q.take_due(later, HELD).writes.is_empty(), "no renewal since the conflict");
         // A newer value does not lift the wait.
-        q.push("workers.3".into(), Op::Workers(3), None, HELD);
+        q.push("workers.3".into(), Op::Workers(3), None, false);
         assert!(q.take_due(later, HELD).writes.is_empty());
         assert_eq!(q.take_due(later, LeaseView { renewals: 4, ..HELD }).writes.len(), 1);
         // Without a lease there is nothing to wait for.
-        q.push("workers.3".into(), Op::Workers(3), None, HELD);
+        q.push("workers.3".into(), Op::Workers(3), None, false);
         let (key, pending) = q.take_due(later, HELD).writes.pop().expect("due");
         q.settle(key, pending, &Outcome::Conflict, later, 3);
         let unfenced = LeaseView { unfenced: true, ..HELD };
