@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Issue #42: each rule of the allocator's core and of the state writer, broken on purpose,
-must fail its unit test on a fake clock (`src/actors/allocator/tests.rs`,
-`src/bus/durable/{queue,write}.rs`). Applies one mutation at a time to the source, runs the
+"""Issue #42: each rule of the allocator's core, of the state writer and of the routing table,
+broken on purpose, must fail its unit test on a fake clock (`src/actors/allocator/tests.rs`,
+`src/bus/durable/{queue,write}.rs`, `src/service/routes.rs`). Applies one mutation at a time to the source, runs the
 module's unit tests, prints CAUGHT or MISSED, and restores the file.
 Usage: python3 benches/issue42_mutations.py [name ...] (from the repository root)."""
 import subprocess, sys
@@ -22,6 +22,19 @@ muts = [
  ("src/bus/durable/queue.rs", "BACKOFF.0.saturating_mul(1 << attempts.min(10))", "BACKOFF.0.saturating_mul(1 + attempts.min(10))", "write-backoff"),
  ("src/bus/durable/write.rs", "                lock().stale(key);\n", "", "read-again"),
  ("src/bus/durable/write.rs", "if term == 0 || last.term != Some(term) {", "if last.term != Some(term) {", "own-without-term"),
+ # The routing table both service shells keep (part 2).
+ ("src/service/routes.rs", "r.command.is_none() && now.duration_since(r.last_heard) > limit", "now.duration_since(r.last_heard) > limit", "routes-supervised"),
+ ("src/service/routes.rs", "now.duration_since(r.last_heard) > limit", "now.duration_since(r.last_heard) >= limit", "routes-idle-edge"),
+ ("src/service/routes.rs", "            self.jobs.values_mut().for_each(|r| r.last_heard = now);\n            return", "            return", "routes-outage"),
+ ("src/service/routes.rs", "            None if self.ended.get(id).is_some() => {", "            None if false => {", "routes-after-bye"),
+ ("src/service/routes.rs", "            Some(route) if !ended::ours(route.ended_before, seq) => {", "            Some(route) if false && !ended::ours(route.ended_before, seq) => {", "routes-earlier-job"),
+ ("src/service/routes.rs", "None if seq.is_some_and(|s| s <= replay_until)", "None if seq.is_some_and(|s| s < replay_until)", "routes-replay"),
+ ("src/service/routes.rs", "                spec.command = route.command.clone();\n", "", "routes-keep-command"),
+ ("src/service/routes.rs", "spec.ended_before = self.ended.get(&spec.job).map(|end| end.max(read));", "spec.ended_before = self.ended.get(&spec.job);", "routes-read"),
+ ("src/service/routes.rs", "        if route.limiter.check().is_err() {", "        if false && route.limiter.check().is_err() {", "routes-rate"),
+ ("src/service/routes.rs", "        self.clock.set(now);\n        let Some(route)", "        let Some(route)", "routes-rate-clock"),
+ ("src/service/routes.rs", "        if greeted {\n            self.ended.hello(&spec.job);", "        if false {\n            self.ended.hello(&spec.job);", "routes-greeted"),
+ ("src/service/routes.rs", "if self.last.get(&cause).is_some_and(|t| now.duration_since(*t) < self.every)", "if self.last.values().any(|t| now.duration_since(*t) < self.every)", "log-per-cause"),
 ]
 only = sys.argv[1:] 
 for path, a, b, name in muts:
@@ -30,7 +43,8 @@ for path, a, b, name in muts:
     assert a in s, (name, a)
     open(path, "w").write(s.replace(a, b, 1))
     try:
-        module = "bus::durable" if path.startswith("src/bus/") else "actors::allocator::tests"
+        module = ("bus::durable" if path.startswith("src/bus/") else
+                  "service::routes" if path.startswith("src/service/") else "actors::allocator::tests")
         r = subprocess.run(["cargo", "test", "-q", "--lib", module], capture_output=True, text=True)
         failed = [l for l in r.stdout.splitlines() if "FAILED" in l and l.startswith("test ")]
         print(name, "->", "CAUGHT" if r.returncode else "MISSED", failed, flush=True)

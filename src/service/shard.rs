@@ -21,9 +21,11 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::{Connections, JobSetup, ServeConfig, ServiceError};
+use super::routes::{Greeting, LogOnce, Route, Routes};
+use super::threads::{JobSetup, JobThreads};
+use super::{Connections, ServeConfig, ServiceError};
 use crate::actors::bid::Bid;
-use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop, UpdateSpec, WorkersChanged};
+use crate::actors::job::{BidUpdate, JobActor, Report, ReportCounters, SavedJob, Stop, UpdateSpec, WorkersChanged};
 use crate::bus::durable::Durable;
 use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
@@ -41,18 +43,10 @@ pub const FULL_EVERY: u64 = 30;
 /// interval (clocks of replicas and servers differ).
 const REPLAY_MARGIN_MS: u64 = 10_000;
 
-/// A job whose actor runs here.
-struct OwnedJob {
+/// How a job running here is reached: its actor, on its partition.
+struct Owned {
     addr: Addr<JobActor>,
     partition: u32,
-    limiter: governor::DefaultDirectRateLimiter,
-    last_heard: Instant,
-    quiet: bool,
-    command: Option<protocol::JobCommand>,
-    /// `JobSpec::ended_before`: stream messages up to it are its predecessor's.
-    ended_before: Option<u64>,
-    /// Its hello was read (here or by the leader, which saved its spec), not only its reports.
-    announced: bool,
 }
 
 /// Forwards the job actors' bids to the owner loop.
@@ -84,25 +78,23 @@ pub struct Owner {
     held: HashMap<u32, u64>,
     /// Partitions taken whose saved jobs are being read.
     gaining: HashMap<u32, u64>,
-    loaded_to: Option<mpsc::UnboundedSender<Loaded>>,
+    loaded_to: mpsc::UnboundedSender<Loaded>,
     consumers: HashMap<u32, tokio::task::JoinHandle<()>>,
     from_stream: mpsc::Sender<FromStream>,
-    jobs: HashMap<String, OwnedJob>,
+    /// The jobs whose actors run here.
+    jobs: Routes<Owned>,
     latest: HashMap<String, Bid>,
     changed: BTreeSet<String>,
     gone: HashMap<u32, Vec<(String, Outcome)>>,
     quiet: HashMap<u32, Vec<(String, bool)>>,
     last_seq: HashMap<u32, u64>,
-    /// Jobs that said bye here: their later reports bring none back (see `super::ended`).
-    ended: super::ended::Ended,
     flushes: u64,
     full_next: bool,
-    arbiters: Vec<ArbiterHandle>,
-    next_arbiter: usize,
+    threads: JobThreads,
     forward: Recipient<BidUpdate>,
-    /// Messages refused, by cause (logged now and then).
+    /// Messages refused, by cause (logged once per cause every 10 s).
     refused: HashMap<RejectCause, u64>,
-    last_logged: Option<Instant>,
+    log: LogOnce,
 }
 
 /// Runs this replica's share of the jobs until `shutdown`: holds partitions, runs their job
@@ -119,22 +111,7 @@ pub async fn run_owner(
     // renewed: a replica paused past them writes nothing when it resumes.
     let fence = Fence::held(Instant::now(), ttl / 2);
     let (durable, parts) = loop {
-        let opened = async {
-            let durable = Durable::open(&clients.state, &config.subjects, &config.durable, fence.clone())
-                .await?
-                .ok_or(ServiceError::NoJetStream)?;
-            let parts = Partitions::open(
-                &clients.lease,
-                config.subjects.prefix(),
-                &ha.replica,
-                n,
-                ttl,
-                config.durable.replicas,
-            )
-            .await?;
-            Ok::<_, ServiceError>((durable, parts))
-        };
-        match opened.await {
+        match open(&clients, &config, (&ha.replica, n, ttl), fence.clone()).await {
             Ok(opened) => break opened,
             Err(e) => warn!(error = %e, "cannot open the partition leases yet; retrying"),
         }
@@ -157,11 +134,7 @@ pub async fn run_owner(
     let mut syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
     let (bid_tx, mut bids) = mpsc::unbounded_channel();
     let (stream_tx, mut from_stream) = mpsc::channel(config.subscription_capacity.clamp(1024, 65_536));
-    let threads: Vec<Arbiter> = (0..config.job_threads).map(|_| Arbiter::new()).collect();
-    let mut arbiters: Vec<ArbiterHandle> = threads.iter().map(|a| a.handle()).collect();
-    if arbiters.is_empty() {
-        arbiters.push(Arbiter::current());
-    }
+    let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Loaded>();
     let mut owner = Owner {
         state: clients.state.clone(),
         durable,
@@ -169,23 +142,21 @@ pub async fn run_owner(
         partitions: n,
         held: HashMap::new(),
         gaining: HashMap::new(),
-        loaded_to: None,
+        loaded_to: loaded_tx,
         consumers: HashMap::new(),
         from_stream: stream_tx,
-        jobs: HashMap::new(),
+        jobs: config.routes(),
         latest: HashMap::new(),
         changed: BTreeSet::new(),
         gone: HashMap::new(),
         quiet: HashMap::new(),
         last_seq: HashMap::new(),
-        ended: super::ended::Ended::new(super::ended_keep(&config), super::ENDED_CAP, super::LATE_HELLO_WAIT),
         flushes: 0,
         full_next: false,
-        arbiters,
-        next_arbiter: 0,
+        threads: JobThreads::new(config.job_threads),
         forward: Forward(bid_tx).start().recipient(),
         refused: HashMap::new(),
-        last_logged: None,
+        log: LogOnce::new(Duration::from_secs(10)),
         config,
     };
     info!(replica = %owner.replica, partitions = n, "sharing the jobs: taking partitions");
@@ -194,8 +165,6 @@ pub async fn run_owner(
     let (changes_tx, mut changes) = mpsc::unbounded_channel::<Changes>();
     let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
     let leases = tokio::spawn(hold_leases(parts, fence, changes_tx, leave_rx));
-    let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Loaded>();
-    owner.loaded_to = Some(loaded_tx);
     let mut flush = tokio::time::interval(owner.config.epoch);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -220,10 +189,23 @@ pub async fn run_owner(
     owner.stop().await;
     let _ = leave_tx.send(());
     let _ = leases.await;
-    for arbiter in threads {
-        arbiter.stop();
-    }
     Ok(())
+}
+
+/// Opens the owner's durable state (its writes held by `fence`) and this replica's partition
+/// leases (one attempt).
+async fn open(
+    clients: &Connections,
+    config: &ServeConfig,
+    (replica, partitions, ttl): (&str, u32, Duration),
+    fence: Fence,
+) -> Result<(Durable, Partitions), ServiceError> {
+    let durable = Durable::open(&clients.state, &config.subjects, &config.durable, fence)
+        .await?
+        .ok_or(ServiceError::NoJetStream)?;
+    let prefix = config.subjects.prefix();
+    let parts = Partitions::open(&clients.lease, prefix, replica, partitions, ttl, config.durable.replicas).await?;
+    Ok((durable, parts))
 }
 
 /// Renews this replica's partitions every `ttl / 4` (and its fence with them), and passes what
@@ -262,49 +244,29 @@ type Loaded = (Vec<(u32, u64)>, Result<Vec<(JobSpec, Option<bytes::Bytes>)>, cra
 
 impl Owner {
     fn limits(&self) -> InboundLimits<'_> {
-        InboundLimits {
-            max_payload_bytes: self.config.max_payload_bytes,
-            max_min_workers: self.config.max_min_workers,
-            tenants: protocol::Tenants::OneToken,
-        }
+        self.config.inbound_limits(None)
     }
 
     fn refuse(&mut self, error: ProtocolError) {
-        *self.refused.entry(error.cause()).or_default() += 1;
-        let now = Instant::now();
-        if self.last_logged.is_none_or(|t| now.duration_since(t) > Duration::from_secs(10)) {
-            self.last_logged = Some(now);
-            warn!(error = %error, refused = ?self.refused, "partition owner refused messages (logged every 10 s)");
+        let cause = error.cause();
+        *self.refused.entry(cause).or_default() += 1;
+        if self.log.first(cause, Instant::now()) {
+            warn!(error = %error, refused = ?self.refused, "partition owner refused messages (logged once per cause every 10 s)");
         }
     }
 
-    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>) {
-        let id = spec.job.clone();
-        let partition = partition::of(&id, self.partitions);
-        let command = spec.command.clone();
-        let ended_before = spec.ended_before;
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
+    /// Starts a job's actor here. `greeted`: by its hello; `announced`: its hello was read.
+    fn start_job(&mut self, spec: JobSpec, saved: Option<SavedJob>, greeted: bool, announced: bool) {
+        let partition = partition::of(&spec.job, self.partitions);
         let setup = JobSetup {
             config: &self.config,
             durable: Some(self.durable.clone()),
             counters: ReportCounters::default(),
             bids_to: self.forward.clone(),
         };
-        let addr = setup.spawn(arbiter, spec, saved);
-        let limiter = governor::RateLimiter::direct(self.config.report_quota);
-        let job = OwnedJob {
-            addr,
-            partition,
-            limiter,
-            last_heard: Instant::now(),
-            quiet: false,
-            command,
-            ended_before,
-            announced: true,
-        };
-        debug!(job = %id, partition, "job actor started");
-        self.jobs.insert(id, job);
+        let addr = self.threads.spawn(setup, spec.clone(), saved);
+        self.jobs.insert(&spec, Owned { addr, partition }, Instant::now(), greeted, announced);
+        debug!(job = %spec.job, partition, "job actor started");
     }
 
     /// Takes partitions over: their saved jobs are read on a task ([`Owner::loaded`] goes on).
@@ -317,7 +279,7 @@ impl Owner {
     }
 
     fn load(&self, gained: Vec<(u32, u64)>, after: Duration) {
-        let Some(tx) = self.loaded_to.clone() else { return };
+        let tx = self.loaded_to.clone();
         let (durable, n) = (self.durable.clone(), self.partitions);
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
@@ -361,8 +323,8 @@ impl Owner {
             let at = saved.as_ref().and_then(|s| s.saved_at_ms).map(|ms| ms.saturating_sub(margin));
             let start = since.entry(p).or_insert(at);
             *start = start.zip(at).map(|(a, b)| a.min(b));
-            if !self.jobs.contains_key(&spec.job) {
-                self.start_job(spec, saved);
+            if !self.jobs.contains(&spec.job) {
+                self.start_job(spec, saved, false, true);
             }
         }
         for (p, term) in gained {
@@ -421,20 +383,17 @@ impl Owner {
             self.quiet.remove(p);
         }
         let set: HashSet<u32> = released.iter().copied().collect();
-        let ids: Vec<String> =
-            self.jobs.iter().filter(|(_, j)| set.contains(&j.partition)).map(|(id, _)| id.clone()).collect();
-        for id in &ids {
-            if let Some(job) = self.jobs.remove(id) {
-                job.addr.do_send(Stop);
-            }
+        let gone = self.jobs.remove_where(|r| set.contains(&r.addr.partition));
+        for (id, job) in &gone {
+            job.addr.addr.do_send(Stop);
             self.latest.remove(id);
             self.changed.remove(id);
         }
-        info!(replica = %self.replica, partitions = ?released, jobs = ids.len(), "gave partitions up");
+        info!(replica = %self.replica, partitions = ?released, jobs = gone.len(), "gave partitions up");
     }
 
     fn bid(&mut self, update: BidUpdate) {
-        if self.jobs.contains_key(&update.job) {
+        if self.jobs.contains(&update.job) {
             self.changed.insert(update.job.clone());
             self.latest.insert(update.job, update.bid);
         }
@@ -479,38 +438,23 @@ impl Owner {
         }
         match inbound {
             Inbound::JobLoss { job, point } => {
-                match self.jobs.get(job) {
-                    Some(owned) if !super::ended::ours(owned.ended_before, seq) => {
-                        return Err(ProtocolError::Invalid(
-                            "a report of an earlier job of this id",
-                            RejectCause::Ended,
-                        ));
-                    }
-                    Some(_) => {}
-                    None if self.ended.get(job).is_some() => {
-                        return Err(ProtocolError::Invalid("a report after the job's bye", RejectCause::Ended));
-                    }
-                    None => self.adopt(job).await?,
+                if !self.jobs.admit(job, seq, 0)? {
+                    self.adopt(job).await?;
                 }
-                let Some(owned) = self.jobs.get_mut(job) else { return Err(ProtocolError::UnknownSubject) };
-                if owned.limiter.check().is_err() {
-                    return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
-                }
-                owned.addr.try_send(crate::actors::job::Report(point)).map_err(|e| match e {
-                    SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
-                    SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                let quiet_ended = self.jobs.deliver(job, Instant::now(), |owned| {
+                    owned.addr.try_send(Report(point)).map_err(|e| match e {
+                        SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+                        SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+                    })
                 })?;
-                owned.last_heard = Instant::now();
-                if std::mem::take(&mut owned.quiet) {
+                if quiet_ended {
                     self.quiet.entry(p).or_default().push((job.to_string(), false));
                 }
                 Ok(())
             }
             Inbound::JobBye(end) => {
                 let how = Outcome::from(end.reason);
-                if let Some(owned) = self.jobs.get(&end.job)
-                    && !super::ended::ours(owned.ended_before, seq)
-                {
+                if self.jobs.contains(&end.job) && !self.jobs.ours(&end.job, seq) {
                     return Err(ProtocolError::Invalid("a bye of an earlier job of this id", RejectCause::Ended));
                 }
                 // A bye read again from long ago (a partition taken over) waits for no hello.
@@ -532,18 +476,15 @@ impl Owner {
         match saved {
             Some((spec, predictor)) => {
                 let saved = predictor.and_then(|bytes| SavedJob::decode(&bytes).ok());
-                self.start_job(spec, saved);
+                self.start_job(spec, saved, false, true);
             }
-            None if self.config.register_on_report => {
+            None => {
+                self.jobs.may_register()?;
                 let spec = JobSpec::new(job);
                 self.durable.save_job(&spec);
-                self.start_job(spec, None);
                 // Its hello, if it says one, may still be on its way.
-                if let Some(owned) = self.jobs.get_mut(job) {
-                    owned.announced = false;
-                }
+                self.start_job(spec, None, false, false);
             }
-            None => return Err(ProtocolError::Invalid("no such job (say hello first)", RejectCause::UnknownJob)),
         }
         Ok(())
     }
@@ -554,19 +495,23 @@ impl Owner {
     fn end_job(&mut self, job: &str, how: Outcome, seq: Option<u64>, replayed: bool) {
         let p = partition::of(job, self.partitions);
         let at = seq.unwrap_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0));
-        // A bye of a job not running here: its hello may be on its way, unless read again.
-        let mut announced = replayed;
-        if let Some(owned) = self.jobs.remove(job) {
-            owned.addr.do_send(Stop);
-            self.durable.forget_job(job);
-            announced = owned.announced;
+        let route = self.jobs.end(job, at, Instant::now());
+        if route.is_none() {
+            // A bye of a job not running here: its hello may be on its way, unless read again.
+            self.jobs.remember_end(job, at, Instant::now(), replayed);
         }
-        if how != Outcome::Expired {
-            self.ended.end(job, at, Instant::now(), announced);
+        self.left(job, route, how);
+    }
+
+    /// A job left (ended, or silent): its actor stops, its state goes, and the leader is told.
+    fn left(&mut self, job: &str, route: Option<Route<Owned>>, how: Outcome) {
+        if let Some(route) = route {
+            route.addr.addr.do_send(Stop);
+            self.durable.forget_job(job);
         }
         self.latest.remove(job);
         self.changed.remove(job);
-        self.gone.entry(p).or_default().push((job.to_string(), how));
+        self.gone.entry(partition::of(job, self.partitions)).or_default().push((job.to_string(), how));
         debug!(job, %how, "job left");
     }
 
@@ -589,34 +534,26 @@ impl Owner {
         if !self.held.contains_key(&p) && !self.gaining.contains_key(&p) {
             return;
         }
-        if !self.jobs.contains_key(&spec.job) && self.ended.late_hello(&spec.job, Instant::now()) {
+        if self.jobs.late_hello(&spec.job, Instant::now()) {
             // The job's own hello, read after its bye: it has ended, and starts nothing.
             return;
         }
-        if self.jobs.get(&spec.job).is_some_and(|o| o.announced) {
+        if self.jobs.announced(&spec.job) {
             self.bye_before_hello(&spec.job, p).await;
         }
-        match self.jobs.get_mut(&spec.job) {
-            Some(owned) => {
-                owned.announced = true;
-                let mut spec = spec;
-                if spec.command.is_none() {
-                    spec.command = owned.command.clone();
+        let mut spec = spec;
+        // What has been read of the partition (a new job's predecessor's late reports, refused).
+        let read = self.last_seq.get(&p).copied().unwrap_or(0);
+        match self.jobs.greet(&mut spec, read) {
+            Greeting::Known { .. } => {
+                if self.jobs.heard(&spec.job, Instant::now()) {
+                    self.quiet.entry(p).or_default().push((spec.job.clone(), false));
                 }
-                owned.command = spec.command.clone();
-                owned.last_heard = Instant::now();
-                owned.addr.do_send(UpdateSpec(spec));
+                if let Some(owned) = self.jobs.get(&spec.job) {
+                    owned.addr.addr.do_send(UpdateSpec(spec));
+                }
             }
-            None => {
-                let mut spec = spec;
-                // The predecessor's bye, and what has been read of the partition (its late
-                // reports, refused); not the stream's end: the new job's own reports and bye
-                // may be there, not read yet.
-                let read = self.last_seq.get(&p).copied().unwrap_or(0);
-                spec.ended_before = self.ended.get(&spec.job).map(|end| end.max(read));
-                self.ended.hello(&spec.job);
-                self.start_job(spec, None)
-            }
+            Greeting::New => self.start_job(spec, None, true, true),
         }
     }
 
@@ -624,14 +561,14 @@ impl Owner {
     /// follows its own bye not read yet ends the running job first, so the hello starts a new
     /// one and the bye, read later, ends nothing.
     async fn bye_before_hello(&mut self, job: &str, p: u32) {
-        let ended_before = self.jobs.get(job).and_then(|o| o.ended_before).unwrap_or(0);
+        let ended_before = self.jobs.get(job).and_then(|r| r.ended_before).unwrap_or(0);
         let read = self.last_seq.get(&p).copied().unwrap_or(0).max(ended_before);
         let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.unread_bye(job, read)).await {
             Ok(Ok(bye)) => bye,
             _ => return warn!(job, "cannot read the job's last bye"),
         };
         if let Some((end, seq)) = bye
-            && self.jobs.get(job).is_some_and(|o| super::ended::ours(o.ended_before, Some(seq)))
+            && self.jobs.ours(job, Some(seq))
         {
             self.end_job(job, end.reason.into(), Some(seq), false);
         }
@@ -641,39 +578,21 @@ impl Owner {
     fn alloc(&mut self, message: async_nats::Message) {
         let encoding = crate::bus::encoding_of(&message);
         let Ok(alloc) = protocol::decode::<JobAllocation>(encoding, &message.payload, "allocation") else { return };
-        if let Some(owned) = self.jobs.get(&alloc.job) {
-            owned.addr.do_send(WorkersChanged(alloc.workers.len() as u32));
+        if let Some(route) = self.jobs.get(&alloc.job) {
+            route.addr.addr.do_send(WorkersChanged(alloc.workers.len() as u32));
         }
     }
 
     /// Jobs silent for `idle_job_timeout` end; those silent for `stale_job` are reported quiet
     /// (submitted jobs are supervised by the leader instead).
     fn sweep(&mut self) {
-        if self.state.connection_state() != async_nats::connection::State::Connected {
-            let now = Instant::now();
-            self.jobs.values_mut().for_each(|j| j.last_heard = now);
-            return;
+        let connected = self.state.connection_state() == async_nats::connection::State::Connected;
+        let swept = self.jobs.sweep(Instant::now(), connected);
+        for (id, route) in swept.idle {
+            self.left(&id, Some(route), Outcome::Expired);
         }
-        let now = Instant::now();
-        self.ended.expire(now);
-        if let Some(timeout) = self.config.idle_job_timeout {
-            let idle: Vec<String> = self
-                .jobs
-                .iter()
-                .filter(|(_, j)| j.command.is_none() && now.duration_since(j.last_heard) > timeout)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in idle {
-                self.end_job(&id, Outcome::Expired, None, false);
-            }
-        }
-        if let Some(stale) = self.config.stale_job {
-            for (id, job) in self.jobs.iter_mut() {
-                if !job.quiet && job.command.is_none() && now.duration_since(job.last_heard) > stale {
-                    job.quiet = true;
-                    self.quiet.entry(job.partition).or_default().push((id.clone(), true));
-                }
-            }
+        for id in swept.quiet {
+            self.quiet.entry(partition::of(&id, self.partitions)).or_default().push((id, true));
         }
     }
 
@@ -700,13 +619,13 @@ impl Owner {
             if full { Box::new(self.latest.keys()) } else { Box::new(changed.iter()) };
         for id in ids {
             let (Some(job), Some(bid)) = (self.jobs.get(id), self.latest.get(id)) else { continue };
-            if let Some(m) = per.get_mut(&job.partition) {
+            if let Some(m) = per.get_mut(&job.addr.partition) {
                 m.bids.push((id.clone(), bid.to_wire()));
             }
         }
         if full {
-            for (id, job) in &self.jobs {
-                if let Some(roster) = per.get_mut(&job.partition).and_then(|m| m.roster.as_mut()) {
+            for (id, job) in self.jobs.iter() {
+                if let Some(roster) = per.get_mut(&job.addr.partition).and_then(|m| m.roster.as_mut()) {
                     roster.push(id.clone());
                 }
             }
@@ -739,17 +658,14 @@ impl Owner {
         }
     }
 
-    /// Stops every actor, each saving first, and lets the saves reach the bucket.
-    async fn stop(&mut self) {
-        for job in self.jobs.values() {
-            job.addr.do_send(SaveNow);
-            job.addr.do_send(Stop);
-        }
-        for (_, task) in self.consumers.drain() {
+    /// Stops every actor, each saving first, lets the saves reach the bucket, and stops the
+    /// actors' threads.
+    async fn stop(self) {
+        for (_, task) in self.consumers {
             task.abort();
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        self.durable.flush(Duration::from_secs(3)).await;
+        let actors = self.jobs.iter().map(|(_, r)| &r.addr.addr);
+        self.threads.stop(actors, Some(&self.durable)).await;
     }
 }
 
@@ -758,5 +674,5 @@ impl Owner {
 /// (a partition read again from its start) is a replay.
 fn fresh(published_ns: i128) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    now - published_ns < super::LATE_HELLO_WAIT.as_nanos() as i128
+    now - published_ns < super::config::LATE_HELLO_WAIT.as_nanos() as i128
 }

@@ -28,8 +28,10 @@ fn the_pure_modules_import_no_runtime_and_no_bus() {
         "actors/registry.rs",
         "actors/types.rs",
     ];
+    // The job routing table both service shells keep: its time is an `Instant` passed in.
+    let routing = ["service/routes.rs", "service/ended.rs"];
     let modules = ["quality", "policy", "schedule", "cluster", "protocol", "sim", "partition.rs"];
-    for module in modules.into_iter().chain(allocator_core) {
+    for module in modules.into_iter().chain(allocator_core).chain(routing) {
         let mut files = Vec::new();
         let path = src.join(module);
         if path.is_dir() {
@@ -41,6 +43,11 @@ fn the_pure_modules_import_no_runtime_and_no_bus() {
         assert!(!files.is_empty(), "{module}");
         for file in files {
             let text = std::fs::read_to_string(&file).expect("source");
+            // The routing table's tests take their origin from the clock; its code may not.
+            let text = match routing.contains(&module) {
+                true => text.split("mod tests {").next().unwrap_or_default().to_string(),
+                false => text,
+            };
             // No runtime, no bus, and no clock: pure code decides the same on the same input
             // (time is an input, never read).
             for forbidden in [
@@ -51,7 +58,7 @@ fn the_pure_modules_import_no_runtime_and_no_bus() {
                 "crate::actors",
                 "crate::service",
                 "crate::metrics",
-                "Instant",
+                if routing.contains(&module) { "Instant::now" } else { "Instant" },
                 "SystemTime",
             ] {
                 let used = text.lines().any(|l| {

@@ -1,0 +1,140 @@
+//! The leader's start and loop: the allocator, the subscriptions, and the ingest loop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::StreamExt;
+use tracing::{info, warn};
+
+use super::ingest::Ingest;
+use super::routes::LogOnce;
+use super::threads::JobThreads;
+use super::{Connections, ServeConfig, ServiceError, inputs, intake, start};
+use crate::actors::allocator::{AllocatorActor, GetEpochs, StopAllocator};
+use crate::actors::job::ReportCounters;
+use crate::bus::durable::SavedState;
+use crate::metrics::Metrics;
+use crate::protocol::{EpochSummary, RejectCause};
+
+/// Handles for code that runs the service in process (benchmarks, tests).
+#[derive(Clone)]
+pub struct ServiceHandle {
+    pub allocator: Addr<AllocatorActor>,
+    pub metrics: Arc<Metrics>,
+    /// Where the HTTP listener is bound (with port 0 in the settings, the port it got).
+    pub http_addr: Option<SocketAddr>,
+}
+
+impl ServiceHandle {
+    pub async fn epochs(&self) -> Vec<EpochSummary> {
+        self.allocator.send(GetEpochs).await.unwrap_or_default()
+    }
+
+    /// Loss points observed by all job actors together (asks each, like an epoch's bids).
+    pub async fn observed_points(&self) -> u64 {
+        self.allocator.send(crate::actors::allocator::CountPoints).await.unwrap_or(0)
+    }
+}
+
+/// Runs the scheduler until `shutdown` completes. Must be called inside an actix `System`.
+/// `on_ready` receives handles once the subscriptions are in place.
+pub async fn run(
+    clients: Connections,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(ServiceHandle),
+) -> Result<(), ServiceError> {
+    let Connections { bus: client, state: state_client, counters, .. } = clients;
+    let metrics = Arc::new(Metrics::new());
+    let durable = start::open_state(&state_client, &config).await?;
+    // Bound first, so a taken port fails the start rather than a scrape later.
+    let http = start::http(&config, &metrics, &counters, &durable, &client).await?;
+    let saved = match &durable {
+        Some(d) => d.load().await?,
+        None => SavedState::default(),
+    };
+    let term = start::term(&config, &durable).await?;
+    let (allocator_thread, allocator, mut ending) = start::allocator(&client, &config, term, &metrics, &durable);
+    // What the stream held before this start: read again (a replay), it registers no job.
+    let replay_until = match &durable {
+        Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,
+        _ => 0,
+    };
+    let (mut losses, mut messages) = inputs::subscribe(&client, &config, durable.as_ref()).await?;
+    let mut owner_bids = inputs::owner_bids(&state_client, &config).await?;
+    // A subscription returns before the server has it: flush so that "ready" means messages
+    // published from now on reach us.
+    if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
+        warn!("NATS did not confirm the subscriptions within 5 s; continuing");
+    } else {
+        metrics.ready.set(1);
+    }
+    info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
+    on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr: http.addr });
+    let report_counters = ReportCounters {
+        accepted: metrics.accepted("loss"),
+        duplicate: metrics.rejected(RejectCause::Duplicate),
+        far_ahead: metrics.rejected(RejectCause::BadIteration),
+    };
+    // The scheduler's own reply subjects are no client's inbox.
+    let own_inboxes: Vec<String> = [&config.nats_auth, &config.state_auth]
+        .iter()
+        .filter_map(|a| a.inbox_prefix.clone())
+        .filter(|p| !config.reply_prefixes.contains(p))
+        .collect();
+    let mut ingest = Ingest {
+        client,
+        state_client,
+        durable,
+        term,
+        own_inboxes,
+        last_stream_seq: 0,
+        replay_until,
+        routes: config.routes(),
+        threads: JobThreads::new(config.job_threads),
+        intake: config.durable.partitions.map(intake::Intake::new),
+        config,
+        allocator: allocator.clone(),
+        metrics,
+        report_counters,
+        log: LogOnce::new(Duration::from_secs(10)),
+        bus: counters,
+    };
+    ingest.restore(saved);
+    tokio::pin!(shutdown);
+    let mut sweep = tokio::time::interval(sweep_every(&ingest.config));
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            _ = sweep.tick() => ingest.sweep(),
+            Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
+            message = losses.next() => match message {
+                Some((message, seq)) => ingest.stream_message(message, seq).await,
+                None => break,
+            },
+            message = messages.next() => match message {
+                Some(message) => ingest.handle(message, None).await,
+                None => break,
+            },
+            Some(message) = owner_bids.next() => ingest.owner_bids(message),
+        }
+    }
+    info!("slaq scheduler stopping");
+    allocator.do_send(StopAllocator);
+    if let Some(stop) = http.stop {
+        let _ = stop.send(());
+    }
+    ingest.stop().await;
+    allocator_thread.stop();
+    Ok(())
+}
+
+/// How often the jobs are swept: a quarter of the shortest silence rule, within 50 ms to 5 s.
+fn sweep_every(config: &ServeConfig) -> Duration {
+    let shortest = [config.idle_job_timeout, config.stale_job].into_iter().flatten().min();
+    shortest.map_or(Duration::from_secs(5), |t| (t / 4).clamp(Duration::from_millis(50), Duration::from_secs(5)))
+}
