@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use super::ended::Ended;
-use super::routes::{RouteRules, Routes};
 use crate::actors::tenants::Tenants;
 use crate::bus::NatsAuth;
 use crate::bus::lease::Fence;
@@ -716,32 +714,7 @@ pub fn parse_policy(name: &str) -> Option<PolicyKind> {
     }
 }
 
-/// At most this many ended jobs are remembered (see `ended`), the oldest forgotten first.
-const ENDED_CAP: usize = 200_000;
-
-/// How long the end of a job whose hello was not read yet waits for that hello (see `ended`):
-/// far past any delay between a job's hello and its bye, short enough that a new job of the
-/// same id is seldom taken for the old one's late hello.
-pub(crate) const LATE_HELLO_WAIT: Duration = Duration::from_secs(60);
-
-/// How long an ended job is remembered: as long as the stream keeps its messages.
-fn ended_keep(config: &ServeConfig) -> Duration {
-    config.durable.report_retention.max(Duration::from_secs(60))
-}
-
 impl ServeConfig {
-    /// A routing table with the scheduler's rules (see `routes`).
-    pub(crate) fn routes<A>(&self) -> Routes<A> {
-        let rules = RouteRules {
-            quota: self.report_quota,
-            idle_timeout: self.idle_job_timeout,
-            stale: self.stale_job,
-            register_on_report: self.register_on_report,
-            max_jobs: self.max_jobs,
-        };
-        Routes::new(rules, Ended::new(ended_keep(self), ENDED_CAP, LATE_HELLO_WAIT))
-    }
-
     /// What the scheduler accepts of a message (`[scheduler]` limits); `tenants`: the tenants
     /// a hello may name (read for hellos only).
     pub(crate) fn inbound_limits<'t>(&self, tenants: Option<&'t TenantSet>) -> crate::protocol::InboundLimits<'t> {

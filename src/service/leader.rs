@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use tracing::{info, warn};
 
 use super::ingest::Ingest;
-use super::routes::LogOnce;
+use super::routes::{LogOnce, Routes};
 use super::threads::JobThreads;
 use super::{Connections, ServeConfig, ServiceError, inputs, intake, start};
 use crate::actors::allocator::{AllocatorActor, GetEpochs, StopAllocator};
@@ -93,7 +93,7 @@ pub async fn run(
         own_inboxes,
         last_stream_seq: 0,
         replay_until,
-        routes: config.routes(),
+        routes: Routes::for_config(&config),
         threads: JobThreads::new(config.job_threads),
         intake: config.durable.partitions.map(intake::Intake::new),
         config,

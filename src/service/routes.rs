@@ -16,6 +16,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 
+use super::ServeConfig;
 use super::ended::{self, Ended};
 use crate::protocol::{JobCommand, JobSpec, ProtocolError, RejectCause};
 
@@ -39,6 +40,19 @@ impl GivenClock {
             self.clock.advance(since - shown);
         }
     }
+}
+
+/// At most this many ended jobs are remembered (see `ended`), the oldest forgotten first.
+const ENDED_CAP: usize = 200_000;
+
+/// How long the end of a job whose hello was not read yet waits for that hello (see `ended`):
+/// far past any delay between a job's hello and its bye, short enough that a new job of the
+/// same id is seldom taken for the old one's late hello.
+pub(crate) const LATE_HELLO_WAIT: Duration = Duration::from_secs(60);
+
+/// How long an ended job is remembered: as long as the stream keeps its messages.
+fn ended_keep(config: &ServeConfig) -> Duration {
+    config.durable.report_retention.max(Duration::from_secs(60))
 }
 
 /// The table's rules, from `[scheduler]`.
@@ -116,6 +130,18 @@ pub struct Routes<A> {
 }
 
 impl<A> Routes<A> {
+    /// A routing table with the scheduler's rules (see `routes`).
+    pub fn for_config(config: &ServeConfig) -> Self {
+        let rules = RouteRules {
+            quota: config.report_quota,
+            idle_timeout: config.idle_job_timeout,
+            stale: config.stale_job,
+            register_on_report: config.register_on_report,
+            max_jobs: config.max_jobs,
+        };
+        Routes::new(rules, Ended::new(ended_keep(config), ENDED_CAP, LATE_HELLO_WAIT))
+    }
+
     pub fn new(rules: RouteRules, ended: Ended) -> Self {
         Routes { jobs: HashMap::new(), ended, rules, was_disconnected: false, clock: GivenClock::default() }
     }

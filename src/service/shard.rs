@@ -145,7 +145,7 @@ pub async fn run_owner(
         loaded_to: loaded_tx,
         consumers: HashMap::new(),
         from_stream: stream_tx,
-        jobs: config.routes(),
+        jobs: Routes::for_config(&config),
         latest: HashMap::new(),
         changed: BTreeSet::new(),
         gone: HashMap::new(),
@@ -674,5 +674,5 @@ impl Owner {
 /// (a partition read again from its start) is a replay.
 fn fresh(published_ns: i128) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    now - published_ns < super::config::LATE_HELLO_WAIT.as_nanos() as i128
+    now - published_ns < super::routes::LATE_HELLO_WAIT.as_nanos() as i128
 }

@@ -1,19 +1,16 @@
-//! The `slaq` command line: thin wrappers over the library. It parses the flags, sets up
-//! logging, calls the library and reports errors with their chain (`anyhow` lives only here).
+//! The `slaq` command line: thin wrappers over the library. Each command is a file of its own
+//! under `commands/` (its flags and its `run`); flags several commands share are in `common`.
+//! `main` parses, sets up logging, dispatches, and reports errors with their chain (`anyhow`
+//! lives only here).
 
-mod args;
-mod bench;
-mod bench_types;
-mod cluster_bench;
-mod live;
-mod offline;
+#[cfg(test)]
+mod cli_tests;
+mod commands;
+mod common;
 
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
-use anyhow::Context;
-use clap::Parser;
-
-use args::{BenchCommand, Cli, Command};
+use commands::*;
 
 /// The scheduler allocates many small, short-lived values per epoch (messages, subjects,
 /// worker lists); with glibc's allocator its free-list upkeep was about a fifth of an epoch at
@@ -21,6 +18,41 @@ use args::{BenchCommand, Cli, Command};
 /// purged 2 MiB page zeroes all of it, which showed up as epochs' slowest milliseconds.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "slaq", version, about = "Quality-driven scheduling of iterative ML training jobs")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Runs a job's command under a guard that stops everything it starts when the agent stops
+    /// it or dies (started by `slaq worker`; see `slaq::agent::guard`).
+    #[command(name = "job-guard", hide = true)]
+    JobGuard(job_guard::JobGuardArgs),
+    /// Replay loss curves and report how well the loss `horizon` iterations ahead is predicted.
+    Predict(predict::PredictArgs),
+    /// Simulate a workload of jobs replaying real loss curves under several policies.
+    Simulate(Box<simulate::SimulateArgs>),
+    /// Run the scheduler: per-job actors and the allocator over NATS.
+    Serve(serve::ServeArgs),
+    /// Run a reference worker agent: hello, heartbeats, and following its assignments.
+    Worker(worker::WorkerArgs),
+    /// Print what the scheduler believes: jobs, workers and message counters.
+    Status(status::StatusArgs),
+    /// Submit a job with the command its workers run (`-- program args...`); the agents run it
+    /// with torchrun's environment on the workers slaq gives it.
+    Submit(Box<submit::SubmitArgs>),
+    /// End a submitted job (its processes are stopped, its workers go to others).
+    Cancel(cancel::CancelArgs),
+    /// Play a simulator workload over NATS against `slaq serve` and compare with `simulate`.
+    Emulate(Box<emulate::EmulateArgs>),
+    /// Measure the scheduler's own costs.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
 
 fn main() -> std::process::ExitCode {
     // Like other command-line tools: a closed pipe (`slaq status | head`) ends the process
@@ -47,34 +79,15 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Predict(args) => offline::predict(args),
-        Command::Simulate(args) => offline::simulate(*args),
-        Command::Bench(BenchCommand::Alloc(args)) => bench::alloc(args),
-        Command::Bench(BenchCommand::Ingest(args)) => bench::ingest(args),
-        Command::Bench(BenchCommand::Epoch(args)) => bench::epoch(args),
-        Command::Bench(BenchCommand::Soak(args)) => bench::soak(args),
-        Command::Bench(BenchCommand::Idle(args)) => bench::idle(args),
-        Command::Bench(BenchCommand::Placement(args)) => bench::placement(args),
-        Command::Bench(BenchCommand::Merge(args)) => bench::merge(args),
-        Command::Bench(BenchCommand::Cluster(args)) => cluster_bench::cluster(args),
-        Command::Serve(args) => live::serve(args),
-        Command::Worker(args) => live::worker(args),
-        Command::JobGuard(args) => {
-            let code = slaq::agent::guard::run(&args.command, std::time::Duration::from_millis(args.grace_ms));
-            std::process::exit(code)
-        }
-        Command::Status(args) => live::status(args),
-        Command::Submit(args) => live::submit(*args),
-        Command::Cancel(args) => live::cancel(args),
-        Command::Emulate(args) => live::emulate(*args),
+        Command::Predict(args) => predict::run(args),
+        Command::Simulate(args) => simulate::run(*args),
+        Command::Bench(command) => bench::run(command),
+        Command::Serve(args) => serve::run(args),
+        Command::Worker(args) => worker::run(args),
+        Command::JobGuard(args) => job_guard::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Submit(args) => submit::run(*args),
+        Command::Cancel(args) => cancel::run(args),
+        Command::Emulate(args) => emulate::run(*args),
     }
-}
-
-pub(crate) fn load_all(paths: &[PathBuf]) -> anyhow::Result<Vec<slaq::trace::TraceCurve>> {
-    let mut curves = Vec::new();
-    for path in paths {
-        curves
-            .extend(slaq::trace::load_curves(path).with_context(|| format!("loading curves from {}", path.display()))?);
-    }
-    Ok(curves)
 }

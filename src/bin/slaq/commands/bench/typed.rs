@@ -1,7 +1,6 @@
-//! `slaq bench alloc --types N`: the typed count step (`schedule::typed`) timed on N worker
-//! types, the greedy beside the exact LP.
+//! `slaq bench alloc --types N`: the typed decisions (issue #31).
 
-use crate::args::BenchAllocArgs;
+use super::alloc::BenchAllocArgs;
 
 /// Times the typed count step on `types` worker types (the workers split evenly): each job
 /// runs on type `t` at a speed of its own (`0.25..1` times its speed on type 0, drawn from its
@@ -14,8 +13,8 @@ pub(crate) fn typed_decisions(
     use slaq::schedule::typed::{TypeGains, TypedJob, allocate, allocate_exact};
     use std::time::Instant;
     let types = args.types;
-    let mut capacity = vec![args.workers / types as u32; types];
-    capacity[0] += args.workers % types as u32;
+    let mut capacity = vec![args.size.workers / types as u32; types];
+    capacity[0] += args.size.workers % types as u32;
     let speed = |j: usize, t: usize| {
         if t == 0 { 1.0 } else { 0.25 + 0.75 * (((j * 7919 + t * 104_729) % 1000) as f64 / 1000.0) }
     };

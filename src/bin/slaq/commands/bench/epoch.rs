@@ -1,0 +1,123 @@
+//! `slaq bench epoch`: epoch latency (bids, policy, publish) and memory with many jobs and
+//! workers.
+
+use std::time::Duration;
+
+use slaq::bus;
+use slaq::protocol::{self, Encoding, Subjects, WorkerSpec};
+
+use super::support::{resident_bytes, start_in_process};
+use super::{BenchOutput, BenchServer};
+use crate::common::Size;
+
+#[derive(clap::Args)]
+pub(crate) struct BenchEpochArgs {
+    #[command(flatten)]
+    pub(crate) server: BenchServer,
+    #[command(flatten)]
+    pub(crate) size: Size<4000, 16000>,
+    /// Epochs to measure (after a few warm-up epochs).
+    #[arg(long, default_value_t = 40)]
+    pub(crate) epochs: usize,
+    #[arg(long, default_value_t = 250)]
+    pub(crate) epoch_ms: u64,
+    #[command(flatten)]
+    pub(crate) out: BenchOutput,
+}
+
+pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.size.jobs > 0 && args.size.workers > 0 && args.epochs > 0, "sizes must be positive");
+    let report = actix::System::new().block_on(async move {
+        let baseline_rss = resident_bytes();
+        let (handle, stop) = start_in_process(&args.server.nats, "benchepoch", args.epoch_ms).await?;
+        let (client, _) = bus::connect(&args.server.nats, "bench-epoch-load", 1024).await?;
+        let subjects = Subjects::new("benchepoch")?;
+        hello_workers(&client, &subjects, args.size.workers).await?;
+        let after_workers_rss = resident_bytes();
+        report_curves(&client, &subjects, args.size.jobs).await?;
+        // Let the reports land and refits settle, then measure. Core NATS drops what a slow
+        // consumer cannot take (at 100,000 jobs some of the 4 M reports): once nothing more
+        // lands for 10 s, measure anyway and say how many landed.
+        let sent = (args.size.jobs * 40) as u64;
+        let (mut landed, mut last_change) = (0, std::time::Instant::now());
+        while landed < sent && last_change.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = handle.observed_points().await;
+            if now > landed {
+                (landed, last_change) = (now, std::time::Instant::now());
+            }
+        }
+        anyhow::ensure!(landed > 0, "no report landed");
+        let first = handle.epochs().await.last().map_or(0, |e| e.epoch);
+        let warm_up = 3;
+        loop {
+            let epochs = handle.epochs().await;
+            let measured: Vec<_> = epochs
+                .iter()
+                .filter(|e| e.epoch > first + warm_up && e.num_jobs * 100 >= args.size.jobs * 99)
+                .cloned()
+                .collect();
+            if measured.len() >= args.epochs {
+                let jobs_rss = resident_bytes();
+                let _ = stop.send(());
+                let pct = |mut v: Vec<f64>, q: f64| {
+                    v.sort_by(f64::total_cmp);
+                    v[((v.len() - 1) as f64 * q).round() as usize]
+                };
+                let field = |f: fn(&protocol::EpochSummary) -> f64| measured.iter().map(f).collect::<Vec<_>>();
+                let total = field(|e| e.total_ms);
+                let per_job = match (after_workers_rss, jobs_rss) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(a) / args.size.jobs as u64),
+                    _ => None,
+                };
+                return Ok::<_, anyhow::Error>(serde_json::json!({
+                    "jobs": args.size.jobs,
+                    "workers": args.size.workers,
+                    "epochs": measured.len(),
+                    "epoch_p50_ms": pct(total.clone(), 0.5),
+                    "epoch_p99_ms": pct(total, 0.99),
+                    "epoch_cpu_p99_ms": pct(measured.iter().filter_map(|e| e.cpu_ms).collect(), 0.99),
+                    "collect_p50_ms": pct(field(|e| e.collect_ms), 0.5),
+                    "policy_p50_ms": pct(field(|e| e.policy_ms), 0.5),
+                    "publish_p50_ms": pct(field(|e| e.publish_ms), 0.5),
+                    "jobs_without_bid_max": measured.iter().map(|e| e.jobs_without_bid).max(),
+                    "reports_sent": sent,
+                    "reports_landed": landed,
+                    "workers_moved_p50": pct(measured.iter().map(|e| e.workers_moved as f64).collect(), 0.5),
+                    "rss_start_bytes": baseline_rss,
+                    "rss_with_workers_bytes": after_workers_rss,
+                    "rss_with_jobs_bytes": jobs_rss,
+                    "rss_bytes_per_job": per_job,
+                    "note": "RSS of this process, which runs the scheduler and the load generator's client"
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(args.epoch_ms)).await;
+        }
+    })?;
+    println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
+    Ok(())
+}
+
+/// Every worker says hello.
+async fn hello_workers(client: &async_nats::Client, subjects: &Subjects, workers: u32) -> anyhow::Result<()> {
+    for w in 0..workers {
+        let id = format!("w{w}");
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
+        bus::publish(client, subjects.worker_hello(&id), Encoding::MsgPack, &spec).await?;
+    }
+    Ok(())
+}
+
+/// Every job reports 40 points of a real-looking curve (so its predictor is fitted).
+async fn report_curves(client: &async_nats::Client, subjects: &Subjects, jobs: usize) -> anyhow::Result<()> {
+    for iter in 1..=40u64 {
+        for j in 0..jobs {
+            let id = format!("job{j}");
+            let loss = 0.2 + (1.0 + (j % 7) as f64) / (iter as f64).powf(0.5 + (j % 5) as f64 * 0.2);
+            let r = protocol::LossReport::new(&id, iter, loss, 1.0 + (j % 3) as f64, 1 + (iter % 4) as u32);
+            bus::publish(client, subjects.job_loss(&id), Encoding::MsgPack, &r).await?;
+        }
+    }
+    client.flush().await?;
+    Ok(())
+}

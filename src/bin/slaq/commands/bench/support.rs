@@ -1,0 +1,96 @@
+//! What the benchmarks of the live scheduler share: the scheduler in this process, reports
+//! encoded and published from another thread, and this process's memory and CPU.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use slaq::bus;
+use slaq::protocol::{self, Encoding, Subjects};
+use slaq::service::{self, Overrides, RawConfig};
+use tracing::warn;
+
+/// Resident set size of this process in bytes (Linux), for memory figures.
+pub(super) fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU seconds this process has used (Linux).
+pub(super) fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_s > 0).then(|| ticks as f64 / per_s as f64)
+}
+
+/// Starts the scheduler in this process (inside the running actix System) with a private
+/// prefix; returns its handle and the stop trigger.
+pub(super) async fn start_in_process(
+    urls: &[String],
+    prefix: &str,
+    epoch_ms: u64,
+) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
+    let mut raw = RawConfig::default();
+    raw.scheduler.epoch_ms = epoch_ms;
+    raw.scheduler.worker_timeout_ms = 600_000;
+    raw.scheduler.job_mailbox = 1 << 16;
+    raw.scheduler.max_jobs = 1 << 20;
+    if let Ok(threads) = std::env::var("SLAQ_BENCH_JOB_THREADS") {
+        raw.scheduler.job_threads = threads.parse().context("SLAQ_BENCH_JOB_THREADS")?;
+    }
+    let overrides = Overrides { nats: urls.to_vec(), prefix: Some(prefix.to_string()), ..Overrides::default() };
+    let config = raw.resolve(&BTreeMap::new(), &overrides)?;
+    let (client, counters) = bus::connect(&config.nats_urls, "slaq-bench-scheduler", 1 << 20).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    actix::spawn(async move {
+        let shutdown = async move {
+            let _ = stop_rx.await;
+        };
+        if let Err(e) = service::run(service::Connections::single(client, counters), config, shutdown, move |h| {
+            let _ = ready_tx.send(h);
+        })
+        .await
+        {
+            warn!(error = %e, "in-process scheduler failed");
+        }
+    });
+    let handle = ready_rx.await.context("the in-process scheduler did not start")?;
+    Ok((handle, stop_tx))
+}
+
+pub(super) fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<(String, bytes::Bytes)>> {
+    let subjects = Subjects::new(prefix)?;
+    (0..reports)
+        .map(|i| {
+            let (job, iter) = (i % jobs, i / jobs + 1);
+            let id = format!("job{job}");
+            let r = protocol::LossReport::new(&id, iter, 1.0 / iter as f64, 0.5, 1);
+            Ok((subjects.job_loss(&id), bytes::Bytes::from(protocol::encode(Encoding::MsgPack, &r)?)))
+        })
+        .collect()
+}
+
+/// Publishes pre-encoded messages from a thread of its own (a load generator must not share
+/// the measured process's thread); returns when the server has them all.
+pub(super) fn publish_from_another_thread(
+    urls: Vec<String>,
+    messages: Vec<(String, bytes::Bytes)>,
+) -> std::thread::JoinHandle<anyhow::Result<()>> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async move {
+            let (client, _) = bus::connect(&urls, "bench-publisher", 1024).await?;
+            for (subject, payload) in messages {
+                client.publish(subject, payload).await?;
+            }
+            client.flush().await?;
+            Ok(())
+        })
+    })
+}
