@@ -26,13 +26,6 @@ pub struct Metrics {
     pub last_epoch_moved: IntGauge,
     pub slo_jobs: prometheus::IntGaugeVec,
     /// Workers and busy workers per worker type.
-    pub accelerator_workers: prometheus::IntGaugeVec,
-    pub tenant_workers: prometheus::IntGaugeVec,
-    pub predicted_gain: prometheus::Gauge,
-    pub realised_gain: prometheus::Gauge,
-    pub predicted_gain_total: prometheus::Counter,
-    pub realised_gain_total: prometheus::Counter,
-    pub gain_epoch_jobs: IntGauge,
     /// Jobs forgotten because they were silent for the idle timeout.
     pub jobs_expired: IntCounter,
     /// Reports stream messages the server skipped on the scheduler's consumer (a gap in the
@@ -57,15 +50,10 @@ pub struct Metrics {
     pub assignment_mismatches: IntCounter,
     /// Epochs not run because the lease was not certainly held.
     pub epochs_skipped: IntCounter,
-    state_writes: IntCounter,
-    state_write_failures: IntCounter,
-    state_write_conflicts: IntCounter,
-    state_writes_fenced: IntCounter,
-    pub state_writes_pending: IntGauge,
-    nats_disconnects: IntCounter,
-    nats_reconnects: IntCounter,
-    nats_dropped_messages: IntCounter,
-    nats_server_errors: IntCounter,
+    /// The connections' and the state writer's counters.
+    synced: Synced,
+    fleet: Fleet,
+    gains: Gains,
     pub nats_connected: IntGauge,
     pub ready: IntGauge,
     created: Instant,
@@ -104,41 +92,97 @@ fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> prometheus::IntGaugeVec
     prometheus::IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
 }
 
-impl Metrics {
-    pub fn new() -> Self {
-        let registry = Registry::new();
-        // Epochs take from tens of microseconds to seconds (100,000 jobs).
-        let buckets = prometheus::exponential_buckets(50e-6, 4.0, 10).unwrap_or_default();
-        let metrics = Metrics {
-            messages_accepted: counter_vec("slaq_messages_accepted_total", "Messages accepted, by kind", &["kind"]),
-            messages_rejected: counter_vec("slaq_messages_rejected_total", "Messages rejected, by cause", &["cause"]),
-            epoch_seconds: HistogramVec::new(
-                HistogramOpts::new("slaq_epoch_duration_seconds", "Time an epoch spends in each phase")
-                    .buckets(buckets),
-                &["phase"],
-            )
-            .expect("valid metric"),
-            epochs: counter("slaq_epochs_total", "Epochs run"),
-            jobs: gauge("slaq_jobs", "Jobs known to the scheduler"),
-            workers: gauge("slaq_workers", "Workers registered and alive"),
-            workers_assigned: gauge("slaq_workers_assigned", "Workers assigned to a job in the last epoch"),
-            workers_moved: counter("slaq_workers_moved_total", "Worker assignments changed"),
-            last_epoch_moved: gauge("slaq_last_epoch_workers_moved", "Workers moved in the last epoch"),
-            slo_jobs: gauge_vec(
-                "slaq_slo_jobs",
-                "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
-                &["state"],
+/// Each epoch phase's duration: from tens of microseconds to seconds (100,000 jobs).
+fn epoch_histogram() -> HistogramVec {
+    let buckets = prometheus::exponential_buckets(50e-6, 4.0, 10).unwrap_or_default();
+    HistogramVec::new(
+        HistogramOpts::new("slaq_epoch_duration_seconds", "Time an epoch spends in each phase").buckets(buckets),
+        &["phase"],
+    )
+    .expect("valid metric")
+}
+
+/// Seconds from a submitted job's new generation to its first new report.
+fn restart_histogram() -> prometheus::Histogram {
+    prometheus::Histogram::with_opts(
+        HistogramOpts::new(
+            "slaq_job_restart_seconds",
+            "Seconds from a submitted job's new generation to its first new report",
+        )
+        .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
+    )
+    .expect("valid metric")
+}
+
+/// The counters kept outside the registry and brought into it: the NATS connections'
+/// (`bus::BusCounters`, by `Metrics::sync_bus`) and the state writer's
+/// (`bus::durable::DurableCounters`, by `Metrics::sync_state`).
+struct Synced {
+    state_writes: IntCounter,
+    state_write_failures: IntCounter,
+    state_write_conflicts: IntCounter,
+    state_writes_fenced: IntCounter,
+    state_writes_pending: IntGauge,
+    nats_disconnects: IntCounter,
+    nats_reconnects: IntCounter,
+    nats_dropped_messages: IntCounter,
+    nats_server_errors: IntCounter,
+}
+
+impl Synced {
+    fn new() -> Self {
+        Synced {
+            state_writes: counter("slaq_state_writes_total", "State writes made"),
+            state_write_failures: counter(
+                "slaq_state_write_failures_total",
+                "State write attempts that failed (each is retried until written or superseded)",
             ),
-            tenant_workers: gauge_vec(
-                "slaq_tenant_workers",
-                "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
-                &["tenant", "kind"],
+            state_write_conflicts: counter(
+                "slaq_state_write_conflicts_total",
+                "State writes refused because another writer had written the key",
             ),
-            accelerator_workers: gauge_vec(
-                "slaq_accelerator_workers",
-                "Workers alive per worker type, all and those running a job",
-                &["accelerator", "state"],
+            state_writes_fenced: counter(
+                "slaq_state_writes_fenced_total",
+                "State writes dropped because the scheduler lost its lease",
             ),
+            state_writes_pending: gauge("slaq_state_writes_pending", "State writes queued and not yet made"),
+            nats_disconnects: counter("slaq_nats_disconnects_total", "Connections to NATS lost"),
+            nats_reconnects: counter("slaq_nats_reconnects_total", "Connections to NATS made again after a loss"),
+            nats_dropped_messages: counter(
+                "slaq_nats_dropped_messages_total",
+                "Messages dropped because a subscription's buffer was full (one per message)",
+            ),
+            nats_server_errors: counter("slaq_nats_server_errors_total", "Errors the NATS server sent"),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.state_writes.clone()),
+            Box::new(self.state_write_failures.clone()),
+            Box::new(self.state_write_conflicts.clone()),
+            Box::new(self.state_writes_fenced.clone()),
+            Box::new(self.state_writes_pending.clone()),
+            Box::new(self.nats_disconnects.clone()),
+            Box::new(self.nats_reconnects.clone()),
+            Box::new(self.nats_dropped_messages.clone()),
+            Box::new(self.nats_server_errors.clone()),
+        ]
+    }
+}
+
+/// The bids' predicted gains against the jobs' realised ones.
+struct Gains {
+    predicted_gain: prometheus::Gauge,
+    realised_gain: prometheus::Gauge,
+    predicted_gain_total: prometheus::Counter,
+    realised_gain_total: prometheus::Counter,
+    gain_epoch_jobs: IntGauge,
+}
+
+impl Gains {
+    fn new() -> Self {
+        Gains {
             predicted_gain: float_gauge(
                 "slaq_epoch_predicted_gain",
                 "Normalised loss reduction the bids predicted for the last completed epoch, summed over jobs",
@@ -159,6 +203,67 @@ impl Metrics {
                 "slaq_epoch_gain_jobs",
                 "Jobs whose predicted and realised gains the last epoch compared",
             ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.predicted_gain.clone()),
+            Box::new(self.realised_gain.clone()),
+            Box::new(self.predicted_gain_total.clone()),
+            Box::new(self.realised_gain_total.clone()),
+            Box::new(self.gain_epoch_jobs.clone()),
+        ]
+    }
+}
+
+/// Workers per tenant and per worker type, as the last epoch left them.
+struct Fleet {
+    accelerator_workers: prometheus::IntGaugeVec,
+    tenant_workers: prometheus::IntGaugeVec,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        Fleet {
+            tenant_workers: gauge_vec(
+                "slaq_tenant_workers",
+                "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
+                &["tenant", "kind"],
+            ),
+            accelerator_workers: gauge_vec(
+                "slaq_accelerator_workers",
+                "Workers alive per worker type, all and those running a job",
+                &["accelerator", "state"],
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![Box::new(self.accelerator_workers.clone()), Box::new(self.tenant_workers.clone())]
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let metrics = Metrics {
+            messages_accepted: counter_vec("slaq_messages_accepted_total", "Messages accepted, by kind", &["kind"]),
+            messages_rejected: counter_vec("slaq_messages_rejected_total", "Messages rejected, by cause", &["cause"]),
+            epoch_seconds: epoch_histogram(),
+            epochs: counter("slaq_epochs_total", "Epochs run"),
+            jobs: gauge("slaq_jobs", "Jobs known to the scheduler"),
+            workers: gauge("slaq_workers", "Workers registered and alive"),
+            workers_assigned: gauge("slaq_workers_assigned", "Workers assigned to a job in the last epoch"),
+            workers_moved: counter("slaq_workers_moved_total", "Worker assignments changed"),
+            last_epoch_moved: gauge("slaq_last_epoch_workers_moved", "Workers moved in the last epoch"),
+            slo_jobs: gauge_vec(
+                "slaq_slo_jobs",
+                "Running jobs with an iteration-time SLO whose chosen batch is predicted to meet or miss it",
+                &["state"],
+            ),
+            fleet: Fleet::new(),
+            gains: Gains::new(),
             jobs_expired: counter(
                 "slaq_jobs_expired_total",
                 "Jobs forgotten after sending nothing for the idle timeout",
@@ -183,14 +288,7 @@ impl Metrics {
                 "slaq_job_restarts_total",
                 "Generations of submitted jobs restarted after a process failed or the job stalled",
             ),
-            restart_seconds: prometheus::Histogram::with_opts(
-                HistogramOpts::new(
-                    "slaq_job_restart_seconds",
-                    "Seconds from a submitted job's new generation to its first new report",
-                )
-                .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
-            )
-            .expect("valid metric"),
+            restart_seconds: restart_histogram(),
             agent_refusals: counter(
                 "slaq_agent_refusals_total",
                 "Assignments and commands the worker agents refused, as their heartbeats say",
@@ -204,27 +302,7 @@ impl Metrics {
                 "slaq_epochs_skipped_total",
                 "Epochs not run because the leader's lease was not certainly held",
             ),
-            state_writes: counter("slaq_state_writes_total", "State writes made"),
-            state_write_failures: counter(
-                "slaq_state_write_failures_total",
-                "State write attempts that failed (each is retried until written or superseded)",
-            ),
-            state_write_conflicts: counter(
-                "slaq_state_write_conflicts_total",
-                "State writes refused because another writer had written the key",
-            ),
-            state_writes_fenced: counter(
-                "slaq_state_writes_fenced_total",
-                "State writes dropped because the scheduler lost its lease",
-            ),
-            state_writes_pending: gauge("slaq_state_writes_pending", "State writes queued and not yet made"),
-            nats_disconnects: counter("slaq_nats_disconnects_total", "Connections to NATS lost"),
-            nats_reconnects: counter("slaq_nats_reconnects_total", "Connections to NATS made again after a loss"),
-            nats_dropped_messages: counter(
-                "slaq_nats_dropped_messages_total",
-                "Messages dropped because a subscription's buffer was full (one per message)",
-            ),
-            nats_server_errors: counter("slaq_nats_server_errors_total", "Errors the NATS server sent"),
+            synced: Synced::new(),
             nats_connected: gauge("slaq_nats_connected", "1 while connected to NATS"),
             ready: gauge("slaq_ready", "1 once subscriptions are confirmed"),
             registry,
@@ -253,13 +331,6 @@ impl Metrics {
             Box::new(self.workers_moved.clone()),
             Box::new(self.last_epoch_moved.clone()),
             Box::new(self.slo_jobs.clone()),
-            Box::new(self.accelerator_workers.clone()),
-            Box::new(self.tenant_workers.clone()),
-            Box::new(self.predicted_gain.clone()),
-            Box::new(self.realised_gain.clone()),
-            Box::new(self.predicted_gain_total.clone()),
-            Box::new(self.realised_gain_total.clone()),
-            Box::new(self.gain_epoch_jobs.clone()),
             Box::new(self.jobs_expired.clone()),
             Box::new(self.stream_skipped.clone()),
             Box::new(self.stream_gaps_unchecked.clone()),
@@ -271,19 +342,15 @@ impl Metrics {
             Box::new(self.restart_seconds.clone()),
             Box::new(self.assignment_mismatches.clone()),
             Box::new(self.epochs_skipped.clone()),
-            Box::new(self.state_writes.clone()),
-            Box::new(self.state_write_failures.clone()),
-            Box::new(self.state_write_conflicts.clone()),
-            Box::new(self.state_writes_fenced.clone()),
-            Box::new(self.state_writes_pending.clone()),
-            Box::new(self.nats_disconnects.clone()),
-            Box::new(self.nats_reconnects.clone()),
-            Box::new(self.nats_dropped_messages.clone()),
-            Box::new(self.nats_server_errors.clone()),
             Box::new(self.nats_connected.clone()),
             Box::new(self.ready.clone()),
         ];
-        for c in collectors {
+        for c in collectors
+            .into_iter()
+            .chain(self.synced.collectors())
+            .chain(self.fleet.collectors())
+            .chain(self.gains.collectors())
+        {
             // Names are distinct constants: a clash is a bug here.
             self.registry.register(c).expect("metric names are unique");
         }
@@ -317,8 +384,8 @@ impl Metrics {
             .set((summary.slo_jobs - summary.slo_missed.min(summary.slo_jobs)) as i64);
         self.slo_jobs.with_label_values(&["missed"]).set(summary.slo_missed as i64);
         for (name, used) in &summary.accelerators {
-            self.accelerator_workers.with_label_values(&[name.as_str(), "all"]).set(used.workers as i64);
-            self.accelerator_workers.with_label_values(&[name.as_str(), "busy"]).set(used.busy as i64);
+            self.fleet.accelerator_workers.with_label_values(&[name.as_str(), "all"]).set(used.workers as i64);
+            self.fleet.accelerator_workers.with_label_values(&[name.as_str(), "busy"]).set(used.busy as i64);
         }
         for (name, u) in &summary.tenants {
             let kinds = [
@@ -331,15 +398,15 @@ impl Metrics {
                 ("waiting", u.waiting),
             ];
             for (kind, v) in kinds {
-                self.tenant_workers.with_label_values(&[name.as_str(), kind]).set(v as i64);
+                self.fleet.tenant_workers.with_label_values(&[name.as_str(), kind]).set(v as i64);
             }
         }
         if let Some(gains) = &summary.gains {
-            self.predicted_gain.set(gains.predicted);
-            self.realised_gain.set(gains.realised);
-            self.predicted_gain_total.inc_by(gains.predicted.max(0.0));
-            self.realised_gain_total.inc_by(gains.realised.max(0.0));
-            self.gain_epoch_jobs.set(gains.jobs as i64);
+            self.gains.predicted_gain.set(gains.predicted);
+            self.gains.realised_gain.set(gains.realised);
+            self.gains.predicted_gain_total.inc_by(gains.predicted.max(0.0));
+            self.gains.realised_gain_total.inc_by(gains.realised.max(0.0));
+            self.gains.gain_epoch_jobs.set(gains.jobs as i64);
         }
     }
 
@@ -354,10 +421,10 @@ impl Metrics {
     /// Brings the NATS event counters (kept by `bus::connect`'s callback) into the registry.
     pub fn sync_bus(&self, bus: &BusCounters) {
         let sync = |counter: &IntCounter, value: u64| counter.inc_by(value.saturating_sub(counter.get()));
-        sync(&self.nats_disconnects, bus.disconnects.load(Ordering::Relaxed));
-        sync(&self.nats_reconnects, bus.reconnects.load(Ordering::Relaxed));
-        sync(&self.nats_dropped_messages, bus.dropped_messages.load(Ordering::Relaxed));
-        sync(&self.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
+        sync(&self.synced.nats_disconnects, bus.disconnects.load(Ordering::Relaxed));
+        sync(&self.synced.nats_reconnects, bus.reconnects.load(Ordering::Relaxed));
+        sync(&self.synced.nats_dropped_messages, bus.dropped_messages.load(Ordering::Relaxed));
+        sync(&self.synced.nats_server_errors, bus.server_errors.load(Ordering::Relaxed));
     }
 
     /// Brings the state writer's counters (`bus::durable`) into the registry.
@@ -366,11 +433,11 @@ impl Metrics {
             let value = value.load(Ordering::Relaxed);
             counter.inc_by(value.saturating_sub(counter.get()))
         };
-        sync(&self.state_writes, &state.written);
-        sync(&self.state_write_failures, &state.failed);
-        sync(&self.state_write_conflicts, &state.conflicts);
-        sync(&self.state_writes_fenced, &state.fenced);
-        self.state_writes_pending.set(pending as i64);
+        sync(&self.synced.state_writes, &state.written);
+        sync(&self.synced.state_write_failures, &state.failed);
+        sync(&self.synced.state_write_conflicts, &state.conflicts);
+        sync(&self.synced.state_writes_fenced, &state.fenced);
+        self.synced.state_writes_pending.set(pending as i64);
     }
 
     pub fn accepted_counts(&self) -> BTreeMap<String, u64> {
@@ -380,7 +447,7 @@ impl Metrics {
     /// Rejections by cause, with the NATS slow-consumer events beside them.
     pub fn rejected_counts(&self) -> BTreeMap<String, u64> {
         let mut rejected = counts(&self.messages_rejected);
-        let slow = self.nats_dropped_messages.get();
+        let slow = self.synced.nats_dropped_messages.get();
         if slow > 0 {
             rejected.insert("dropped_by_client".into(), slow);
         }

@@ -142,23 +142,12 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// [`connect_with`], counting its events in `counters` (shared by several connections).
-pub async fn connect_counting(
-    urls: &[String],
-    name: &str,
-    subscription_capacity: usize,
+/// The connection's options from `auth` and the credentials a URL carried (`user:password@`
+/// or `token@`; a flag or setting wins over them).
+async fn options_for(
     auth: &NatsAuth,
-    counters: Arc<BusCounters>,
-) -> Result<async_nats::Client, BusError> {
-    let events = counters;
-    let (urls, from_url) = split_url_credentials(urls)?;
-    let joined = urls.join(",");
-    // One address each: async-nats does not split a comma-joined string.
-    let addresses = urls
-        .iter()
-        .map(|u| u.parse::<async_nats::ServerAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BusError::Auth { what: "server URL".into(), detail: format!("{joined}: {e}") })?;
+    from_url: Option<UrlCredentials>,
+) -> Result<async_nats::ConnectOptions, BusError> {
     let mut options = match &auth.credentials_file {
         Some(path) => async_nats::ConnectOptions::with_credentials_file(path).await.map_err(|e| BusError::Auth {
             what: "credentials file".into(),
@@ -204,6 +193,60 @@ pub async fn connect_counting(
     if auth.ignore_discovered_servers {
         options = options.ignore_discovered_servers();
     }
+    Ok(options)
+}
+
+impl BusCounters {
+    /// Counts a connection's event (a slow consumer logged at most once every 10 s).
+    fn record(&self, event: async_nats::Event) {
+        match event {
+            async_nats::Event::SlowConsumer(sid) => {
+                let dropped = self.dropped_messages.fetch_add(1, Ordering::Relaxed) + 1;
+                let (now, last) = (now_ms(), self.slow_logged_ms.load(Ordering::Relaxed));
+                if now.saturating_sub(last) >= 10_000
+                    && self.slow_logged_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+                {
+                    warn!(
+                        sid,
+                        dropped, "slow consumer: NATS dropped messages for a subscription (logged once every 10 s)"
+                    );
+                }
+            }
+            async_nats::Event::Disconnected => {
+                self.disconnects.fetch_add(1, Ordering::Relaxed);
+                warn!("disconnected from NATS");
+            }
+            async_nats::Event::Connected if self.disconnects.load(Ordering::Relaxed) > 0 => {
+                self.reconnects.fetch_add(1, Ordering::Relaxed);
+                info!("reconnected to NATS");
+            }
+            async_nats::Event::ServerError(e) => {
+                self.server_errors.fetch_add(1, Ordering::Relaxed);
+                warn!(error = %e, "NATS server error");
+            }
+            other => debug!(event = %other, "NATS event"),
+        }
+    }
+}
+
+/// [`connect_with`], counting its events in `counters` (shared by several connections).
+pub async fn connect_counting(
+    urls: &[String],
+    name: &str,
+    subscription_capacity: usize,
+    auth: &NatsAuth,
+    counters: Arc<BusCounters>,
+) -> Result<async_nats::Client, BusError> {
+    let events = counters;
+    let (urls, from_url) = split_url_credentials(urls)?;
+    let joined = urls.join(",");
+    // One address each: async-nats does not split a comma-joined string.
+    let addresses = urls
+        .iter()
+        .map(|u| u.parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| BusError::Auth { what: "server URL".into(), detail: format!("{joined}: {e}") })?;
+    let options = options_for(auth, from_url).await?;
     options
         .name(name)
         .subscription_capacity(subscription_capacity)
@@ -211,39 +254,7 @@ pub async fn connect_counting(
         .connection_timeout(Duration::from_secs(5))
         .event_callback(move |event| {
             let events = events.clone();
-            async move {
-                match event {
-                    async_nats::Event::SlowConsumer(sid) => {
-                        let dropped = events.dropped_messages.fetch_add(1, Ordering::Relaxed) + 1;
-                        let (now, last) = (now_ms(), events.slow_logged_ms.load(Ordering::Relaxed));
-                        if now.saturating_sub(last) >= 10_000
-                            && events
-                                .slow_logged_ms
-                                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                                .is_ok()
-                        {
-                            warn!(
-                                sid,
-                                dropped,
-                                "slow consumer: NATS dropped messages for a subscription (logged once every 10 s)"
-                            );
-                        }
-                    }
-                    async_nats::Event::Disconnected => {
-                        events.disconnects.fetch_add(1, Ordering::Relaxed);
-                        warn!("disconnected from NATS");
-                    }
-                    async_nats::Event::Connected if events.disconnects.load(Ordering::Relaxed) > 0 => {
-                        events.reconnects.fetch_add(1, Ordering::Relaxed);
-                        info!("reconnected to NATS");
-                    }
-                    async_nats::Event::ServerError(e) => {
-                        events.server_errors.fetch_add(1, Ordering::Relaxed);
-                        warn!(error = %e, "NATS server error");
-                    }
-                    other => debug!(event = %other, "NATS event"),
-                }
-            }
+            async move { events.record(event) }
         })
         .connect(addresses.as_slice())
         .await

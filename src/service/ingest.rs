@@ -33,6 +33,24 @@ const GAP_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// asks again).
 const HELLO_SAVE_WAIT: Duration = Duration::from_secs(30);
 
+/// The scheduler's own reply subjects (its connections' inbox prefixes): no client's inbox.
+pub(super) fn own_inboxes(config: &ServeConfig) -> Vec<String> {
+    [&config.nats_auth, &config.state_auth]
+        .iter()
+        .filter_map(|a| a.inbox_prefix.clone())
+        .filter(|p| !config.reply_prefixes.contains(p))
+        .collect()
+}
+
+/// What job actors count reports under.
+pub(super) fn report_counters(metrics: &Metrics) -> ReportCounters {
+    ReportCounters {
+        accepted: metrics.accepted("loss"),
+        duplicate: metrics.rejected(RejectCause::Duplicate),
+        far_ahead: metrics.rejected(RejectCause::BadIteration),
+    }
+}
+
 /// The leader's loop state (see the module's documentation).
 pub(super) struct Ingest {
     pub client: async_nats::Client,

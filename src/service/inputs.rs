@@ -98,3 +98,13 @@ pub(super) async fn owner_bids(
     }
     Ok(futures_util::stream::select_all(vec![bids]))
 }
+
+/// A subscription returns before the server has it: flushes so that "ready" means messages
+/// published from now on reach the scheduler, and says so (`metrics.ready`).
+pub(super) async fn confirm(client: &async_nats::Client, metrics: &crate::metrics::Metrics) {
+    if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
+        warn!("NATS did not confirm the subscriptions within 5 s; continuing");
+    } else {
+        metrics.ready.set(1);
+    }
+}

@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures_util::StreamExt;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::ingest::Ingest;
+use super::ingest::{self, Ingest};
 use super::routes::{LogOnce, Routes};
 use super::threads::JobThreads;
 use super::{Connections, ServeConfig, ServiceError, inputs, intake, start};
 use crate::actors::allocator::{AllocatorActor, GetEpochs, StopAllocator};
-use crate::actors::job::ReportCounters;
 use crate::bus::durable::SavedState;
 use crate::metrics::Metrics;
-use crate::protocol::{EpochSummary, RejectCause};
+use crate::protocol::EpochSummary;
 
 /// Handles for code that runs the service in process (benchmarks, tests).
 #[derive(Clone)]
@@ -65,32 +64,15 @@ pub async fn run(
     };
     let (mut losses, mut messages) = inputs::subscribe(&client, &config, durable.as_ref()).await?;
     let mut owner_bids = inputs::owner_bids(&state_client, &config).await?;
-    // A subscription returns before the server has it: flush so that "ready" means messages
-    // published from now on reach us.
-    if tokio::time::timeout(Duration::from_secs(5), client.flush()).await.is_err() {
-        warn!("NATS did not confirm the subscriptions within 5 s; continuing");
-    } else {
-        metrics.ready.set(1);
-    }
+    inputs::confirm(&client, &metrics).await;
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
     on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr: http.addr });
-    let report_counters = ReportCounters {
-        accepted: metrics.accepted("loss"),
-        duplicate: metrics.rejected(RejectCause::Duplicate),
-        far_ahead: metrics.rejected(RejectCause::BadIteration),
-    };
-    // The scheduler's own reply subjects are no client's inbox.
-    let own_inboxes: Vec<String> = [&config.nats_auth, &config.state_auth]
-        .iter()
-        .filter_map(|a| a.inbox_prefix.clone())
-        .filter(|p| !config.reply_prefixes.contains(p))
-        .collect();
     let mut ingest = Ingest {
         client,
         state_client,
         durable,
         term,
-        own_inboxes,
+        own_inboxes: ingest::own_inboxes(&config),
         last_stream_seq: 0,
         replay_until,
         routes: Routes::for_config(&config),
@@ -98,8 +80,8 @@ pub async fn run(
         intake: config.durable.partitions.map(intake::Intake::new),
         config,
         allocator: allocator.clone(),
+        report_counters: ingest::report_counters(&metrics),
         metrics,
-        report_counters,
         log: LogOnce::new(Duration::from_secs(10)),
         bus: counters,
     };

@@ -49,6 +49,19 @@ struct Owned {
     partition: u32,
 }
 
+/// What an owner sends the leader at its next flush.
+#[derive(Default)]
+struct News {
+    /// Each job's last bid.
+    latest: HashMap<String, Bid>,
+    /// Jobs whose bid changed since the last flush.
+    changed: BTreeSet<String>,
+    /// Jobs that left, per partition.
+    gone: HashMap<u32, Vec<(String, Outcome)>>,
+    /// Jobs that went quiet (or spoke again), per partition.
+    quiet: HashMap<u32, Vec<(String, bool)>>,
+}
+
 /// Forwards the job actors' bids to the owner loop.
 struct Forward(mpsc::UnboundedSender<BidUpdate>);
 
@@ -83,10 +96,8 @@ pub struct Owner {
     from_stream: mpsc::Sender<FromStream>,
     /// The jobs whose actors run here.
     jobs: Routes<Owned>,
-    latest: HashMap<String, Bid>,
-    changed: BTreeSet<String>,
-    gone: HashMap<u32, Vec<(String, Outcome)>>,
-    quiet: HashMap<u32, Vec<(String, bool)>>,
+    /// What the next flush sends the leader.
+    news: News,
     last_seq: HashMap<u32, u64>,
     flushes: u64,
     full_next: bool,
@@ -120,18 +131,7 @@ pub async fn run_owner(
             _ = tokio::time::sleep(ttl) => {}
         }
     };
-    let subscribe = |client: &async_nats::Client, subject: String| {
-        let client = client.clone();
-        async move {
-            client
-                .subscribe(subject.clone())
-                .await
-                .map_err(|source| crate::bus::BusError::Subscribe { subject, source })
-        }
-    };
-    let mut hellos = subscribe(&clients.bus, config.subjects.job_hello("*")).await?;
-    let mut allocs = subscribe(&clients.bus, config.subjects.job_alloc("*")).await?;
-    let mut syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
+    let (mut hellos, mut allocs, mut syncs) = subscribe(&clients, &config).await?;
     let (bid_tx, mut bids) = mpsc::unbounded_channel();
     let (stream_tx, mut from_stream) = mpsc::channel(config.subscription_capacity.clamp(1024, 65_536));
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Loaded>();
@@ -146,10 +146,7 @@ pub async fn run_owner(
         consumers: HashMap::new(),
         from_stream: stream_tx,
         jobs: Routes::for_config(&config),
-        latest: HashMap::new(),
-        changed: BTreeSet::new(),
-        gone: HashMap::new(),
-        quiet: HashMap::new(),
+        news: News::default(),
         last_seq: HashMap::new(),
         flushes: 0,
         full_next: false,
@@ -190,6 +187,27 @@ pub async fn run_owner(
     let _ = leave_tx.send(());
     let _ = leases.await;
     Ok(())
+}
+
+/// What an owner reads besides its partitions: the jobs' hellos and allocations (bus), and a
+/// new leader's call for every bid (state connection).
+async fn subscribe(
+    clients: &Connections,
+    config: &ServeConfig,
+) -> Result<(async_nats::Subscriber, async_nats::Subscriber, async_nats::Subscriber), ServiceError> {
+    let subscribe = |client: &async_nats::Client, subject: String| {
+        let client = client.clone();
+        async move {
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|source| crate::bus::BusError::Subscribe { subject, source })
+        }
+    };
+    let hellos = subscribe(&clients.bus, config.subjects.job_hello("*")).await?;
+    let allocs = subscribe(&clients.bus, config.subjects.job_alloc("*")).await?;
+    let syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
+    Ok((hellos, allocs, syncs))
 }
 
 /// Opens the owner's durable state (its writes held by `fence`) and this replica's partition
@@ -379,23 +397,23 @@ impl Owner {
             if let Some(task) = self.consumers.remove(p) {
                 task.abort();
             }
-            self.gone.remove(p);
-            self.quiet.remove(p);
+            self.news.gone.remove(p);
+            self.news.quiet.remove(p);
         }
         let set: HashSet<u32> = released.iter().copied().collect();
         let gone = self.jobs.remove_where(|r| set.contains(&r.addr.partition));
         for (id, job) in &gone {
             job.addr.addr.do_send(Stop);
-            self.latest.remove(id);
-            self.changed.remove(id);
+            self.news.latest.remove(id);
+            self.news.changed.remove(id);
         }
         info!(replica = %self.replica, partitions = ?released, jobs = gone.len(), "gave partitions up");
     }
 
     fn bid(&mut self, update: BidUpdate) {
         if self.jobs.contains(&update.job) {
-            self.changed.insert(update.job.clone());
-            self.latest.insert(update.job, update.bid);
+            self.news.changed.insert(update.job.clone());
+            self.news.latest.insert(update.job, update.bid);
         }
     }
 
@@ -448,7 +466,7 @@ impl Owner {
                     })
                 })?;
                 if quiet_ended {
-                    self.quiet.entry(p).or_default().push((job.to_string(), false));
+                    self.news.quiet.entry(p).or_default().push((job.to_string(), false));
                 }
                 Ok(())
             }
@@ -509,9 +527,9 @@ impl Owner {
             route.addr.addr.do_send(Stop);
             self.durable.forget_job(job);
         }
-        self.latest.remove(job);
-        self.changed.remove(job);
-        self.gone.entry(partition::of(job, self.partitions)).or_default().push((job.to_string(), how));
+        self.news.latest.remove(job);
+        self.news.changed.remove(job);
+        self.news.gone.entry(partition::of(job, self.partitions)).or_default().push((job.to_string(), how));
         debug!(job, %how, "job left");
     }
 
@@ -547,7 +565,7 @@ impl Owner {
         match self.jobs.greet(&mut spec, read) {
             Greeting::Known { .. } => {
                 if self.jobs.heard(&spec.job, Instant::now()) {
-                    self.quiet.entry(p).or_default().push((spec.job.clone(), false));
+                    self.news.quiet.entry(p).or_default().push((spec.job.clone(), false));
                 }
                 if let Some(owned) = self.jobs.get(&spec.job) {
                     owned.addr.addr.do_send(UpdateSpec(spec));
@@ -592,7 +610,7 @@ impl Owner {
             self.left(&id, Some(route), Outcome::Expired);
         }
         for id in swept.quiet {
-            self.quiet.entry(partition::of(&id, self.partitions)).or_default().push((id, true));
+            self.news.quiet.entry(partition::of(&id, self.partitions)).or_default().push((id, true));
         }
     }
 
@@ -614,11 +632,11 @@ impl Owner {
                 (p, m)
             })
             .collect();
-        let changed = std::mem::take(&mut self.changed);
+        let changed = std::mem::take(&mut self.news.changed);
         let ids: Box<dyn Iterator<Item = &String>> =
-            if full { Box::new(self.latest.keys()) } else { Box::new(changed.iter()) };
+            if full { Box::new(self.news.latest.keys()) } else { Box::new(changed.iter()) };
         for id in ids {
-            let (Some(job), Some(bid)) = (self.jobs.get(id), self.latest.get(id)) else { continue };
+            let (Some(job), Some(bid)) = (self.jobs.get(id), self.news.latest.get(id)) else { continue };
             if let Some(m) = per.get_mut(&job.addr.partition) {
                 m.bids.push((id.clone(), bid.to_wire()));
             }
@@ -630,12 +648,12 @@ impl Owner {
                 }
             }
         }
-        for (p, gone) in self.gone.drain() {
+        for (p, gone) in self.news.gone.drain() {
             if let Some(m) = per.get_mut(&p) {
                 m.gone = gone;
             }
         }
-        for (p, quiet) in self.quiet.drain() {
+        for (p, quiet) in self.news.quiet.drain() {
             if let Some(m) = per.get_mut(&p) {
                 m.quiet = quiet;
             }
