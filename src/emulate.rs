@@ -116,6 +116,52 @@ async fn arrive(
     Ok(())
 }
 
+/// The iterations done by `now`: each reported, and a bye for each job that finished (how many
+/// did is returned). `last_sent[j]`: when job `j` last sent anything.
+async fn complete(
+    client: &async_nats::Client,
+    states: &mut [ReplayJob<'_>],
+    config: &EmulateConfig,
+    now: f64,
+    last_sent: &mut [Instant],
+) -> Result<usize, BusError> {
+    let s = &config.subjects;
+    let mut finished = 0;
+    for (j, st) in states.iter_mut().enumerate() {
+        let Some(done) = st.complete(now) else { continue };
+        // The iteration's time as the scheduler lives it: real seconds (virtual / speed), so
+        // its time models, the jobs' ages on its clock and its epochs share one unit.
+        let seconds = done.seconds / config.speed;
+        let report = LossReport::new(&st.job.id, done.iter, done.loss, seconds, done.workers);
+        bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
+        last_sent[j] = Instant::now();
+        if done.finished {
+            finished += 1;
+            let end = JobEnd { job: st.job.id.clone(), reason: EndReason::Finished };
+            bus::publish(client, s.job_bye(&st.job.id), Encoding::MsgPack, &end).await?;
+        }
+    }
+    Ok(finished)
+}
+
+/// A job parked without workers sends no reports: it says hello again every [`KEEP_ALIVE`]
+/// so the scheduler does not forget it (`idle_job_timeout`).
+async fn keep_alive(
+    client: &async_nats::Client,
+    states: &[ReplayJob<'_>],
+    config: &EmulateConfig,
+    last_sent: &mut [Instant],
+) -> Result<(), BusError> {
+    for (j, st) in states.iter().enumerate().filter(|(_, st)| st.active) {
+        if last_sent[j].elapsed() >= KEEP_ALIVE {
+            last_sent[j] = Instant::now();
+            let hello = spec_of(st.job, config);
+            bus::publish(client, config.subjects.job_hello(&st.job.id), Encoding::MsgPack, &hello).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `jobs` against the scheduler reachable through `client`; returns the metrics.
 pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
     let s = &config.subjects;
@@ -172,21 +218,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
                 states[j].workers = workers;
             }
         }
-        // Completions: report each, and say bye at the end.
-        for st in &mut states {
-            let Some(done) = st.complete(now) else { continue };
-            // The iteration's time as the scheduler lives it: real seconds (virtual / speed), so
-            // its time models, the jobs' ages on its clock and its epochs share one unit.
-            let seconds = done.seconds / config.speed;
-            let report = LossReport::new(&st.job.id, done.iter, done.loss, seconds, done.workers);
-            bus::publish(client, s.job_loss(&st.job.id), Encoding::MsgPack, &report).await?;
-            last_sent[by_id[st.job.id.as_str()]] = Instant::now();
-            if done.finished {
-                num_finished += 1;
-                let end = JobEnd { job: st.job.id.clone(), reason: EndReason::Finished };
-                bus::publish(client, s.job_bye(&st.job.id), Encoding::MsgPack, &end).await?;
-            }
-        }
+        num_finished += complete(client, &mut states, config, now, &mut last_sent).await?;
         // Arrivals: hello, then the history a resumed job brings.
         while let Some(&j) = order.get(next_arrival) {
             if jobs[j].arrival_s > now {
@@ -195,12 +227,7 @@ pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateC
             next_arrival += 1;
             arrive(client, &mut states[j], config, now).await?;
         }
-        for (j, st) in states.iter().enumerate().filter(|(_, st)| st.active) {
-            if last_sent[j].elapsed() >= KEEP_ALIVE {
-                last_sent[j] = Instant::now();
-                bus::publish(client, s.job_hello(&st.job.id), Encoding::MsgPack, &spec_of(st.job, config)).await?;
-            }
-        }
+        keep_alive(client, &states, config, &mut last_sent).await?;
         if now >= next_sample {
             tracker.sample(now, states.iter().filter(|s| s.active).map(ReplayJob::view));
             next_sample = now + config.sample_s;

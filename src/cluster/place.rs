@@ -230,16 +230,38 @@ pub fn lp_rounding(
     candidates: usize,
     rng: &mut impl rand::Rng,
 ) -> Vec<Layout> {
+    let Some(z) = relaxation(free, demands, cost, candidates) else { return greedy(free, demands) };
+    // Most certain jobs first: their rounding is the least likely to be repaired.
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    let certainty = |j: usize| z[j].iter().map(|e| e.1).fold(0.0, f64::max);
+    order.sort_by(|&a, &b| certainty(b).total_cmp(&certainty(a)).then(demands[b].cmp(&demands[a])).then(a.cmp(&b)));
+    let mut best: Option<(f64, Vec<Layout>)> = None;
+    for _ in 0..ROUNDS {
+        let out = round(free, demands, &z, &order, rng);
+        let c = total_cost(&out, cost);
+        if best.as_ref().is_none_or(|b| c < b.0) {
+            best = Some((c, out));
+        }
+    }
+    best.map_or_else(|| greedy(free, demands), |b| b.1)
+}
+
+/// The LP relaxation: for each job, the fraction of it placed whole on each of its `candidates`
+/// best-fitting machines (the rest of it spread). `None` if the LP fails.
+fn relaxation(
+    free: &[u32],
+    demands: &[u32],
+    cost: &impl LayoutCost,
+    candidates: usize,
+) -> Option<Vec<Vec<(usize, f64)>>> {
     let slots = free.iter().copied().max().unwrap_or(1);
     let mut lp = Problem::new(OptimizationDirection::Minimize);
     let mut per_machine: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); free.len()];
-    // (machine, variable) per job, and the spread variable.
+    // (machine, variable) per job.
     let mut whole: Vec<Vec<(usize, microlp::Variable)>> = Vec::with_capacity(demands.len());
-    let mut spread = Vec::with_capacity(demands.len());
     for (j, &want) in demands.iter().enumerate() {
         if want == 0 {
             whole.push(Vec::new());
-            spread.push(None);
             continue;
         }
         let mut fits: Vec<usize> = (0..free.len()).filter(|&m| free[m] >= want).collect();
@@ -255,69 +277,71 @@ pub fn lp_rounding(
             per_machine[m].push((v, f64::from(want)));
         }
         whole.push(vars);
-        spread.push(Some(s));
     }
     for (m, terms) in per_machine.iter().enumerate() {
         if !terms.is_empty() {
             lp.add_constraint(terms.as_slice(), ComparisonOp::Le, f64::from(free[m]));
         }
     }
-    let Ok(outcome) = lp.solve() else { return greedy(free, demands) };
-    let Some(solution) = outcome.solution() else { return greedy(free, demands) };
-    let z: Vec<Vec<(usize, f64)>> = whole
-        .iter()
-        .map(|vars| vars.iter().map(|&(m, v)| (m, solution.var_value(v).clamp(0.0, 1.0))).collect())
-        .collect();
-    // Most certain jobs first: their rounding is the least likely to be repaired.
-    let mut order: Vec<usize> = (0..demands.len()).collect();
-    let certainty = |j: usize| z[j].iter().map(|e| e.1).fold(0.0, f64::max);
-    order.sort_by(|&a, &b| certainty(b).total_cmp(&certainty(a)).then(demands[b].cmp(&demands[a])).then(a.cmp(&b)));
-    let mut best: Option<(f64, Vec<Layout>)> = None;
-    for _ in 0..ROUNDS {
-        let mut left = free.to_vec();
-        let mut out = vec![Layout::new(); demands.len()];
-        let mut spread_jobs = Vec::new();
-        for &j in &order {
-            let want = demands[j];
-            if want == 0 {
-                continue;
+    let outcome = lp.solve().ok()?;
+    let solution = outcome.solution()?;
+    Some(
+        whole
+            .iter()
+            .map(|vars| vars.iter().map(|&(m, v)| (m, solution.var_value(v).clamp(0.0, 1.0))).collect())
+            .collect(),
+    )
+}
+
+/// One randomized rounding of the relaxation `z`, jobs in `order`: each job whole on the
+/// machine it draws (or, that one full, on the best fit that holds it), else spread over the
+/// best fits, largest first.
+fn round(
+    free: &[u32],
+    demands: &[u32],
+    z: &[Vec<(usize, f64)>],
+    order: &[usize],
+    rng: &mut impl rand::Rng,
+) -> Vec<Layout> {
+    let mut left = free.to_vec();
+    let mut out = vec![Layout::new(); demands.len()];
+    let mut spread_jobs = Vec::new();
+    for &j in order {
+        let want = demands[j];
+        if want == 0 {
+            continue;
+        }
+        let draw: f64 = rng.random();
+        let mut acc = 0.0;
+        let mut chosen = None;
+        for &(m, p) in &z[j] {
+            acc += p;
+            if draw < acc {
+                chosen = Some(m);
+                break;
             }
-            let draw: f64 = rng.random();
-            let mut acc = 0.0;
-            let mut chosen = None;
-            for &(m, p) in &z[j] {
-                acc += p;
-                if draw < acc {
-                    chosen = Some(m);
-                    break;
-                }
+        }
+        match chosen {
+            Some(m) if left[m] >= want => {
+                left[m] -= want;
+                out[j] = vec![(m, want)];
             }
-            match chosen {
-                Some(m) if left[m] >= want => {
+            // Repair: the rounded machine is full; the best fit that holds it whole.
+            Some(_) => match (0..left.len()).filter(|&m| left[m] >= want).min_by_key(|&m| (left[m], m)) {
+                Some(m) => {
                     left[m] -= want;
                     out[j] = vec![(m, want)];
                 }
-                // Repair: the rounded machine is full; the best fit that holds it whole.
-                Some(_) => match (0..left.len()).filter(|&m| left[m] >= want).min_by_key(|&m| (left[m], m)) {
-                    Some(m) => {
-                        left[m] -= want;
-                        out[j] = vec![(m, want)];
-                    }
-                    None => spread_jobs.push(j),
-                },
                 None => spread_jobs.push(j),
-            }
-        }
-        spread_jobs.sort_by_key(|&j| (std::cmp::Reverse(demands[j]), j));
-        for j in spread_jobs {
-            out[j] = best_fit(&mut left, demands[j]);
-        }
-        let c = total_cost(&out, cost);
-        if best.as_ref().is_none_or(|b| c < b.0) {
-            best = Some((c, out));
+            },
+            None => spread_jobs.push(j),
         }
     }
-    best.map_or_else(|| greedy(free, demands), |b| b.1)
+    spread_jobs.sort_by_key(|&j| (std::cmp::Reverse(demands[j]), j));
+    for j in spread_jobs {
+        out[j] = best_fit(&mut left, demands[j]);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -332,30 +332,7 @@ fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &
         if !grow.is_empty() {
             continue;
         }
-        // Keys above `τ` per run, and keys equal to it; ties are handed out in job order.
-        per_run.clear();
-        per_run.resize(runs.len(), (0, 0));
-        let mut above = 0usize;
-        for &(key, r) in entries.iter() {
-            if key > tau {
-                per_run[r as usize].0 += 1;
-                above += 1;
-            } else if key == tau {
-                per_run[r as usize].1 += 1;
-            }
-        }
-        let mut ties = want - above;
-        let mut unfinished = None;
-        for (r, count) in per_run.iter_mut().enumerate() {
-            let take = count.1.min(ties as u32);
-            ties -= take as usize;
-            count.1 = take;
-            if ties > 0 && unfinished.is_none() && runs[r].open && runs[r].key.to_bits() == tau {
-                // Its next keys may equal `τ` too and come before later jobs' ties.
-                unfinished = Some(r as u32);
-            }
-        }
-        if let Some(r) = unfinished {
+        if let Some(r) = count_taken(runs, entries, per_run, want, tau) {
             grow.push(r);
             continue;
         }
@@ -365,6 +342,40 @@ fn threshold_in<G: GainFn>(scratch: &mut Scratch, jobs: &[JobBid<G>], workers: &
         *last_tau = Some(tau);
         return 0;
     }
+}
+
+/// Each run's keys above `tau` and keys equal to it that it takes, into `per_run`; the ties are
+/// handed out in job order, `want` keys in all. Returns a run whose next keys may equal `tau`
+/// too and come before later jobs' ties: it must generate more first.
+fn count_taken(
+    runs: &[Run],
+    entries: &[(u64, u32)],
+    per_run: &mut Vec<(u32, u32)>,
+    want: usize,
+    tau: u64,
+) -> Option<u32> {
+    per_run.clear();
+    per_run.resize(runs.len(), (0, 0));
+    let mut above = 0usize;
+    for &(key, r) in entries {
+        if key > tau {
+            per_run[r as usize].0 += 1;
+            above += 1;
+        } else if key == tau {
+            per_run[r as usize].1 += 1;
+        }
+    }
+    let mut ties = want - above;
+    let mut unfinished = None;
+    for (r, count) in per_run.iter_mut().enumerate() {
+        let take = count.1.min(ties as u32);
+        ties -= take as usize;
+        count.1 = take;
+        if ties > 0 && unfinished.is_none() && runs[r].open && runs[r].key.to_bits() == tau {
+            unfinished = Some(r as u32);
+        }
+    }
+    unfinished
 }
 
 #[cfg(test)]

@@ -161,25 +161,7 @@ pub fn run_with(
     mut teams: Option<&mut Teams<'_>>,
     mut on_progress: impl FnMut(usize),
 ) -> RunMetrics {
-    let predictor_config = PredictorConfig { objective: policy.objective, ..config.predictor };
-    let mut states: Vec<JobState<'_>> = jobs
-        .iter()
-        .map(|job| JobState {
-            replay: ReplayJob::new(job, config.speedup.curve(job.application)),
-            predictor: JobPredictor::new(predictor_config),
-            attained_service: 0.0,
-            ledger: FloorLedger::default(),
-            bid: None,
-            srpt_weight: 0.0,
-            speed_hull: if policy.name == "srpt-oracle" {
-                concave_hull(&config.speedup.curve(job.application), config.num_workers)
-            } else {
-                Vec::new()
-            },
-            demand: 1,
-            lease_until: 0.0,
-        })
-        .collect();
+    let mut states = new_states(jobs, config, policy);
     let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
     arrivals.sort_by(|&a, &b| jobs[a].arrival_s.total_cmp(&jobs[b].arrival_s).then(a.cmp(&b)));
     let mut next_arrival = 0;
@@ -250,6 +232,28 @@ pub fn run_with(
         })
         .collect();
     metrics.finish(policy.name, outcomes, now)
+}
+
+/// Each job's state before it arrives: its replay, a fresh predictor for the policy's objective.
+fn new_states<'a>(jobs: &'a [SimJob], config: &SimConfig, policy: PolicySpec) -> Vec<JobState<'a>> {
+    let predictor_config = PredictorConfig { objective: policy.objective, ..config.predictor };
+    jobs.iter()
+        .map(|job| JobState {
+            replay: ReplayJob::new(job, config.speedup.curve(job.application)),
+            predictor: JobPredictor::new(predictor_config),
+            attained_service: 0.0,
+            ledger: FloorLedger::default(),
+            bid: None,
+            srpt_weight: 0.0,
+            speed_hull: if policy.name == "srpt-oracle" {
+                concave_hull(&config.speedup.curve(job.application), config.num_workers)
+            } else {
+                Vec::new()
+            },
+            demand: 1,
+            lease_until: 0.0,
+        })
+        .collect()
 }
 
 /// Iterations done by `now` are observed; jobs that finish leave `active`. Returns how many did.
@@ -546,17 +550,7 @@ fn reallocate(
     // a `max_iter`) and its predicted iteration time at each count, never the true speed-up.
     let bounded = needs_gains && plan.slowdown_bound().is_finite();
     let horizon_s = schedule::bid_horizon(policy.objective, config.gain_horizon_s, config.epoch_s);
-    if needs_gains && !policy.is_oracle() {
-        for &j in active {
-            let s = &mut states[j];
-            s.bid = schedule::make_bid(&mut s.predictor, config.gain_horizon_s, config.epoch_s, s.replay.workers);
-        }
-    } else if bounded {
-        // The oracle bids with the truth, but its bound is priced with the time models.
-        for &j in active {
-            states[j].predictor.refit();
-        }
-    }
+    refresh_bids(states, active, config, !policy.is_oracle() && needs_gains, bounded);
     let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
     let model = JobModel::unknown();
     let table = config.num_workers.min(config.max_workers_per_job);
@@ -588,12 +582,7 @@ fn reallocate(
         let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));
         epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model, pace });
     }
-    // The workers: each active job holds its count of them, in job order, the rest are free.
-    let mut current: Vec<Option<usize>> = Vec::with_capacity(config.num_workers as usize);
-    current.extend(
-        active.iter().enumerate().flat_map(|(i, &j)| std::iter::repeat_n(Some(i), states[j].replay.workers as usize)),
-    );
-    current.resize(config.num_workers as usize, None);
+    let current = current_workers(states, active, config.num_workers);
     let tenant_of: Vec<usize> =
         teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
     let input = EpochInput {
@@ -621,6 +610,32 @@ fn reallocate(
         }
     }
     apply(states, active, &planned, now, teams);
+}
+
+/// Each active job's bid made from its predictor (`predicted`: slaq's bids), or, for the
+/// oracle under the finish-time bound (`bounded`), its time model refitted: the oracle bids with
+/// the truth, but its bound is priced with the time models.
+fn refresh_bids(states: &mut [JobState<'_>], active: &[usize], config: &SimConfig, predicted: bool, bounded: bool) {
+    if predicted {
+        for &j in active {
+            let s = &mut states[j];
+            s.bid = schedule::make_bid(&mut s.predictor, config.gain_horizon_s, config.epoch_s, s.replay.workers);
+        }
+    } else if bounded {
+        for &j in active {
+            states[j].predictor.refit();
+        }
+    }
+}
+
+/// The workers: each active job holds its count of them, in job order, the rest are free.
+fn current_workers(states: &[JobState<'_>], active: &[usize], num_workers: u32) -> Vec<Option<usize>> {
+    let mut current: Vec<Option<usize>> = Vec::with_capacity(num_workers as usize);
+    current.extend(
+        active.iter().enumerate().flat_map(|(i, &j)| std::iter::repeat_n(Some(i), states[j].replay.workers as usize)),
+    );
+    current.resize(num_workers as usize, None);
+    current
 }
 
 /// A plan's counts take effect: at once, or through the teams' moves.

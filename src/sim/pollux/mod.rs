@@ -321,20 +321,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         // The finish-time bound's view of each job: its progress, what is left of it as slaq
         // may know it (`--job-length`), and its predicted rate at each count up to its bid's.
         let bounded = policy != Policy::Fair && config.plan.slowdown_bound().is_finite();
-        let paced: Vec<(Vec<f64>, f64)> = if bounded {
-            active
-                .iter()
-                .zip(&models)
-                .zip(&epoch_jobs)
-                .map(|((&j, m), e)| {
-                    let rates = schedule::rates(m, e.bid.max_workers, config.slots);
-                    let remaining = jobs[j].remaining(&rates, config);
-                    (rates, remaining)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let paced = if bounded { paced(&jobs, &active, &models, &epoch_jobs, config) } else { Vec::new() };
         for ((e, &j), (rates, remaining)) in epoch_jobs.iter_mut().zip(&active).zip(&paced) {
             e.pace = Some(schedule::Pace {
                 age_s: now - jobs[j].spec.submit_s,
@@ -345,15 +332,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             });
         }
         // 2. The plan. Slot `w` is on machine `w / slots`; each job holds the slots of its layout.
-        let mut current: Vec<Option<usize>> = vec![None; total as usize];
-        for (i, &j) in active.iter().enumerate() {
-            for &(m, c) in &jobs[j].layout {
-                let on = &mut current[m * config.slots as usize..(m + 1) * config.slots as usize];
-                for slot in on.iter_mut().filter(|s| s.is_none()).take(c as usize) {
-                    *slot = Some(i);
-                }
-            }
-        }
+        let current = held_slots(&jobs, &active, config);
         let input = EpochInput {
             policy: if policy == Policy::Fair { PolicyKind::Fair } else { PolicyKind::Slaq },
             plan: config.plan,
@@ -381,6 +360,42 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
     }
     let outcomes: Vec<JobOutcome> = jobs.iter().map(Job::outcome).collect();
     (summarise(&outcomes, busy / (f64::from(total) * now.max(1.0))), outcomes)
+}
+
+/// Each active job's predicted rate at each count up to its bid's, and what is left of its
+/// progress as slaq may know it (`--job-length`).
+fn paced(
+    jobs: &[Job<'_>],
+    active: &[usize],
+    models: &[JobModel],
+    epoch_jobs: &[EpochJob<'_, Gains>],
+    config: &Config,
+) -> Vec<(Vec<f64>, f64)> {
+    active
+        .iter()
+        .zip(models)
+        .zip(epoch_jobs)
+        .map(|((&j, m), e)| {
+            let rates = schedule::rates(m, e.bid.max_workers, config.slots);
+            let remaining = jobs[j].remaining(&rates, config);
+            (rates, remaining)
+        })
+        .collect()
+}
+
+/// Which active job holds each slot (slot `w` is on machine `w / slots`): each job the slots
+/// of its layout.
+fn held_slots(jobs: &[Job<'_>], active: &[usize], config: &Config) -> Vec<Option<usize>> {
+    let mut current: Vec<Option<usize>> = vec![None; (config.machines * config.slots) as usize];
+    for (i, &j) in active.iter().enumerate() {
+        for &(m, c) in &jobs[j].layout {
+            let on = &mut current[m * config.slots as usize..(m + 1) * config.slots as usize];
+            for slot in on.iter_mut().filter(|s| s.is_none()).take(c as usize) {
+                *slot = Some(i);
+            }
+        }
+    }
+    current
 }
 
 /// How the jobs of one run bid.
