@@ -288,3 +288,54 @@ fn simulate_tenants_json_has_each_tenant_s_figures_and_a_bad_file_is_a_clear_err
     assert!(!out.status.success() && err.contains("a fractional guarantee must be in [0, 1]"), "{err}");
     std::fs::remove_file(bad).ok();
 }
+
+/// Every benchmark's code path, at a small size, against a real nats-server with JetStream
+/// (durable state on, as `serve`'s default `auto` finds it): each prints its figures as one
+/// JSON object, and no report is lost. Shapes and counts only: no timing is asserted.
+#[test]
+fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
+    let nats = crate::harness::NatsServer::start_jetstream();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = slaq(&[args, &["--json"]].concat());
+        assert!(out.status.success(), "slaq {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("slaq {args:?}: {e}"))
+    };
+    let url = nats.url.as_str();
+    let epoch = json(&["bench", "epoch", "--nats", url, "--jobs", "20", "--workers", "80", "--epochs", "3"]);
+    assert_eq!((epoch["jobs"].as_u64(), epoch["workers"].as_u64()), (Some(20), Some(80)), "{epoch}");
+    assert!(epoch["epochs"].as_u64().is_some_and(|n| n >= 3), "{epoch}");
+    assert!(epoch["epoch_p50_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{epoch}");
+    assert_eq!(epoch["reports_landed"], epoch["reports_sent"], "{epoch}");
+    let ingest = json(&["bench", "ingest", "--nats", url, "--reports", "2000", "--jobs", "10"]);
+    assert_eq!(
+        (ingest["raw_received"].as_u64(), ingest["slaq_observed"].as_u64()),
+        (Some(2000), Some(2000)),
+        "{ingest}"
+    );
+    assert_eq!(ingest["slaq_rejected"], 0);
+    let soak = json(&[
+        "bench",
+        "soak",
+        "--nats",
+        url,
+        "--jobs",
+        "10",
+        "--workers",
+        "40",
+        "--duration-s",
+        "8",
+        "--warm-up-s",
+        "2",
+        "--epoch-ms",
+        "200",
+    ]);
+    assert!(soak["accepted"]["loss"].as_u64().is_some_and(|n| n > 0), "{soak}");
+    assert_eq!(soak["accepted"]["worker_hello"], 40, "{soak}");
+    let idle = json(&["bench", "idle", "--nats", url, "--jobs", "20", "--settle-s", "1", "--measure-s", "1"]);
+    assert_eq!(idle["jobs"], 20, "{idle}");
+    let merge = json(&["bench", "merge", "--jobs", "500", "--runs", "1"]);
+    assert_eq!(merge["jobs"], 500, "{merge}");
+    let alloc = json(&["bench", "alloc", "--jobs", "50", "--workers", "200", "--runs", "1", "--types", "2"]);
+    assert_eq!((alloc["jobs"].as_u64(), alloc["identical_to_heap"].as_bool()), (Some(50), Some(true)), "{alloc}");
+    assert!(alloc["typed"].is_object(), "{alloc}");
+}
