@@ -57,6 +57,42 @@ struct HeldPart {
     sent: Instant,
 }
 
+/// Whether a partition whose last renewal was sent at `sent` is still certainly held at `now`:
+/// until `ttl / 2` after it (the key lives `ttl` after the write landed, later than it was sent).
+fn fenced(sent: Instant, now: Instant, ttl: Duration) -> bool {
+    now.saturating_duration_since(sent) < ttl / 2
+}
+
+/// What a replica does with the partitions after reading the bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Moves {
+    /// Held partitions the balance gives to another replica: given back.
+    release: Vec<u32>,
+    /// Free partitions the balance gives to this replica: taken.
+    acquire: Vec<u32>,
+}
+
+/// The balance over `view` (see the module's documentation), for `replica`, which holds the
+/// partitions `held` says. Live: the members, and whoever renews a partition (its key lives only
+/// while renewed). A partition owned by another live replica is never taken: it changes hands
+/// only through its owner giving it back or its key expiring.
+fn moves(view: &View, replica: &str, held: impl Fn(u32) -> bool) -> Moves {
+    let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
+    let mut live: Vec<&str> = view.members.iter().map(String::as_str).collect();
+    live.extend(owners.iter().flatten().copied());
+    let target = crate::partition::balance(&owners, &live);
+    let mut moves = Moves::default();
+    for (p, (now_owner, want)) in (0u32..).zip(owners.iter().zip(&target)) {
+        let mine = *want == Some(replica);
+        if !mine && held(p) {
+            moves.release.push(p);
+        } else if mine && now_owner.is_none() && !held(p) {
+            moves.acquire.push(p);
+        }
+    }
+    moves
+}
+
 /// What the bucket says: the live replicas and each partition's owner.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
@@ -129,7 +165,7 @@ impl Partitions {
     }
 
     fn valid(&self, h: &HeldPart, now: Instant) -> bool {
-        now.saturating_duration_since(h.sent) < self.ttl / 2
+        fenced(h.sent, now, self.ttl)
     }
 
     /// Reads the bucket: the live members and every partition's owner.
@@ -188,22 +224,16 @@ impl Partitions {
                 return changes;
             }
         };
-        let owners: Vec<Option<&str>> = view.owners.iter().map(|o| o.as_ref().map(|h| h.replica.as_str())).collect();
-        // Live: the members, and whoever renews a partition (its key lives only while renewed).
-        let mut live: Vec<&str> = view.members.iter().map(String::as_str).collect();
-        live.extend(owners.iter().flatten().copied());
-        let target = crate::partition::balance(&owners, &live);
-        for (p, (now_owner, want)) in (0u32..).zip(owners.iter().zip(&target)) {
-            let mine = *want == Some(self.replica.as_str());
-            if !mine && self.held.contains_key(&p) {
-                self.release(p).await;
-                changes.released.push(p);
-            } else if mine && now_owner.is_none() && !self.held.contains_key(&p) {
-                match self.acquire(p).await {
-                    Ok(Some(term)) => changes.gained.push((p, term)),
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(partition = p, error = %e, "taking a partition"),
-                }
+        let moves = moves(&view, &self.replica, |p| self.held.contains_key(&p));
+        for p in moves.release {
+            self.release(p).await;
+            changes.released.push(p);
+        }
+        for p in moves.acquire {
+            match self.acquire(p).await {
+                Ok(Some(term)) => changes.gained.push((p, term)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(partition = p, error = %e, "taking a partition"),
             }
         }
         changes
@@ -275,4 +305,68 @@ pub async fn read_view(kv: &kv::Store, count: u32) -> Result<View, BusError> {
     }
     view.members.sort_unstable();
     Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    /// `owners[p]`: the replica holding partition `p` (`""`: free); `members`: the member keys.
+    fn view(members: &[&str], owners: &[&str]) -> View {
+        let holder = |r: &&str| (!r.is_empty()).then(|| Holder { replica: r.to_string(), term: 1 });
+        View { members: members.iter().map(|m| m.to_string()).collect(), owners: owners.iter().map(holder).collect() }
+    }
+
+    fn of(view: &View, replica: &str) -> Moves {
+        let held: Vec<u32> = (0u32..)
+            .zip(&view.owners)
+            .filter(|(_, o)| o.as_ref().is_some_and(|h| h.replica == replica))
+            .map(|(p, _)| p)
+            .collect();
+        moves(view, replica, |p| held.contains(&p))
+    }
+
+    #[test]
+    fn a_dead_replicas_partitions_are_taken_at_the_next_tick_and_nothing_else_moves() {
+        // c died: its member key and partition keys expired (`ttl` after its last write).
+        let after = view(&["a", "b"], &["a", "b", "", "a", "b", ""]);
+        let (a, b) = (of(&after, "a"), of(&after, "b"));
+        assert!(a.release.is_empty() && b.release.is_empty(), "nobody gives back what it holds");
+        let mut taken = [a.acquire.clone(), b.acquire.clone()].concat();
+        taken.sort_unstable();
+        assert_eq!(taken, [2, 5], "every free partition is taken, each by one replica: {a:?} {b:?}");
+        assert_eq!((a.acquire.len(), b.acquire.len()), (1, 1), "evenly");
+        // While c's keys live (its last renewal less than `ttl` ago), nobody takes them.
+        let before = view(&["a", "b"], &["a", "b", "c", "a", "b", "c"]);
+        assert_eq!(of(&before, "a"), Moves::default());
+        assert_eq!(of(&before, "b"), Moves::default());
+    }
+
+    #[test]
+    fn a_joiner_takes_its_share_only_after_the_others_give_it_back() {
+        let joined = view(&["a", "b", "d"], &["a", "a", "a", "b", "b", "b"]);
+        let (a, b, d) = (of(&joined, "a"), of(&joined, "b"), of(&joined, "d"));
+        assert!(d.acquire.is_empty(), "nothing is free yet: the joiner takes nothing owned");
+        assert_eq!((a.release.len(), b.release.len()), (1, 1), "each gives back one: {a:?} {b:?}");
+        // Next tick: what they gave back is free, and it is the joiner's.
+        let mut owners = vec!["a", "a", "a", "b", "b", "b"];
+        for &p in a.release.iter().chain(&b.release) {
+            owners[p as usize] = "";
+        }
+        let freed = view(&["a", "b", "d"], &owners);
+        let d = of(&freed, "d");
+        assert_eq!(d.acquire.len(), 2, "{d:?}");
+        assert!(of(&freed, "a").acquire.is_empty() && of(&freed, "b").acquire.is_empty());
+    }
+
+    #[test]
+    fn a_partition_is_held_until_half_a_lease_after_its_last_renewal_was_sent() {
+        let sent = Instant::now();
+        assert!(fenced(sent, sent + TTL / 2 - Duration::from_millis(1), TTL));
+        assert!(!fenced(sent, sent + TTL / 2, TTL));
+        // A clock that does not move forward between the two reads holds.
+        assert!(fenced(sent + TTL, sent, TTL));
+    }
 }

@@ -103,10 +103,14 @@ fn counts(b: &HashMap<String, Vec<u32>>, names: &[&str]) -> Vec<usize> {
 }
 
 /// Three replicas share 32 partitions evenly and never hold one twice; one is killed (no
-/// goodbye) and the other two own all 32 within two lease periods; a fourth joins and takes its
-/// share from the others, moving no more partitions than that share.
+/// goodbye) and the other two own all 32, moving only its partitions; a fourth joins and takes
+/// its share from the others, moving no more partitions than that share. How soon is not
+/// asserted here (a timing bound in a test of live processes fails on a loaded machine): the
+/// rule, the next tick after the dead replica's keys expire, is `bus::partitions`'s unit test
+/// `a_dead_replicas_partitions_are_taken_at_the_next_tick_and_nothing_else_moves`, and the time
+/// a benchmark's figure (`slaq bench cluster`, `owned_again_s`).
 #[tokio::test]
-async fn partitions_are_shared_evenly_taken_over_within_two_leases_and_rebalanced_on_join() {
+async fn partitions_are_shared_evenly_taken_over_and_rebalanced_on_join() {
     let nats = NatsServer::start_jetstream();
     let ttl = Duration::from_millis(1000);
     let board: Board = Default::default();
@@ -118,8 +122,7 @@ async fn partitions_are_shared_evenly_taken_over_within_two_leases_and_rebalance
 
     drop(c); // killed: it neither renews nor gives anything back
     let took = watch(&board, Duration::from_secs(10), |m| counts(m, &["a", "b"]) == [16, 16]).await;
-    eprintln!("taken over in {took:?}");
-    assert!(took < 2 * ttl, "the dead replica's partitions were owned again after {took:?}");
+    eprintln!("taken over in {took:?} (lease {ttl:?})");
     // Only the dead replica's partitions moved.
     let after = holding(&board);
     for name in ["a", "b"] {
