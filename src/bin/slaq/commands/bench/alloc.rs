@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use slaq::quality::PredictorConfig;
 
-use super::BenchOutput;
+use super::support::BenchOutput;
+use super::typed::{Setting, typed_decisions};
 use crate::common::{DEFAULT_CURVES, Size, load_all};
 
 #[derive(clap::Args)]
@@ -78,7 +79,8 @@ pub(crate) fn run(args: BenchAllocArgs) -> anyhow::Result<()> {
         slaq_ms.push(ms(tables_done, slaq_done));
         heap_ms.push(ms(slaq_done, heap_done));
     }
-    let typed = if args.types >= 2 { Some(super::typed::typed_decisions(&predictors, &args, epoch_s)?) } else { None };
+    let setting = Setting { workers: args.size.workers, types: args.types, runs: args.runs };
+    let typed = if args.types >= 2 { Some(typed_decisions(&predictors, &setting, epoch_s)?) } else { None };
     let report = serde_json::json!({
         "jobs": args.size.jobs,
         "workers": args.size.workers,

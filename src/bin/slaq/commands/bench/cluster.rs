@@ -15,7 +15,7 @@ use slaq::bus;
 use slaq::partition;
 use slaq::protocol::{self, Encoding, EpochSummary, JobSpec, StatusRequest, StatusSnapshot, Subjects, WorkerSpec};
 
-use super::BenchServer;
+use super::support::BenchServer;
 use crate::common::Size;
 
 #[derive(clap::Args)]

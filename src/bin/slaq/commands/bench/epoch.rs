@@ -6,8 +6,8 @@ use std::time::Duration;
 use slaq::bus;
 use slaq::protocol::{self, Encoding, Subjects, WorkerSpec};
 
+use super::support::{BenchOutput, BenchServer};
 use super::support::{resident_bytes, start_in_process};
-use super::{BenchOutput, BenchServer};
 use crate::common::Size;
 
 #[derive(clap::Args)]

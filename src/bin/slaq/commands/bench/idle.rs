@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::support::{BenchOutput, BenchServer};
 use super::support::{cpu_seconds, encoded_reports, publish_from_another_thread, resident_bytes, start_in_process};
-use super::{BenchOutput, BenchServer};
 use crate::common::Jobs;
 
 #[derive(clap::Args)]

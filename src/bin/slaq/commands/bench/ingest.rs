@@ -6,8 +6,8 @@ use std::time::Duration;
 use slaq::bus;
 use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
 
+use super::support::{BenchOutput, BenchServer};
 use super::support::{encoded_reports, publish_from_another_thread, start_in_process};
-use super::{BenchOutput, BenchServer};
 use crate::common::Jobs;
 
 #[derive(clap::Args)]

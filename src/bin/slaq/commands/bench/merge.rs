@@ -3,7 +3,7 @@
 use slaq::protocol;
 use slaq::quality::PredictorConfig;
 
-use super::BenchOutput;
+use super::support::BenchOutput;
 use crate::common::Jobs;
 
 #[derive(clap::Args)]

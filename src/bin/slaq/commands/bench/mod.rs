@@ -39,21 +39,6 @@ pub(crate) enum BenchCommand {
     Cluster(cluster::BenchClusterArgs),
 }
 
-/// How every benchmark prints its figures.
-#[derive(clap::Args)]
-pub(crate) struct BenchOutput {
-    /// One JSON object instead of the readable report.
-    #[arg(long)]
-    pub(crate) json: bool,
-}
-
-/// The NATS server a benchmark of the live scheduler runs against (`-js` for durable state).
-#[derive(clap::Args)]
-pub(crate) struct BenchServer {
-    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
-    pub(crate) nats: Vec<String>,
-}
-
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Alloc(args) => alloc::run(args),

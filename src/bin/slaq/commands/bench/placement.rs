@@ -1,7 +1,7 @@
 //! `slaq bench placement`: placement methods against the exact optimum on small instances,
 //! and time per decision.
 
-use super::BenchOutput;
+use super::support::BenchOutput;
 
 #[derive(clap::Args)]
 pub(crate) struct BenchPlacementArgs {

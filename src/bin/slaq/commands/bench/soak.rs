@@ -8,8 +8,8 @@ use slaq::protocol::{self, Encoding, Subjects, WorkerSpec};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::support::{BenchOutput, BenchServer};
 use super::support::{resident_bytes, start_in_process};
-use super::{BenchOutput, BenchServer};
 use crate::common::Size;
 
 #[derive(clap::Args)]

@@ -1,5 +1,6 @@
-//! What the benchmarks of the live scheduler share: the scheduler in this process, reports
-//! encoded and published from another thread, and this process's memory and CPU.
+//! What the benchmarks share: how they print (`BenchOutput`) and which server they run
+//! against (`BenchServer`); for those of the live scheduler, the scheduler in this process,
+//! reports encoded and published from another thread, and this process's memory and CPU.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,21 @@ use slaq::bus;
 use slaq::protocol::{self, Encoding, Subjects};
 use slaq::service::{self, Overrides, RawConfig};
 use tracing::warn;
+
+/// How every benchmark prints its figures.
+#[derive(clap::Args)]
+pub(crate) struct BenchOutput {
+    /// One JSON object instead of the readable report.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The NATS server a benchmark of the live scheduler runs against (`-js` for durable state).
+#[derive(clap::Args)]
+pub(crate) struct BenchServer {
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    pub(crate) nats: Vec<String>,
+}
 
 /// Resident set size of this process in bytes (Linux), for memory figures.
 pub(super) fn resident_bytes() -> Option<u64> {

@@ -1,26 +1,32 @@
 //! `slaq bench alloc --types N`: the typed decisions (issue #31).
 
-use super::alloc::BenchAllocArgs;
+/// The typed decisions' setting: `workers` split evenly over `types` worker types, timed
+/// `runs` times.
+pub(super) struct Setting {
+    pub workers: u32,
+    pub types: usize,
+    pub runs: usize,
+}
 
 /// Times the typed count step on `types` worker types (the workers split evenly): each job
 /// runs on type `t` at a speed of its own (`0.25..1` times its speed on type 0, drawn from its
 /// index), at sizes 1, 2, 4 and 8, with a restart priced on every option but its current one.
-pub(crate) fn typed_decisions(
+pub(super) fn typed_decisions(
     predictors: &[slaq::quality::JobPredictor],
-    args: &BenchAllocArgs,
+    setting: &Setting,
     epoch_s: f64,
 ) -> anyhow::Result<serde_json::Value> {
     use slaq::schedule::typed::{TypeGains, TypedJob, allocate, allocate_exact};
     use std::time::Instant;
-    let types = args.types;
-    let mut capacity = vec![args.size.workers / types as u32; types];
-    capacity[0] += args.size.workers % types as u32;
+    let types = setting.types;
+    let mut capacity = vec![setting.workers / types as u32; types];
+    capacity[0] += setting.workers % types as u32;
     let speed = |j: usize, t: usize| {
         if t == 0 { 1.0 } else { 0.25 + 0.75 * (((j * 7919 + t * 104_729) % 1000) as f64 / 1000.0) }
     };
     let (mut greedy_ms, mut exact_ms, mut build_ms) = (Vec::new(), Vec::new(), Vec::new());
     let (mut greedy_gain, mut exact_gain) = (0.0, 0.0);
-    for run in 0..args.runs {
+    for run in 0..setting.runs {
         let start = Instant::now();
         let jobs: Vec<TypedJob> = predictors
             .iter()

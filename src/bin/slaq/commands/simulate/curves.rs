@@ -7,7 +7,7 @@ use anyhow::Context;
 use slaq::sim::curves::report::{self, FrontierPoint};
 use slaq::sim::curves::{self as sim, ClusterRuns, PolicySpec, SimConfig, WorkloadConfig};
 
-use super::SimulateArgs;
+use super::args::SimulateArgs;
 use crate::common::load_all;
 
 /// A seed's results: every cluster size under every policy.

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use super::SimulateArgs;
+use super::args::SimulateArgs;
 use crate::common::load_all;
 
 /// `simulate --gavel-throughputs`: Gavel's setting (issue #31).

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use super::SimulateArgs;
+use super::args::SimulateArgs;
 
 /// The load a workload directory stands for: `workloads` is 1.0, `workloads-1.5` 1.5.
 fn load_of(path: &std::path::Path) -> String {

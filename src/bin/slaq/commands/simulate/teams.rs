@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use super::SimulateArgs;
+use super::args::SimulateArgs;
 use crate::common::load_all;
 
 /// `slaq simulate --tenants FILE`: every seed (in parallel), shared and alone, per tenant.
