@@ -166,10 +166,7 @@ async fn keep_alive(
 pub async fn run(client: &async_nats::Client, jobs: &[SimJob], config: &EmulateConfig) -> Result<RunMetrics, BusError> {
     let s = &config.subjects;
     let beats = start_workers(client, config).await?;
-    let mut allocations = client
-        .subscribe(format!("{}.v1.job.*.alloc", s.prefix()))
-        .await
-        .map_err(|source| BusError::Subscribe { subject: "alloc".into(), source })?;
+    let mut allocations = bus::subscribe(client, s.job_alloc("*")).await?;
 
     let mut states: Vec<ReplayJob<'_>> =
         jobs.iter().map(|job| ReplayJob::new(job, config.speedup.curve(job.application))).collect();

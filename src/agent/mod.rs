@@ -337,11 +337,7 @@ pub async fn run(
             warn!(worker = %me, processes = stopped, "stopped processes an earlier run of this agent left");
         }
     }
-    let assign_subject = config.subjects.worker_assign(&me);
-    let mut assignments = client
-        .subscribe(assign_subject.clone())
-        .await
-        .map_err(|source| BusError::Subscribe { subject: assign_subject, source })?;
+    let mut assignments = bus::subscribe(&client, config.subjects.worker_assign(&me)).await?;
     tokio::pin!(shutdown);
     let mut agent = Agent::new(&client, &config);
     // Registered: the first term a scheduler answered with.

@@ -235,9 +235,8 @@ pub async fn connect_counting(
     name: &str,
     subscription_capacity: usize,
     auth: &NatsAuth,
-    counters: Arc<BusCounters>,
+    events: Arc<BusCounters>,
 ) -> Result<async_nats::Client, BusError> {
-    let events = counters;
     let (urls, from_url) = split_url_credentials(urls)?;
     let joined = urls.join(",");
     // One address each: async-nats does not split a comma-joined string.
@@ -246,8 +245,8 @@ pub async fn connect_counting(
         .map(|u| u.parse::<async_nats::ServerAddr>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| BusError::Auth { what: "server URL".into(), detail: format!("{joined}: {e}") })?;
-    let options = options_for(auth, from_url).await?;
-    options
+    options_for(auth, from_url)
+        .await?
         .name(name)
         .subscription_capacity(subscription_capacity)
         .retry_on_initial_connect()
@@ -259,6 +258,11 @@ pub async fn connect_counting(
         .connect(addresses.as_slice())
         .await
         .map_err(|source| BusError::Connect { urls: joined.clone(), source })
+}
+
+/// Subscribes `client` to `subject`; a refusal names the subject.
+pub async fn subscribe(client: &async_nats::Client, subject: String) -> Result<async_nats::Subscriber, BusError> {
+    client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source })
 }
 
 /// The encoding a received message says it is in (its `Content-Type` header; MessagePack

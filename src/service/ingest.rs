@@ -14,10 +14,10 @@ use tracing::{debug, info, warn};
 
 use super::intake::Intake;
 use super::routes::{Greeting, LogOnce, Routes};
-use super::threads::{JobSetup, JobThreads};
+use super::threads::{JobSetup, JobThreads, send_report};
 use super::{ServeConfig, status};
 use crate::actors::allocator::{AllocatorActor, Input, JobStarted, Restore};
-use crate::actors::job::{JobActor, Report, ReportCounters, SavedJob, Stop, UpdateSpec};
+use crate::actors::job::{JobActor, ReportCounters, SavedJob, Stop, UpdateSpec};
 use crate::bus::BusCounters;
 use crate::bus::durable::{Durable, SavedState};
 use crate::metrics::Metrics;
@@ -237,9 +237,9 @@ impl Ingest {
         }
     }
 
-    /// A job was heard from: its silence ends.
-    fn heard(&mut self, id: &str) {
-        if self.routes.heard(id, Instant::now()) {
+    /// A job was heard from: the allocator learns its quiet ended (`was_quiet`).
+    fn spoke(&self, id: &str, was_quiet: bool) {
+        if was_quiet {
             self.allocator.do_send(Input::JobQuiet { job: id.to_string(), quiet: false });
         }
     }
@@ -301,18 +301,11 @@ impl Ingest {
                 d.save_job(&spec);
             }
         }
-        let quiet_ended = self.routes.deliver(id, Instant::now(), |addr| {
-            let Some(addr) = addr else {
-                return Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob));
-            };
-            addr.try_send(Report(point)).map_err(|e| match e {
-                SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
-                SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
-            })
+        let was_quiet = self.routes.deliver(id, Instant::now(), |addr| match addr {
+            Some(addr) => send_report(addr, point),
+            None => Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob)),
         })?;
-        if quiet_ended {
-            self.allocator.do_send(Input::JobQuiet { job: id.to_string(), quiet: false });
-        }
+        self.spoke(id, was_quiet);
         Ok(())
     }
 
@@ -345,7 +338,8 @@ impl Ingest {
                 if let Some(addr) = addr {
                     addr.do_send(UpdateSpec(spec.clone()));
                 }
-                self.heard(&id);
+                let was_quiet = self.routes.heard(&id, Instant::now());
+                self.spoke(&id, was_quiet);
             }
             Greeting::New => self.start_job(spec.clone(), None, true, true)?,
         }

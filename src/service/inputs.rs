@@ -9,7 +9,6 @@ use futures_util::StreamExt;
 use tracing::warn;
 
 use super::{ServeConfig, ServiceError};
-use crate::bus::BusError;
 use crate::bus::durable::Durable;
 
 /// A message and, when it came from the reports stream, its stream sequence.
@@ -32,10 +31,7 @@ pub(super) async fn subscribe(
 ) -> Result<Inputs, ServiceError> {
     let [hello, job_status, loss, bye, worker_hello, worker_beat] = config.subjects.scheduler_subscriptions();
     let [tenant_hello, tenant_status, tenant_loss, tenant_bye] = config.subjects.tenant_subscriptions();
-    let subscribe = |subject: String| {
-        let client = client.clone();
-        async move { client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source }) }
-    };
+    let subscribe = |subject: String| crate::bus::subscribe(client, subject);
     let mut subscriptions = Vec::new();
     let losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match durable {
         // Shared work: the partitions' owners read the reports and byes.
@@ -89,9 +85,7 @@ pub(super) async fn owner_bids(
     if config.durable.partitions.is_none() {
         return Ok(futures_util::stream::select_all(Vec::new()));
     }
-    let subject = config.subjects.part_bids_all();
-    let bids =
-        state_client.subscribe(subject.clone()).await.map_err(|source| BusError::Subscribe { subject, source })?;
+    let bids = crate::bus::subscribe(state_client, config.subjects.part_bids_all()).await?;
     let _ = tokio::time::timeout(Duration::from_secs(5), state_client.flush()).await;
     if let Err(e) = state_client.publish(config.subjects.part_bids_sync(), Bytes::new()).await {
         warn!(error = %e, "cannot ask the partitions' owners for their bids");

@@ -50,13 +50,14 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let durable = start::open_state(&state_client, &config).await?;
     // Bound first, so a taken port fails the start rather than a scrape later.
-    let http = start::http(&config, &metrics, &counters, &durable, &client).await?;
+    let http = start::http(&config, &metrics, &counters, durable.as_ref(), &client).await?;
     let saved = match &durable {
         Some(d) => d.load().await?,
         None => SavedState::default(),
     };
-    let term = start::term(&config, &durable).await?;
-    let (allocator_thread, allocator, mut ending) = start::allocator(&client, &config, term, &metrics, &durable);
+    let term = start::term(&config, durable.as_ref()).await?;
+    let (allocator_thread, allocator, mut ending) =
+        start::allocator(&client, &config, term, &metrics, durable.as_ref());
     // What the stream held before this start: read again (a replay), it registers no job.
     let replay_until = match &durable {
         Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,

@@ -154,14 +154,6 @@ impl<A> Routes<A> {
         self.jobs.contains_key(id)
     }
 
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Route<A>)> {
         self.jobs.iter()
     }
@@ -314,11 +306,6 @@ impl<A> Routes<A> {
     /// Whether `id` ended (and has not said hello since).
     pub fn has_ended(&self, id: &str) -> bool {
         self.ended.get(id).is_some()
-    }
-
-    /// A job leaves with no end remembered (forgotten for silence; its partition given up).
-    pub fn remove(&mut self, id: &str) -> Option<Route<A>> {
-        self.jobs.remove(id)
     }
 
     /// Removes the jobs `leaves` picks.

@@ -22,10 +22,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::routes::{Greeting, LogOnce, Route, Routes};
-use super::threads::{JobSetup, JobThreads};
+use super::threads::{JobSetup, JobThreads, send_report};
 use super::{Connections, ServeConfig, ServiceError};
 use crate::actors::bid::Bid;
-use crate::actors::job::{BidUpdate, JobActor, Report, ReportCounters, SavedJob, Stop, UpdateSpec, WorkersChanged};
+use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SavedJob, Stop, UpdateSpec, WorkersChanged};
 use crate::bus::durable::Durable;
 use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
@@ -195,15 +195,7 @@ async fn subscribe(
     clients: &Connections,
     config: &ServeConfig,
 ) -> Result<(async_nats::Subscriber, async_nats::Subscriber, async_nats::Subscriber), ServiceError> {
-    let subscribe = |client: &async_nats::Client, subject: String| {
-        let client = client.clone();
-        async move {
-            client
-                .subscribe(subject.clone())
-                .await
-                .map_err(|source| crate::bus::BusError::Subscribe { subject, source })
-        }
-    };
+    let subscribe = crate::bus::subscribe;
     let hellos = subscribe(&clients.bus, config.subjects.job_hello("*")).await?;
     let allocs = subscribe(&clients.bus, config.subjects.job_alloc("*")).await?;
     let syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
@@ -459,15 +451,8 @@ impl Owner {
                 if !self.jobs.admit(job, seq, 0)? {
                     self.adopt(job).await?;
                 }
-                let quiet_ended = self.jobs.deliver(job, Instant::now(), |owned| {
-                    owned.addr.try_send(Report(point)).map_err(|e| match e {
-                        SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
-                        SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
-                    })
-                })?;
-                if quiet_ended {
-                    self.news.quiet.entry(p).or_default().push((job.to_string(), false));
-                }
+                let was_quiet = self.jobs.deliver(job, Instant::now(), |owned| send_report(&owned.addr, point))?;
+                self.spoke(p, job, was_quiet);
                 Ok(())
             }
             Inbound::JobBye(end) => {
@@ -533,6 +518,13 @@ impl Owner {
         debug!(job, %how, "job left");
     }
 
+    /// A job of partition `p` was heard from: the leader learns its quiet ended (`was_quiet`).
+    fn spoke(&mut self, p: u32, job: &str, was_quiet: bool) {
+        if was_quiet {
+            self.news.quiet.entry(p).or_default().push((job.to_string(), false));
+        }
+    }
+
     /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
     async fn hello(&mut self, message: async_nats::Message) {
         let encoding = crate::bus::encoding_of(&message);
@@ -564,9 +556,8 @@ impl Owner {
         let read = self.last_seq.get(&p).copied().unwrap_or(0);
         match self.jobs.greet(&mut spec, read) {
             Greeting::Known { .. } => {
-                if self.jobs.heard(&spec.job, Instant::now()) {
-                    self.news.quiet.entry(p).or_default().push((spec.job.clone(), false));
-                }
+                let was_quiet = self.jobs.heard(&spec.job, Instant::now());
+                self.spoke(p, &spec.job, was_quiet);
                 if let Some(owned) = self.jobs.get(&spec.job) {
                     owned.addr.addr.do_send(UpdateSpec(spec));
                 }

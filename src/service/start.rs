@@ -101,14 +101,14 @@ pub(super) async fn http(
     config: &ServeConfig,
     metrics: &std::sync::Arc<crate::metrics::Metrics>,
     bus: &std::sync::Arc<crate::bus::BusCounters>,
-    durable: &Option<Durable>,
+    durable: Option<&Durable>,
     client: &async_nats::Client,
 ) -> Result<Http, ServiceError> {
     let Some(addr) = config.http_listen else { return Ok(Http { addr: None, stop: None }) };
     let state = http::HttpState {
         metrics: metrics.clone(),
         bus: bus.clone(),
-        durable: durable.clone(),
+        durable: durable.cloned(),
         client: client.clone(),
         epoch: config.epoch,
     };
@@ -118,7 +118,7 @@ pub(super) async fn http(
 
 /// The term assignments carry: the configured one, or the durable state's next incarnation
 /// (none without durable state).
-pub(super) async fn term(config: &ServeConfig, durable: &Option<Durable>) -> Result<Option<u64>, ServiceError> {
+pub(super) async fn term(config: &ServeConfig, durable: Option<&Durable>) -> Result<Option<u64>, ServiceError> {
     let term = match (config.term, durable) {
         (Some(term), _) => Some(term),
         (None, Some(d)) => Some(d.incarnation().await?),
@@ -139,13 +139,13 @@ pub(super) fn allocator(
     config: &ServeConfig,
     term: Option<u64>,
     metrics: &std::sync::Arc<crate::metrics::Metrics>,
-    durable: &Option<Durable>,
+    durable: Option<&Durable>,
 ) -> (Arbiter, Addr<AllocatorActor>, UnboundedReceiver<(String, EndReason)>) {
     let publisher = Publisher::new(client.clone(), config.subjects.clone()).fenced(config.fence.clone());
     let settings = allocator_settings(config, term);
     let (ending_tx, ending) = tokio::sync::mpsc::unbounded_channel();
     let thread = Arbiter::new();
-    let (metrics, durable, fence) = (metrics.clone(), durable.clone(), config.fence.clone());
+    let (metrics, durable, fence) = (metrics.clone(), durable.cloned(), config.fence.clone());
     let allocator = AllocatorActor::start_in_arbiter(&thread.handle(), move |_| {
         AllocatorActor::new(settings, publisher, metrics, durable).fenced(fence).ending_to(ending_tx)
     });

@@ -7,9 +7,9 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::ServeConfig;
-use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SaveNow, SavedJob, Stop};
+use crate::actors::job::{BidUpdate, JobActor, Report, ReportCounters, SaveNow, SavedJob, Stop};
 use crate::bus::durable::Durable;
-use crate::protocol::JobSpec;
+use crate::protocol::{JobSpec, LossPoint, ProtocolError, RejectCause};
 use crate::quality::JobPredictor;
 
 /// The threads job actors run on, taken in turn.
@@ -53,6 +53,15 @@ impl JobThreads {
             thread.stop();
         }
     }
+}
+
+/// Hands a report to its job's actor without waiting: a full mailbox is the job's own
+/// excess (`overloaded`), a stopped actor an unknown job.
+pub(crate) fn send_report(addr: &Addr<JobActor>, point: LossPoint) -> Result<(), ProtocolError> {
+    addr.try_send(Report(point)).map_err(|e| match e {
+        SendError::Full(_) => ProtocolError::Invalid("job actor mailbox full", RejectCause::Overloaded),
+        SendError::Closed(_) => ProtocolError::Invalid("job has stopped", RejectCause::UnknownJob),
+    })
 }
 
 /// What a job actor is started with (the scheduler's, or a partition owner's).

@@ -87,9 +87,9 @@ struct Inner {
     /// The term written in every write's header (0: none yet).
     term: AtomicU64,
     counters: Arc<DurableCounters>,
-    /// Writes not yet made, latest per key . One writer task
-    /// drains it, a bounded number at a time, so a burst (200,000 jobs registering) costs one
-    /// value per key, not one task per write.
+    /// Writes not yet made, latest per key. One writer task drains it, a bounded number at a
+    /// time, so a burst (200,000 jobs registering) costs one value per key, not one task per
+    /// write.
     pending: std::sync::Mutex<WriteQueue<tokio::sync::oneshot::Sender<()>>>,
     /// Writes handed to JetStream and not answered yet.
     in_flight: AtomicUsize,
@@ -142,6 +142,7 @@ async fn writer(inner: std::sync::Weak<Inner>) {
             .collect()
             .await;
         let mut logged = false;
+        let renewals = this.fence.renewals();
         for (key, pending, outcome) in results {
             match &outcome {
                 Outcome::Written => {
@@ -161,7 +162,6 @@ async fn writer(inner: std::sync::Weak<Inner>) {
                     }
                 }
             }
-            let renewals = this.fence.renewals();
             let answered = this.pending.lock().unwrap_or_else(|p| p.into_inner()).settle(
                 key,
                 pending,
