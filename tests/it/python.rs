@@ -91,3 +91,65 @@ async fn the_example_job_runs_in_msgpack_and_json() {
     assert!(st.rejected.is_empty(), "{:?}", st.rejected);
     assert_eq!(st.accepted.get("job_hello"), Some(&2));
 }
+
+/// The nats-server on PATH answers `$SYS.REQ.USER.INFO` from 2.10 on.
+fn server_answers_user_info() -> bool {
+    let out = Command::new("nats-server").arg("--version").output().expect("nats-server --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.trim().rsplit('v').next().unwrap_or("");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 10)
+}
+
+/// Issue #43: a team's job named `NAME` alone takes its tenant from its NATS user's
+/// permissions (the subjects it may publish on), under the shipped auth configuration: the
+/// scheduler sees `team-a.train` of tenant team-a, and the user never repeated its tenant. A
+/// server that cannot say (before 2.10, and no credentials file) leaves the id as given, and
+/// the server refuses it: that is the fallback, asserted too.
+#[tokio::test]
+async fn a_teams_job_named_alone_takes_its_tenant_from_its_credentials() {
+    let python = python_env().expect("these tests need Python 3 with venv (apt-get install -y python3-venv)");
+    let conf = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-auth.conf"));
+    let nats = NatsServer::start_with_config(conf);
+    let settings = fast_settings(&format!(
+        "{}[tenants.team-a]\nguaranteed = 1\n[tenants.team-b]\nguaranteed = 1\n",
+        crate::holes::SCHEDULER_AUTH
+    ));
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let s = Subjects::new("slaq").unwrap();
+    let (operator, _) = crate::security::connect_as(&nats.url, "operator").await;
+    wait_status(&operator, &s).await;
+    let script = r#"
+import asyncio, sys
+from slaq.aio import AsyncJob
+async def main(url):
+    options = {"user": "team-a", "password": "team-a-example-password", "inbox_prefix": "_INBOX.team-a"}
+    try:
+        job = await AsyncJob.connect("train", nats=url, hello_timeout=3.0, connect_options=options)
+    except Exception as e:
+        print(f"refused {type(e).__name__}")
+        return
+    print(f"job {job.job}")
+    for i in range(1, 4):
+        await job.report(i, 1.0 / i, 0.1, 1)
+    await job.bye()
+    await job.close()
+asyncio.run(main(sys.argv[1]))
+"#;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-c", script, &nats.url]);
+    let out = tokio::task::spawn_blocking(move || output(cmd)).await.unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    if !server_answers_user_info() {
+        assert!(said.starts_with("refused"), "a server that cannot say: the id stays and is refused: {said}");
+        return;
+    }
+    assert_eq!(said, "job team-a.train");
+    let st = eventually(&operator, &s, Duration::from_secs(15), "team A's job, its reports and its bye", |st| {
+        st.accepted.get("loss") == Some(&3) && st.accepted.get("job_bye") == Some(&1)
+    })
+    .await;
+    assert_eq!(st.rejected.get("unknown_tenant"), None, "{:?}", st.rejected);
+}

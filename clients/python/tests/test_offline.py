@@ -12,7 +12,8 @@ from slaq import Allocation, SlaqError
 from slaq.integrations import keras as keras_adapter
 from slaq.integrations import lightning as lightning_adapter
 from slaq.integrations.loop import Reporter, as_float
-from slaq.wire import Codec, Subjects, job_command, job_spec, loss_report
+from slaq.wire import (Codec, Subjects, job_command, job_spec, loss_report, publish_allow_from_creds,
+                       tenant_from_permissions)
 
 
 class FakeJob:
@@ -44,6 +45,37 @@ class Wire(unittest.TestCase):
         self.assertEqual(Subjects("slaq", "team-a.j").loss, "slaq.v1.job.team-a.j.loss")
         with self.assertRaises(SlaqError):
             Subjects("bad prefix", "j")
+
+    def test_a_users_permissions_name_its_tenant(self):
+        team = ["slaq.v1.job.team-a.*.hello", "slaq.v1.job.team-a.*.loss", "slaq.v1.job.team-a.*.bye",
+                "$SYS.REQ.USER.INFO"]
+        self.assertEqual(tenant_from_permissions("slaq", team), "team-a")
+        self.assertEqual(tenant_from_permissions("slaq", ["slaq.v1.job.team-b.>"]), "team-b")
+        self.assertEqual(tenant_from_permissions("slaq", ["slaq.v1.job.team-b.train.loss"]), "team-b")
+        self.assertEqual(tenant_from_permissions("x.y", ["x.y.v1.job.t.*.hello"]), "t")
+        # One job's user (one token), any tenant, several, none, another prefix: no tenant.
+        self.assertIsNone(tenant_from_permissions("slaq", ["slaq.v1.job.job-a.hello", "slaq.v1.job.job-a.loss"]))
+        self.assertIsNone(tenant_from_permissions("slaq", team + ["slaq.v1.job.*.*.hello"]))
+        self.assertIsNone(tenant_from_permissions("slaq", team + [">"]))
+        self.assertIsNone(tenant_from_permissions("slaq", team + ["slaq.v1.job.team-b.*.hello"]))
+        self.assertIsNone(tenant_from_permissions("slaq", None))
+        self.assertIsNone(tenant_from_permissions("other", team))
+
+    def test_a_credentials_files_jwt_gives_the_publish_permissions(self):
+        import base64, json, tempfile
+        def part(obj):
+            return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+        claims = {"sub": "UABC", "nats": {"pub": {"allow": ["slaq.v1.job.team-c.*.hello"]}, "type": "user"}}
+        jwt = f"{part({'typ': 'JWT', 'alg': 'ed25519-nkey'})}.{part(claims)}.c2ln"
+        text = (f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+                "-----BEGIN USER NKEY SEED-----\nSUAXYZ\n------END USER NKEY SEED------\n")
+        with tempfile.NamedTemporaryFile("w", suffix=".creds", delete=False) as f:
+            f.write(text)
+        allow = publish_allow_from_creds(f.name)
+        self.assertEqual(allow, ["slaq.v1.job.team-c.*.hello"])
+        self.assertEqual(tenant_from_permissions("slaq", allow), "team-c")
+        self.assertIsNone(publish_allow_from_creds(None))
+        self.assertIsNone(publish_allow_from_creds(f.name + ".missing"))
 
     def test_codec_round_trips_named_fields(self):
         report = loss_report("j", 3, 0.5, 0.25, 2, batch_size=64)

@@ -1,13 +1,15 @@
 """The asyncio client."""
 
 import asyncio
+import json
 import secrets
 import time
 from typing import Callable, List, Optional
 
 import nats
 
-from .wire import END_REASONS, Allocation, Codec, SlaqError, Subjects, decode_published, job_spec, loss_report
+from .wire import (END_REASONS, Allocation, Codec, SlaqError, Subjects, decode_published, job_spec, loss_report,
+                   publish_allow_from_creds, tenant_from_permissions)
 
 
 class AsyncJob:
@@ -39,6 +41,7 @@ class AsyncJob:
         # term is taken only once a hello confirms it (a forged one cannot lock the job).
         self._confirmed_term = 0
         self._js = None
+        self.prefix = prefix
         self.subjects = Subjects(prefix, job)
         self.codec = Codec(encoding)
         self.spec = job_spec(job, **spec)
@@ -78,6 +81,7 @@ class AsyncJob:
         if self.jetstream:
             self._js = self._nc.jetstream()
         try:
+            await self._take_tenant((connect_options or {}).get("user_credentials"))
             await self._nc.subscribe(self.subjects.alloc, cb=self._on_alloc)
             if hello:
                 await self.hello(timeout=hello_timeout)
@@ -86,6 +90,30 @@ class AsyncJob:
             raise
         if self.keepalive and hello:
             self._keepalive_task = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    async def _take_tenant(self, creds):
+        """A team's job is ``TENANT.NAME``, and its tenant is what its NATS user may publish as
+        (docs/teams.md). A job named ``NAME`` alone takes its tenant from the user's
+        permissions, read from its credentials file's JWT or else asked of the server
+        (``$SYS.REQ.USER.INFO``, nats-server 2.10 and later), so a team's user never repeats
+        its tenant. Where neither says (no permissions, an older server, a user not allowed to
+        ask), the id stays as given."""
+        if "." in self.job:
+            return
+        allow = publish_allow_from_creds(creds)
+        if allow is None:
+            try:
+                reply = await self._nc.request("$SYS.REQ.USER.INFO", b"", timeout=1.0)
+                info = json.loads(reply.data).get("data") or {}
+                allow = ((info.get("permissions") or {}).get("publish") or {}).get("allow")
+            except Exception:
+                allow = None
+        tenant = tenant_from_permissions(self.prefix, allow)
+        if tenant is not None:
+            self.job = f"{tenant}.{self.job}"
+            self.subjects = Subjects(self.prefix, self.job)
+            self.spec["job"] = self.job
+            self.spec["tenant"] = tenant
 
     async def _keep_alive(self):
         while True:

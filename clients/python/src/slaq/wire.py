@@ -36,6 +36,55 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def tenant_from_permissions(prefix: str, allow) -> Optional[str]:
+    """The tenant a user's publish permissions (``allow``, subjects with wildcards) confine it
+    to: the one ``TENANT`` of every job subject it may publish on
+    (``<prefix>.v1.job.TENANT.*.hello``, ``...TENANT.>``, ``...TENANT.NAME.loss``). ``None``
+    when it may publish as any tenant (no permissions, or a wildcard in the tenant's place),
+    as several, or as none."""
+    head = f"{prefix}.v1.job."
+    open_to_all = {">", f"{prefix}.>", f"{prefix}.v1.>", f"{prefix}.v1.job.>"}
+    tenants = set()
+    for subject in allow or []:
+        if not isinstance(subject, str):
+            continue
+        if subject in open_to_all:
+            return None
+        if not subject.startswith(head):
+            continue
+        tokens = subject[len(head):].split(".")
+        if tokens[0] in ("*", ">"):
+            return None
+        named_job = len(tokens) == 3 and bool(_ID.match(tokens[1]))
+        if len(tokens) >= 2 and _ID.match(tokens[0]) and (tokens[1] in ("*", ">") or named_job):
+            tenants.add(tokens[0])
+    return tenants.pop() if len(tenants) == 1 else None
+
+
+def publish_allow_from_creds(path) -> Optional[list]:
+    """The publish permissions in a NATS credentials file's user JWT (``None``: no file, or no
+    JWT in it). The JWT is read, not verified: the server verifies it; the client only learns
+    what it may say."""
+    if not path:
+        return None
+    import base64
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    match = re.search(r"-+BEGIN NATS USER JWT-+\s*([A-Za-z0-9_=.-]+)\s*-+END NATS USER JWT-+", text)
+    if not match or match.group(1).count(".") != 2:
+        return None
+    payload = match.group(1).split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except ValueError:
+        return None
+    pub = ((claims.get("nats") or {}).get("pub") or {}) if isinstance(claims, dict) else {}
+    return pub.get("allow") or []
+
+
 class Subjects:
     """Subject names of one job under a prefix (``slaq`` by default)."""
 
