@@ -23,7 +23,7 @@ use super::counts::{FloorLedger, PlanSettings, book, fair_shares, floors, honour
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
-use super::tenants::{Quotas, TenantShare, quotas};
+use super::tenants::{Quotas, TenantShare, quotas_holding};
 use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, fair_by_fit};
 
 /// One job as the planner sees it.
@@ -73,6 +73,9 @@ pub struct Tenancy<'a> {
     pub shares: &'a [TenantShare],
     /// `tenant_of[j]`: job `j`'s tenant, an index into `shares` (a job with none gets nothing).
     pub tenant_of: &'a [usize],
+    /// Per tenant, the workers its jobs hold within their `min_run_s` (empty: none), which its
+    /// quota keeps unless a guarantee needs them ([`super::tenants::quotas_holding`]).
+    pub held: &'a [u32],
 }
 
 /// The worker types of a cluster and how fast each job runs on each.
@@ -474,7 +477,7 @@ fn tenant_counts<G: GainFn>(
     // tenants that want it (demands only fall: at most one pass per tenant).
     let fresh = ledgers.to_vec();
     loop {
-        let q = quotas(num_workers, tenancy.shares, &demand);
+        let q = quotas_holding(num_workers, tenancy.shares, &demand, tenancy.held);
         ledgers.clone_from_slice(&fresh);
         let out = counts_in_quotas(input, &members, &q, ledgers);
         let mut lowered = false;
@@ -773,7 +776,7 @@ mod tests {
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];
         let plan = |tenant_of: &[usize], jobs: &[EpochJob<'_, Gain>]| {
-            let tenancy = Tenancy { shares: &shares, tenant_of };
+            let tenancy = Tenancy { shares: &shares, tenant_of, held: &[] };
             let input = EpochInput { tenants: Some(tenancy), ..input(jobs, None, &current) };
             plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()])
         };
@@ -809,7 +812,7 @@ mod tests {
         let jobs = [job(two), job(eager)];
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];
-        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 1] };
+        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 1], held: &[] };
         let input = EpochInput { tenants: Some(tenancy), ..input(&jobs, None, &current) };
         let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
         assert_eq!(p.counts, vec![2, 6]);
@@ -1025,7 +1028,7 @@ mod tests {
                 current: &current,
                 seed: 1,
                 types: None,
-                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of }),
+                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[] }),
             };
             let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
             let q = p.quotas.clone().expect("quotas");

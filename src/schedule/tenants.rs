@@ -286,6 +286,16 @@ impl Ord for Next {
 /// Each tenant's workers on a cluster of `cluster` workers, given what its jobs could use
 /// (`demand`, one per tenant); see the module documentation.
 pub fn quotas(cluster: u32, tenants: &[TenantShare], demand: &[u32]) -> Quotas {
+    quotas_holding(cluster, tenants, demand, &[])
+}
+
+/// [`quotas`] with each tenant's `held` workers (one per tenant, or none): what its jobs hold
+/// within their `min_run_s` (issue #43). Entitlements come first, as ever, so a guarantee is
+/// restored through a hold; then each tenant keeps, of the idle capacity, what it holds above
+/// its entitlement (up to its cap; if the pool no longer covers every hold, in proportion);
+/// only the rest is split by weight. So a job is never rebalanced away between tenants both
+/// above their guarantees within its `min_run_s`.
+pub fn quotas_holding(cluster: u32, tenants: &[TenantShare], demand: &[u32], held: &[u32]) -> Quotas {
     debug_assert_eq!(tenants.len(), demand.len());
     let promised: Vec<u32> = tenants.iter().map(|t| t.guaranteed).collect();
     let guaranteed = scaled_guarantees(cluster, &promised);
@@ -308,10 +318,14 @@ pub fn quotas(cluster: u32, tenants: &[TenantShare], demand: &[u32]) -> Quotas {
         .collect();
     let weight =
         |i: usize| if tenants[i].weight > 0.0 && tenants[i].weight.is_finite() { tenants[i].weight } else { 1.0 };
-    let mut borrowed = vec![0u32; tenants.len()];
-    let mut heap: BinaryHeap<Next> =
-        (0..tenants.len()).filter(|&i| cap[i] > 0).map(|i| Next { key: 1.0 / weight(i), tenant: i }).collect();
-    let mut left = pool;
+    let keep: Vec<u32> =
+        (0..tenants.len()).map(|i| held.get(i).map_or(0, |&h| h.saturating_sub(entitled[i]).min(cap[i]))).collect();
+    let mut borrowed = if keep.iter().sum::<u32>() <= pool { keep.clone() } else { scaled_guarantees(pool, &keep) };
+    let mut heap: BinaryHeap<Next> = (0..tenants.len())
+        .filter(|&i| cap[i] > borrowed[i])
+        .map(|i| Next { key: f64::from(borrowed[i] + 1) / weight(i), tenant: i })
+        .collect();
+    let mut left = pool - borrowed.iter().sum::<u32>();
     while left > 0 {
         let Some(next) = heap.pop() else { break };
         let i = next.tenant;
@@ -351,6 +365,22 @@ mod tests {
         // A borrow limit holds, and what it leaves goes to the others.
         let capped = [TenantShare { borrow_limit: Some(4), ..TenantShare::new(10) }, TenantShare::new(10)];
         assert_eq!(quotas(40, &capped, &[40, 40]).workers, vec![14, 26]);
+    }
+
+    #[test]
+    fn holds_keep_borrowed_workers_but_never_a_guarantee() {
+        // 8 workers, nobody guaranteed: A got all 8 while alone and holds them within its
+        // min_run_s; B arrives wanting 8. Without the hold, 4 and 4; with it, A keeps its 8.
+        let open = [TenantShare::new(0), TenantShare::new(0)];
+        assert_eq!(quotas(8, &open, &[8, 8]).workers, vec![4, 4]);
+        assert_eq!(quotas_holding(8, &open, &[8, 8], &[8, 0]).workers, vec![8, 0]);
+        // A hold of 5: B gets the other 3, then the weights split nothing more.
+        assert_eq!(quotas_holding(8, &open, &[8, 8], &[5, 0]).workers, vec![5, 3]);
+        // A guarantee is restored through a hold: C, guaranteed 2, takes its 2 from A.
+        let three = [TenantShare::new(0), TenantShare::new(0), TenantShare::new(2)];
+        assert_eq!(quotas_holding(8, &three, &[8, 8, 2], &[8, 0, 0]).workers, vec![6, 0, 2]);
+        // A hold counts only what it wants: a tenant wanting less keeps no more than it wants.
+        assert_eq!(quotas_holding(8, &open, &[3, 8], &[8, 0]).workers, vec![3, 5]);
     }
 
     #[test]

@@ -313,3 +313,59 @@ async fn tenants_reload_on_sighup_and_a_bad_file_keeps_those_served() {
     crate::harness::wait_for_file(&scheduler.log, "the reload refused", |t| t.contains("not reloaded")).await;
     assert!(hello(&c, &s, &JobSpec::new("team-c.y")).await.ok);
 }
+
+/// A job that says hello and then reports an iteration every 50 ms until dropped.
+fn reporting(c: async_nats::Client, s: Subjects, job: &'static str) -> crate::harness::Background {
+    crate::harness::Background::spawn(async move {
+        assert!(hello(&c, &s, &JobSpec::new(job)).await.ok, "{job}'s hello");
+        for iter in 1u64.. {
+            let _ = bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &loss_report(job, iter)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Issue #43, `min_run_s` live: tenant a's job got both workers while alone; tenant b's job
+/// arrives, and within a's `min_run_s` (an hour) neither of a's workers goes to b, though both
+/// tenants are above their guarantees of 0 (without the hold their weights split the two, 1
+/// and 1: `actors::allocator`'s test); tenant c, guaranteed 1, gets its worker back through the
+/// hold at once.
+#[tokio::test]
+async fn min_run_s_holds_a_jobs_workers_live_and_a_guarantee_comes_back_through_it() {
+    let nats = NatsServer::start();
+    let settings = fast_settings(
+        "[tenants.a]\nguaranteed = 0\nmin_run_s = 3600\n[tenants.b]\nguaranteed = 0\n[tenants.c]\nguaranteed = 1\n",
+    );
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let c = crate::harness::client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    crate::harness::wait_status(&c, &s).await;
+    for id in ["w1", "w2"] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
+    let workers_of =
+        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let _a = reporting(c.clone(), s.clone(), "a.x");
+    eventually(&c, &s, Duration::from_secs(15), "a's job alone takes both workers", |st| workers_of(st, "a.x") == 2)
+        .await;
+    let _b = reporting(c.clone(), s.clone(), "b.y");
+    eventually(&c, &s, Duration::from_secs(15), "b's job known and bidding", |st| {
+        st.jobs.iter().any(|j| j.job == "b.y" && j.points >= 5)
+    })
+    .await;
+    // Thirty epochs and more: a keeps both, b gets none.
+    for _ in 0..30 {
+        let st = crate::harness::wait_status(&c, &s).await;
+        assert_eq!((workers_of(&st, "a.x"), workers_of(&st, "b.y")), (2, 0), "the hold broke: {:?}", st.tenants);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _c = reporting(c.clone(), s.clone(), "c.z");
+    eventually(&c, &s, Duration::from_secs(15), "c's guarantee comes back through the hold", |st| {
+        workers_of(st, "c.z") == 1 && workers_of(st, "a.x") == 1 && workers_of(st, "b.y") == 0
+    })
+    .await;
+}

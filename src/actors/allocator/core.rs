@@ -180,10 +180,13 @@ impl Allocator {
         // Teams: each tenant's share of the cluster as it is now, and each job's tenant from its
         // id (its subject), once for the plan and the summary.
         let tenants = self.settings.tenants.get();
-        let tenancy = tenants
-            .as_deref()
-            .map(|t| (t.shares(self.registry.len() as u32).shares, t.tenant_of(self.jobs.keys().map(String::as_str))));
-        let plan = self.plan(&pinned, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
+        let held = self.held(now_s, tenants.as_deref());
+        let tenancy = tenants.as_deref().map(|t| {
+            let tenant_of = t.tenant_of(self.jobs.keys().map(String::as_str));
+            let held_by_tenant = self.held_by_tenant(&held, &tenant_of, t.names.len());
+            (t.shares(self.registry.len() as u32).shares, tenant_of, held_by_tenant)
+        });
+        let plan = self.plan(&pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let moved = self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut fx);
@@ -208,7 +211,7 @@ impl Allocator {
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
             tenants: match (&tenants, &tenancy, &plan.quotas) {
-                (Some(t), Some((_, tenant_of)), Some(q)) => t.usage(q, tenant_of, &plan.counts),
+                (Some(t), Some((_, tenant_of, _)), Some(q)) => t.usage(q, tenant_of, &plan.counts),
                 _ => Default::default(),
             },
         };

@@ -148,17 +148,44 @@ impl Allocator {
         self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
     }
 
+    /// The jobs within their tenant's `min_run_s` of their last change of workers (issue #43):
+    /// none of their workers is rebalanced away, by their tenant's quota
+    /// (`schedule::tenants::quotas_holding`) or inside it (their count is their minimum),
+    /// except to restore a guarantee.
+    pub(super) fn held(&self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>) -> Vec<bool> {
+        let Some(set) = tenants else { return vec![false; self.jobs.len()] };
+        self.jobs
+            .iter()
+            .map(|(id, e)| {
+                !e.workers.is_empty() && set.config_of(id).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)
+            })
+            .collect()
+    }
+
+    /// Per tenant, the workers its held jobs hold.
+    pub(super) fn held_by_tenant(&self, held: &[bool], tenant_of: &[usize], tenants: usize) -> Vec<u32> {
+        let mut out = vec![0u32; tenants];
+        for ((e, &h), &t) in self.jobs.values().zip(held).zip(tenant_of) {
+            if h && let Some(n) = out.get_mut(t) {
+                *n += e.workers.len() as u32;
+            }
+        }
+        out
+    }
+
     /// The epoch's plan: the jobs as `EpochJob`s (`epoch_jobs`), then `schedule::plan_epoch`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn plan(
         &self,
         pinned: &[bool],
+        held: &[bool],
         current: &[Option<usize>],
         ledgers: &mut [FloorLedger],
         now_s: f64,
         typed: Option<&TypedCluster>,
-        tenancy: Option<&(Vec<schedule::tenants::TenantShare>, Vec<usize>)>,
+        tenancy: Option<&(Vec<schedule::tenants::TenantShare>, Vec<usize>, Vec<u32>)>,
     ) -> EpochPlan {
-        let jobs = self.epoch_jobs(pinned, now_s);
+        let jobs = self.epoch_jobs(pinned, held, now_s);
         let machine_of = self.machines();
         let horizon = self.settings.bid_horizon_s;
         let types = typed.map(|t| schedule::Types {
@@ -179,7 +206,7 @@ impl Allocator {
             current,
             seed: self.epoch,
             types,
-            tenants: tenancy.map(|(shares, tenant_of)| schedule::Tenancy { shares, tenant_of }),
+            tenants: tenancy.map(|(shares, tenant_of, held)| schedule::Tenancy { shares, tenant_of, held }),
         };
         schedule::plan_epoch(&input, ledgers)
     }
@@ -235,13 +262,19 @@ impl Allocator {
     /// job's last prediction must not keep winning workers. A submitted job's gains carry the
     /// restart that any change costs it. Otherwise a job's own minimum is a request (honoured up
     /// to its fair share) and its own allowed sizes hold.
-    fn epoch_jobs(&self, pinned: &[bool], now_s: f64) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
+    fn epoch_jobs(
+        &self,
+        pinned: &[bool],
+        held: &[bool],
+        now_s: f64,
+    ) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len() as u32;
         self.jobs
             .values()
             .zip(pinned)
-            .map(|(entry, &pinned)| {
+            .zip(held)
+            .map(|((entry, &pinned), &held)| {
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 let attained_service = entry.attained_service;
@@ -249,7 +282,8 @@ impl Allocator {
                     _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
                     _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
                     Some(b) => JobBid {
-                        min_workers: b.min_workers,
+                        // Held (its tenant's min_run_s): what it has is its minimum, which stands.
+                        min_workers: if held { have } else { b.min_workers },
                         max_workers: b.max_workers,
                         attained_service,
                         gain: b.gain.as_ref().map(|g| {
@@ -285,7 +319,8 @@ impl Allocator {
                 });
                 EpochJob {
                     bid,
-                    own_minimum: own.is_some(),
+                    // A held job's minimum is the scheduler's, and stands.
+                    own_minimum: own.is_some() && (stale || !held),
                     sizes: own.and_then(|b| b.sizes.as_deref()),
                     model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
                     pace,

@@ -292,3 +292,92 @@ fn on_a_typed_cluster_each_job_runs_on_one_type() {
     }
     assert!(seen >= 2, "both jobs were allocated workers");
 }
+
+/// An epoch after a heartbeat from each of workers w0..w3 (they stay alive past the timeout).
+fn beating_epoch(a: &mut Allocator, now_s: f64) -> Vec<Effect> {
+    for w in 0..4 {
+        a.handle(now_s, Input::WorkerBeat { worker: format!("w{w}"), running: None });
+    }
+    epoch(a, now_s, true)
+}
+
+/// Issue #43: `min_run_s` live. Tenants a and b are guaranteed nothing, c is guaranteed 2.
+/// a's job got all 4 workers while alone; b's job arrives: within a's `min_run_s` none of a's
+/// workers moves to b (both above their guarantees), after it they are split; c's guarantee is
+/// restored through the hold at once.
+#[test]
+fn a_job_keeps_what_it_got_for_its_tenants_min_run_s_unless_a_guarantee_needs_it() {
+    let held_run = |min_run_s: f64| {
+        let toml = format!(
+            "a = {{ guaranteed = 0, min_run_s = {min_run_s} }}\nb = {{ guaranteed = 0 }}\nc = {{ guaranteed = 2 }}\n"
+        );
+        let set = TenantSet::new(toml::from_str(&toml).expect("tenants")).expect("valid tenants");
+        let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+        for w in 0..4 {
+            a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+        }
+        a.handle(0.0, Input::JobStarted { job: "a.x".into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: "a.x".into(), bid: bid("a.x", None, 40) });
+        let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        held.extend(members(&epoch(&mut a, 1.0, true)));
+        assert_eq!(held.get("a.x").map(Vec::len), Some(4), "alone, a's job takes the cluster");
+        a.handle(1.5, Input::JobStarted { job: "b.y".into(), local: true, command: None });
+        a.handle(1.5, Input::Bid { job: "b.y".into(), bid: bid("b.y", None, 2) });
+        for now_s in 2..=20 {
+            held.extend(members(&beating_epoch(&mut a, f64::from(now_s))));
+        }
+        (a, held)
+    };
+    let (_, free) = held_run(0.0);
+    assert!(free.get("b.y").is_some_and(|w| !w.is_empty()), "without a hold, b's job gets workers: {free:?}");
+    let (mut a, held) = held_run(3600.0);
+    assert_eq!(held.get("a.x").map(Vec::len), Some(4), "within min_run_s a keeps all four: {held:?}");
+    assert!(held.get("b.y").is_none_or(Vec::is_empty), "{held:?}");
+    // c's guarantee comes back through the hold.
+    a.handle(20.5, Input::JobStarted { job: "c.z".into(), local: true, command: None });
+    a.handle(20.5, Input::Bid { job: "c.z".into(), bid: bid("c.z", None, 40) });
+    let mut after = held;
+    after.extend(members(&beating_epoch(&mut a, 21.0)));
+    assert_eq!(after.get("c.z").map(Vec::len), Some(2), "{after:?}");
+    assert_eq!(after.get("a.x").map(Vec::len), Some(2), "{after:?}");
+    // Past a's min_run_s (from its last change, at 21 s), b gets its share.
+    for now_s in (0..400).map(|i| 30.0 + 10.0 * f64::from(i)) {
+        let changed = members(&beating_epoch(&mut a, now_s));
+        if now_s < 21.0 + 3600.0 {
+            assert!(!changed.contains_key("a.x"), "a's job kept its two until {now_s} s: {changed:?}");
+        }
+        after.extend(changed);
+    }
+    assert!(after.get("b.y").is_some_and(|w| !w.is_empty()), "{after:?}");
+}
+
+/// Inside a tenant too: a job of the same tenant arriving does not take a held job's workers.
+#[test]
+fn a_held_job_keeps_its_workers_from_its_own_tenants_jobs() {
+    let set = TenantSet::new(
+        toml::from_str(
+            "a = { guaranteed = 4, min_run_s = 600 }
+",
+        )
+        .expect("tenants"),
+    )
+    .expect("valid tenants");
+    let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+    for w in 0..4 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    a.handle(0.0, Input::JobStarted { job: "a.x".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "a.x".into(), bid: bid("a.x", None, 40) });
+    let mut held = members(&beating_epoch(&mut a, 1.0));
+    assert_eq!(held.get("a.x").map(Vec::len), Some(4));
+    a.handle(1.5, Input::JobStarted { job: "a.y".into(), local: true, command: None });
+    a.handle(1.5, Input::Bid { job: "a.y".into(), bid: bid("a.y", None, 2) });
+    for now_s in 2..=100 {
+        held.extend(members(&beating_epoch(&mut a, f64::from(now_s))));
+    }
+    assert_eq!(held.get("a.x").map(Vec::len), Some(4), "{held:?}");
+    for now_s in (0..80).map(|i| 110.0 + 10.0 * f64::from(i)) {
+        held.extend(members(&beating_epoch(&mut a, now_s)));
+    }
+    assert!(held.get("a.y").is_some_and(|w| !w.is_empty()), "after min_run_s the other job gets some: {held:?}");
+}
