@@ -13,6 +13,7 @@
 //! `a_u/a_s` for each pair of types both measured by some job ([`TypeRatios`]); a job that has
 //! measured `s` is given `a_u = a_s · median(a_u/a_s)` (the median over the types it has
 //! measured). With no such pair, `a_u` is taken to be the job's mean over its measured types.
+//! **Exploration**: a type nobody has compared with another is tried by one job ([`explorers`]).
 //! **Its own measurements replace the prior** by weight `n/(n + PRIOR_EPOCHS)` after `n` epochs on
 //! the type: half after 2 epochs, 80% after 8.
 
@@ -111,6 +112,33 @@ impl TypeSpeeds {
     }
 }
 
+/// Exploration (issue #43): a type `u` that no job has measured beside another type has no
+/// ratio for any job's prior, and without declared speeds every job would take it as fast as
+/// where it runs: nothing would ever try it. One job per such type is chosen to try it (the
+/// planner moves it there when workers of `u` are idle, `schedule::epoch`): of the jobs without
+/// declared speeds that measured another type but not `u`, the one measured longest (ties: the
+/// first). Once it has run an epoch on `u`, the pair has a ratio and every job's prior follows
+/// it. `jobs[j]`: its speeds and whether it declared speeds; returns `(job, type)` pairs, the
+/// type as its index in `names`.
+pub fn explorers(jobs: &[(&TypeSpeeds, bool)], names: &[String]) -> Vec<(usize, usize)> {
+    let compared = |u: &str| jobs.iter().any(|(s, _)| s.measured.contains_key(u) && s.measured.len() >= 2);
+    names
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| !compared(u))
+        .filter_map(|(t, u)| {
+            let epochs = |s: &TypeSpeeds| s.measured.values().map(|e| e.1).sum::<u32>();
+            jobs.iter()
+                .enumerate()
+                .filter(|(_, (s, declared))| {
+                    !declared && !s.measured.is_empty() && !s.measured.contains_key(u.as_str())
+                })
+                .max_by(|(a, (sa, _)), (b, (sb, _))| epochs(sa).cmp(&epochs(sb)).then(b.cmp(a)))
+                .map(|(j, _)| (j, t))
+        })
+        .collect()
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -184,6 +212,28 @@ mod tests {
         k.observe("a", f64::NAN, 1.0);
         k.observe("a", 1.0, 0.0);
         assert!(k.measured.is_empty());
+    }
+
+    #[test]
+    fn one_job_explores_each_type_nobody_has_compared() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let on = |ty: &str, epochs: u32| {
+            let mut s = TypeSpeeds::default();
+            for _ in 0..epochs {
+                s.observe(ty, 1.0, 1.0);
+            }
+            s
+        };
+        let (x, y, z) = (on("a", 3), on("a", 5), on("b", 1));
+        // Nobody measured two types: the longest-measured job of another type tries each.
+        assert_eq!(explorers(&[(&x, false), (&y, false), (&z, false)], &names), vec![(2, 0), (1, 1), (1, 2)]);
+        // A job that declared its speeds has a prior: it is not sent.
+        assert_eq!(explorers(&[(&x, false), (&y, true), (&z, false)], &names), vec![(2, 0), (0, 1), (0, 2)]);
+        // Once one job measured a and b, only c is unexplored; nobody measured: nobody goes.
+        let mut both = on("a", 1);
+        both.observe("b", 2.0, 1.0);
+        assert_eq!(explorers(&[(&x, false), (&both, false)], &names), vec![(0, 2)]);
+        assert!(explorers(&[(&TypeSpeeds::default(), false)], &names).is_empty());
     }
 
     #[test]

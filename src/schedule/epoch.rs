@@ -89,6 +89,8 @@ pub struct Types<'a> {
     /// What moving a job to another type costs it, as the fraction of its gains it keeps (the
     /// restart over the horizon, as `restart_priced` charges a change of count).
     pub keep_on_move: f64,
+    /// Jobs sent to try a type nobody has compared (`quality::speeds::explorers`): `(job, type)`.
+    pub explore: &'a [(usize, usize)],
 }
 
 /// One epoch's decision.
@@ -262,12 +264,42 @@ fn typed_counts<G: GainFn>(
     } else {
         allocate_exact(&jobs, &capacity)
     };
+    let chosen = explore(chosen, &jobs, &capacity, types.explore);
     let got: Vec<f64> = chosen
         .iter()
         .enumerate()
         .map(|(j, c)| c.map_or(0.0, |(t, k)| f64::from(k) * speed(j, t) / equal[j].max(1e-12)))
         .collect();
     book(&input.plan, &fair, &got, ledgers);
+    chosen
+}
+
+/// Exploration (issue #43, `quality::speeds::explorers`): each `(job, type)` in `explore` moves
+/// its job onto that type if workers of it are left idle by the allocation, at its size or
+/// what fits. It takes no worker another job was given; the job pays one restart, and every
+/// job's prior gains the type's ratio from its measurement there.
+fn explore(
+    mut chosen: TypedAllocation,
+    jobs: &[TypedJob],
+    capacity: &[u32],
+    pairs: &[(usize, usize)],
+) -> TypedAllocation {
+    for &(j, u) in pairs {
+        let mut free = capacity.to_vec();
+        for &(t, k) in chosen.iter().flatten() {
+            free[t] = free[t].saturating_sub(k);
+        }
+        let (Some(Some((t, k))), Some(Some(g)), Some(&idle)) = (chosen.get(j), jobs[j].options.get(u), free.get(u))
+        else {
+            continue;
+        };
+        if *t == u {
+            continue;
+        }
+        if let Some(&size) = g.sizes.iter().filter(|&&s| s <= idle && s <= (*k).max(1)).max() {
+            chosen[j] = Some((u, size));
+        }
+    }
     chosen
 }
 
@@ -613,7 +645,7 @@ mod tests {
         let jobs = [job(4), job(4)];
         let type_of = [0, 0, 0, 0, 1, 1, 1, 1];
         let speeds = vec![vec![1.0, 0.125], vec![1.0, 0.8]];
-        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9 };
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9, explore: &[] };
         let current = [None; 8];
         let plan = |current: &[Option<usize>], types: Types<'_>| {
             let input = EpochInput { types: Some(types), ..input(&jobs, None, current) };
@@ -666,7 +698,7 @@ mod tests {
         }
         let type_of = [0, 0, 0, 0, 1, 1, 1, 1];
         let speeds = vec![vec![1.0, 0.25], vec![1.0, 0.25]];
-        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 1.0 };
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 1.0, explore: &[] };
         let current = [None; 8];
         let run = |jobs: &[EpochJob<'_, Gain>], plan: PlanSettings, ledgers: &mut [FloorLedger]| {
             let (_, place) = settings();
@@ -731,7 +763,7 @@ mod tests {
         let jobs = [job.clone(), job];
         let type_of = [0, 0, 1, 1, 1, 1];
         let speeds = vec![vec![1.0, 1.0 / 7.2], vec![1.0, 1.0 / 2.1]];
-        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9 };
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9, explore: &[] };
         let current = [Some(1), Some(0), None, None, None, None];
         let (_, place) = settings();
         // A floor of 0.3 of a share of 3: one equal-share worker each, which one fast worker meets.

@@ -10,7 +10,7 @@ use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
 use crate::quality::GainCurve;
-use crate::quality::speeds::TypeRatios;
+use crate::quality::speeds::{TypeRatios, TypeSpeeds, explorers};
 use crate::schedule::{self, EpochInput, EpochJob, EpochPlan, FloorLedger};
 
 /// Entries of a submitted job's restart-priced gain table (its workers are capped there).
@@ -21,6 +21,7 @@ const PRICED_TABLE_LEN: usize = 16 * DEFAULT_TABLE_LEN;
 pub(super) struct TypedCluster {
     type_of: Vec<usize>,
     speeds: Vec<Vec<f64>>,
+    explore: Vec<(usize, usize)>,
 }
 
 /// The iterations a job has left: declared (`max_iters`), or predicted from its curve
@@ -191,6 +192,7 @@ impl Allocator {
         let types = typed.map(|t| schedule::Types {
             type_of: &t.type_of,
             speeds: &t.speeds,
+            explore: &t.explore,
             keep_on_move: if horizon > 0.0 {
                 ((horizon - self.settings.place.restart_s) / horizon).clamp(0.0, 1.0)
             } else {
@@ -228,7 +230,7 @@ impl Allocator {
             return None;
         }
         let ratios = TypeRatios::of(self.jobs.values().map(|e| &e.speeds.measured));
-        let speeds = self
+        let speeds: Vec<Vec<f64>> = self
             .jobs
             .values()
             .map(|e| {
@@ -236,7 +238,14 @@ impl Allocator {
                 e.speeds.row(names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
             })
             .collect();
-        Some(TypedCluster { type_of: types::type_of(&self.registry, names), speeds })
+        // A type nobody has compared with another is tried by one job (issue #43).
+        let known: Vec<(&TypeSpeeds, bool)> = self
+            .jobs
+            .values()
+            .map(|e| (&e.speeds.measured, e.bid.as_ref().is_some_and(|b| b.speeds.is_some())))
+            .collect();
+        let explore = explorers(&known, names);
+        Some(TypedCluster { type_of: types::type_of(&self.registry, names), speeds, explore })
     }
 
     /// Each worker's machine as a dense index (a worker without one is its own machine), or

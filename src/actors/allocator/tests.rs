@@ -381,3 +381,34 @@ fn a_held_job_keeps_its_workers_from_its_own_tenants_jobs() {
     }
     assert!(held.get("a.y").is_some_and(|w| !w.is_empty()), "after min_run_s the other job gets some: {held:?}");
 }
+
+/// Issue #43: with no declared speeds and no job that has run on two types, a type nobody has
+/// compared is tried: a job that measured one type moves to the other once (its workers free),
+/// and the measurement there gives every job's prior a ratio.
+#[test]
+fn a_type_nobody_has_compared_is_tried_by_one_job() {
+    let mut a = Allocator::new(settings(), false);
+    for (w, kind) in [("w0", "a"), ("w1", "a"), ("w2", "b"), ("w3", "b")] {
+        a.handle(0.0, Input::WorkerHello(worker(w, Some(kind))));
+    }
+    let kind_of = |w: &str| if ["w0", "w1"].contains(&w) { "a" } else { "b" };
+    a.handle(0.0, Input::JobStarted { job: "x".into(), local: true, command: None });
+    let mut kinds: Vec<&str> = Vec::new();
+    for now_s in 1..=12u64 {
+        a.handle(now_s as f64 - 0.5, Input::Bid { job: "x".into(), bid: bid("x", Some(2), 40 + now_s) });
+        for w in ["w0", "w1", "w2", "w3"] {
+            a.handle(now_s as f64, Input::WorkerBeat { worker: w.into(), running: None });
+        }
+        for e in epoch(&mut a, now_s as f64, true) {
+            if let Effect::Allocate(alloc) = e
+                && let Some(w) = alloc.workers.first()
+            {
+                kinds.push(kind_of(w));
+            }
+        }
+    }
+    let measured = &a.jobs["x"].speeds.measured.measured;
+    assert!(measured.contains_key("a") && measured.contains_key("b"), "{measured:?}");
+    assert!(kinds.contains(&"a") && kinds.contains(&"b"), "the job never tried the other type: {kinds:?}");
+    assert!(kinds.len() <= 3, "one try, not a dance: {kinds:?}");
+}
