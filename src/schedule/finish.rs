@@ -26,6 +26,12 @@ pub fn predicted_remaining(curve: Option<&GainCurve>, done: f64, one_epoch: f64)
     optimus.max(done).max(one_epoch).max(1e-9)
 }
 
+/// The share of `remaining` iterations that `iters` get done, at most all of it (all of it
+/// when nothing remains): the completion term's measure of progress.
+pub fn share_done(iters: f64, remaining: f64) -> f64 {
+    if remaining <= 0.0 { 1.0 } else { (iters / remaining).min(1.0) }
+}
+
 /// What the completion term knows of a job: its predicted seconds per iteration at each count
 /// and its predicted remaining iterations, over the bid's horizon.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,11 +52,7 @@ impl Finish {
         if workers == 0 || speed <= 0.0 {
             return 0.0;
         }
-        if self.remaining_iters <= 0.0 {
-            return 1.0;
-        }
-        let iters = self.horizon_s * speed / self.time.seconds(workers);
-        (iters / self.remaining_iters).min(1.0)
+        share_done(self.horizon_s * speed / self.time.seconds(workers), self.remaining_iters)
     }
 
     /// The term's value: `weight` times [`Finish::done`].

@@ -29,7 +29,8 @@ pub use counts::{
 };
 pub use epoch::{EpochInput, EpochJob, EpochPlan, Tenancy, Types, plan_epoch};
 pub use finish::{
-    DEFAULT_COMPLETION_WEIGHT, Finish, Finishing, hesrpt_shares, hesrpt_weights, predicted_remaining, speedup_exponent,
+    DEFAULT_COMPLETION_WEIGHT, Finish, Finishing, hesrpt_shares, hesrpt_weights, predicted_remaining, share_done,
+    speedup_exponent,
 };
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};

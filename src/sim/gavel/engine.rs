@@ -6,15 +6,18 @@
 //!   jobs changes, turned into rounds by Gavel's priorities; a job runs on its scale factor.
 //! - `slaq`, `slaq-blind`: each job's loss predictor ([`crate::quality::JobPredictor`], fed the
 //!   job's reports) bids its gain for every type and allowed size (1/2/4/8 where the table
-//!   measures it), the restart priced in; the finish-time bound grants the due jobs first
-//!   ([`crate::schedule::typed::due_grants`]), then the typed greedy
-//!   ([`crate::schedule::typed::allocate`]). `slaq` prices each type at the job's measured
+//!   measures it), the restart priced in, plus the default bid's completion term (the share of
+//!   its declared steps the horizon gets done, [`crate::schedule::share_done`]); the finish-time bound grants the due jobs first
+//!   ([`crate::schedule::typed::due_grants`]), then the exact count step with every job's own
+//!   size first ([`crate::schedule::typed::allocate_sized`]: a job grows past its scale factor
+//!   only with GPUs no job needs at its own). `slaq` prices each type at the job's measured
 //!   throughput there (given up front, as the issue allows); `slaq-blind` assumes every type
 //!   runs the job as fast as the type it last ran on (before it ran: its equal-share speed).
 
 use crate::policy::gavel::{Fractions, Rounds, TimeJob, fair_fractions, max_min_fractions};
 use crate::quality::{JobPredictor, PredictorConfig};
-use crate::schedule::typed::{DueJob, TypeGains, TypedJob, allocate, allocate_exact, due_grants};
+use crate::schedule::share_done;
+use crate::schedule::typed::{DueJob, OwnSize, TypeGains, TypedJob, allocate_sized, due_grants};
 
 use super::table::{Cluster, SCALE_FACTORS, Throughputs};
 use super::workload::GavelJob;
@@ -64,8 +67,9 @@ pub struct GavelConfig {
     pub cutoff_s: f64,
     /// Rounds between refits of a job's predictor.
     pub refit_rounds: u32,
-    /// When slaq runs a job on more workers than its scale factor.
-    pub scale_up: ScaleUp,
+    /// The weight of slaq's completion term: the shipped default bid's
+    /// ([`crate::schedule::DEFAULT_COMPLETION_WEIGHT`]), on the steps Gavel's jobs declare.
+    pub completion_weight: f64,
     pub predictor: PredictorConfig,
 }
 
@@ -79,21 +83,10 @@ impl Default for GavelConfig {
             measure: (0, usize::MAX),
             cutoff_s: 0.0,
             refit_rounds: 5,
-            scale_up: ScaleUp::Always,
+            completion_weight: crate::schedule::DEFAULT_COMPLETION_WEIGHT,
             predictor: PredictorConfig::default(),
         }
     }
-}
-
-/// When slaq runs a job on more workers than it asked for (its scale factor).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScaleUp {
-    /// Wherever the quality gain says so (SLAQ's objective alone).
-    Always,
-    /// Only with workers no job needs at its own size: first every job at its scale factor
-    /// (types and who runs decided by the gain, the bound's grants first), then the spare
-    /// workers to the largest gains per worker of growing on the same type.
-    Spare,
 }
 
 /// What happened to one job.
@@ -383,28 +376,16 @@ fn feed_reports(state: &mut JobState, rate: f64, workers: u32) {
     }
 }
 
-/// [`ScaleUp::Spare`]: every job at its own size first (`allocate_exact` on those options alone,
-/// grants first), then, from there, the greedy grows jobs on their types with what is left.
-fn own_size_first(typed: &mut [TypedJob], own: &[u32], capacity: &[u32]) -> Vec<Option<(usize, u32)>> {
-    let at_own: Vec<TypedJob> = typed.iter().zip(own).map(|(t, &k)| at_own_size(t, k)).collect();
-    for (t, base) in typed.iter_mut().zip(allocate_exact(&at_own, capacity)) {
-        t.grant = base;
-    }
-    allocate(typed, capacity)
-}
-
-/// `job` with only its own size (and its grant where it is larger) on each type.
-fn at_own_size(job: &TypedJob, size: u32) -> TypedJob {
-    let options = job
-        .options
+/// A job's own size and, per type, its speed per worker there (at its best size up to its own)
+/// against its fastest type's, from the rates the policy believes (`rates[t]`: (size, steps/s)).
+fn own_size(size: u32, rates: &[Vec<(u32, f64)>]) -> OwnSize {
+    let per_worker: Vec<f64> = rates
         .iter()
-        .map(|o| {
-            let o = o.as_ref()?;
-            let i = o.sizes.iter().position(|&k| k == size)?;
-            Some(TypeGains { sizes: vec![size], gains: vec![o.gains[i]] })
-        })
+        .map(|sizes| sizes.iter().filter(|&&(k, _)| k <= size).map(|&(k, r)| r / f64::from(k)).fold(0.0, f64::max))
         .collect();
-    TypedJob { options, ..job.clone() }
+    let fastest = per_worker.iter().copied().fold(0.0, f64::max);
+    let worth = per_worker.iter().map(|&v| if fastest > 0.0 { v / fastest } else { 1.0 }).collect();
+    OwnSize { size, worth }
 }
 
 struct Plan<'a> {
@@ -434,6 +415,7 @@ impl Plan<'_> {
     fn decide(&self, active: &[usize], jobs: &mut [JobState], fair_rates: &[f64]) -> Vec<Option<(usize, u32)>> {
         let types = self.cluster.types.len();
         let mut typed = Vec::with_capacity(active.len());
+        let mut own = Vec::with_capacity(active.len());
         let mut due = Vec::with_capacity(active.len());
         for (&j, &fair_rate) in active.iter().zip(fair_rates) {
             let state = &mut jobs[j];
@@ -473,13 +455,18 @@ impl Plan<'_> {
                             if keep { self.config.horizon_s } else { self.config.horizon_s - self.config.restart_s };
                         let reports = r * run.max(0.0) / spr;
                         // No prediction: the fraction of the job the horizon runs.
-                        curve.as_ref().map_or(reports / state.job.loss.len() as f64, |c| c.gain_of(reports))
+                        let quality =
+                            curve.as_ref().map_or(reports / state.job.loss.len() as f64, |c| c.gain_of(reports));
+                        // The default bid's completion term, on the steps the job declares.
+                        let left = state.job.steps - state.done;
+                        quality + self.config.completion_weight * share_done(r * run.max(0.0), left)
                     })
                     .collect();
                 options.push(Some(TypeGains { sizes: sizes.iter().map(|s| s.0).collect(), gains }));
                 rates.push(sizes);
             }
             typed.push(TypedJob { options, grant: None, attained: state.attained });
+            own.push(own_size(state.job.scale_factor, &rates));
             let deadline = self.deadline(state, fair_rate);
             due.push(DueJob {
                 remaining: state.job.steps - state.done,
@@ -495,13 +482,7 @@ impl Plan<'_> {
                 t.grant = g;
             }
         }
-        match self.config.scale_up {
-            ScaleUp::Always => allocate_exact(&typed, &self.cluster.counts),
-            ScaleUp::Spare => {
-                let own: Vec<u32> = active.iter().map(|&j| jobs[j].job.scale_factor).collect();
-                own_size_first(&mut typed, &own, &self.cluster.counts)
-            }
-        }
+        allocate_sized(&typed, &self.cluster.counts, &own)
     }
 
     /// K times the job's fair finish, from its arrival (the fair clock's projection while it
@@ -513,26 +494,5 @@ impl Plan<'_> {
             if fair_rate > 0.0 { self.now + left / fair_rate } else { f64::INFINITY }
         });
         arrival + self.config.max_slowdown * (fair_finish - arrival)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spare_scale_up_runs_every_job_at_its_own_size_before_growing_any() {
-        // Four GPUs of one type; job 0 gains 1.0 on one GPU and 3.5 on four, job 1 0.5 on one:
-        // SLAQ's objective alone gives job 0 all four; with spare scale-up both run, and job 0
-        // grows only into what is left.
-        let gains = |g: &[f64]| Some(TypeGains { sizes: vec![1, 2, 4][..g.len()].to_vec(), gains: g.to_vec() });
-        let mut typed = vec![
-            TypedJob { options: vec![gains(&[1.0, 1.9, 3.5])], grant: None, attained: 0.0 },
-            TypedJob { options: vec![gains(&[0.5])], grant: None, attained: 0.0 },
-        ];
-        assert_eq!(allocate_exact(&typed, &[4]), vec![Some((0, 4)), None]);
-        assert_eq!(own_size_first(&mut typed.clone(), &[1, 1], &[4]), vec![Some((0, 2)), Some((0, 1))]);
-        // With room for everyone at its size and more, the spare goes where it gains.
-        assert_eq!(own_size_first(&mut typed, &[1, 1], &[5]), vec![Some((0, 4)), Some((0, 1))]);
     }
 }

@@ -9,7 +9,7 @@ pub mod report;
 pub mod table;
 pub mod workload;
 
-pub use engine::{GavelConfig, GavelPolicy, PolicyRun, ScaleUp, run};
+pub use engine::{GavelConfig, GavelPolicy, PolicyRun, run};
 pub use report::{Cell, PolicySummary, RateMeans, means};
 pub use table::{Cluster, GavelError, Throughputs};
 pub use workload::{GavelJob, TraceConfig, generate};

@@ -131,11 +131,6 @@ pub(crate) struct SimulateArgs {
     /// instead of one.
     #[arg(long)]
     pub(crate) multi_gpu: bool,
-    /// With --gavel-throughputs: when slaq runs a job on more GPUs than its scale factor:
-    /// always (wherever the quality gain says so) or spare (only with GPUs no job needs at its
-    /// own size).
-    #[arg(long, default_value = "always", value_parser = ["always", "spare"])]
-    pub(crate) scale_up: String,
 }
 
 fn parse_speedup(s: &str) -> Result<slaq::sim::curves::SpeedupKind, String> {

@@ -34,8 +34,7 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
     );
     let rates = if args.jobs_per_hour.is_empty() { vec![2.0] } else { args.jobs_per_hour.clone() };
     anyhow::ensure!(rates.iter().all(|r| r.is_finite() && *r > 0.0), "--jobs-per-hour must be positive");
-    let scale_up = if args.scale_up == "spare" { gavel::ScaleUp::Spare } else { gavel::ScaleUp::Always };
-    let mut config = GavelConfig { measure, scale_up, ..GavelConfig::default() };
+    let mut config = GavelConfig { measure, ..GavelConfig::default() };
     if let Some(k) = args.max_slowdown {
         anyhow::ensure!(k == 0.0 || k >= 1.0, "--max-slowdown must be 0 (off) or at least 1");
         config.max_slowdown = k;
@@ -59,7 +58,7 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
-            "Gavel's setting: {} ({} GPUs), {num_jobs} jobs, measured {}..{}, seeds {:?}, {}, round {} s, restart {} s, K {}, scale-up {}",
+            "Gavel's setting: {} ({} GPUs), {num_jobs} jobs, measured {}..{}, seeds {:?}, {}, round {} s, restart {} s, K {}",
             args.cluster,
             cluster.size(),
             measure.0,
@@ -68,8 +67,7 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
             if sweep.multi_gpu { "multi-GPU" } else { "single-GPU" },
             config.round_s,
             config.restart_s,
-            config.max_slowdown,
-            args.scale_up
+            config.max_slowdown
         );
         print!("{}", gavel::report::table(&means));
     }
