@@ -7,8 +7,8 @@
 //!   start on any type), with each step the steepest one to any larger size (the concave hull's
 //!   step, as [`super::bid::concave_hull`] gives the one-type greedy). With one type and every
 //!   size allowed it hands out exactly what `policy::slaq::allocate` does (tested).
-//! - [`allocate_sized`]: the same with jobs' own sizes first: nobody grows past its size while
-//!   a worker could run a job at its own (the Gavel simulator's slaq, issue #43).
+//! - [`allocate_sized`]: the same with the work the jobs do first, then their gains (the Gavel
+//!   simulator's slaq, issue #43).
 //! - [`due_grants`]: the finish-time bound of issue #30 on types: a job whose predicted finish,
 //!   were it to wait one more epoch, would pass its deadline (K times its fair finish) is granted
 //!   the fewest workers of a type that still meet it; jobs already late get their fastest
@@ -214,26 +214,21 @@ pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
     out
 }
 
-/// A job's own size (its scale factor) and what a worker of each type is worth to it there.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OwnSize {
-    pub size: u32,
-    /// Per type: its speed at its own size there against its fastest type's, in (0, 1] (a
-    /// type missing here counts 1).
-    pub worth: Vec<f64>,
-}
+/// The work each option of a job does, aligned with [`TypedJob::options`] (per type, one value
+/// per size there), in the caller's units (the Gavel simulator: GPUs of the job's own size on its
+/// fastest type).
+pub type Work = Vec<Option<Vec<f64>>>;
 
-/// [`allocate_exact`] with every job's own size served before any job grows past its own
-/// (issue #43): a worker goes to a job above its size only if no job needs it at its size. Each
-/// option `(t, k)` is valued at its gain plus `M · worth_t · min(k, size)`, with `M` larger than
-/// every job's best gain together, so the LP first maximises the work of the jobs at (or up to)
-/// their own size, each worker counted at the speed it gives its job against the job's fastest
-/// type, and only then, among the allocations that do, the gain: which jobs run, and where the
-/// workers no job needs at its size go. Counted by speed, not by head: growing a job on a fast
-/// type while another runs on a slow one it could have run on fast does less work, so it is
-/// not taken. No mode to pick by load: with a backlog nobody grows; with room to spare the spare
-/// grows jobs, decided jointly with their types.
-pub fn allocate_sized(jobs: &[TypedJob], capacity: &[u32], own: &[OwnSize]) -> TypedAllocation {
+/// [`allocate_exact`] with the work the jobs do decided before their quality (issue #43). Each
+/// option is valued at its gain plus `M · work`, with `M` larger than every job's best gain
+/// together, so the LP first maximises the work done and only then, among the allocations that
+/// do as much, the gain: which jobs run, and where what adds no work goes. The caller says what
+/// an option's work is (the Gavel simulator: its throughput against the job's at its own size on
+/// its fastest type, in GPUs of that size). With sublinear speed-ups a GPU does more work for a
+/// job waiting at its own size than for one growing past it, so nobody grows while others wait
+/// (unless growing does more), and with room to spare the spare goes by gain: no mode to pick
+/// by load.
+pub fn allocate_sized(jobs: &[TypedJob], capacity: &[u32], work: &[Work]) -> TypedAllocation {
     let best = |job: &TypedJob| {
         job.options.iter().flatten().flat_map(|g| g.gains.iter()).copied().filter(|g| g.is_finite()).fold(0.0, f64::max)
     };
@@ -242,20 +237,19 @@ pub fn allocate_sized(jobs: &[TypedJob], capacity: &[u32], own: &[OwnSize]) -> T
         .iter()
         .enumerate()
         .map(|(j, job)| {
-            let (size, worth) = own.get(j).map_or((0, &[][..]), |o| (o.size, o.worth.as_slice()));
             let options = job
                 .options
                 .iter()
                 .enumerate()
                 .map(|(t, o)| {
-                    let per_worker = m * worth.get(t).copied().unwrap_or(1.0).clamp(0.0, 1.0);
+                    let work = work.get(j).and_then(|w| w.get(t)).and_then(Option::as_ref);
                     o.as_ref().map(|g| TypeGains {
                         sizes: g.sizes.clone(),
                         gains: g
-                            .sizes
+                            .gains
                             .iter()
-                            .zip(&g.gains)
-                            .map(|(&k, &gain)| gain + per_worker * f64::from(k.min(size)))
+                            .enumerate()
+                            .map(|(i, &gain)| gain + m * work.and_then(|w| w.get(i)).copied().unwrap_or(0.0).max(0.0))
                             .collect(),
                     })
                 })
@@ -533,22 +527,33 @@ mod tests {
     }
 
     #[test]
-    fn own_sizes_come_before_growth_and_the_spare_grows_by_gain() {
-        let ones = |n: usize, size: u32| vec![OwnSize { size, worth: vec![1.0; 2] }; n];
+    fn work_comes_before_growth_and_the_spare_grows_by_gain() {
+        // Work by head: each worker up to a job's own size (one here) does one unit.
+        let heads = |jobs: &[TypedJob], own: &[u32]| -> Vec<Work> {
+            jobs.iter()
+                .zip(own)
+                .map(|(j, &own)| {
+                    j.options
+                        .iter()
+                        .map(|o| o.as_ref().map(|g| g.sizes.iter().map(|&k| f64::from(k.min(own))).collect()))
+                        .collect()
+                })
+                .collect()
+        };
         // Four workers of one type; job 0 gains 1.0 on one, 1.9 on two, 3.5 on four; job 1
-        // 0.5 on one. SLAQ's objective alone gives job 0 all four; sized, both run and job 0
-        // grows only into what is left.
+        // 0.5 on one. SLAQ's objective alone gives job 0 all four; with demands first, both
+        // run and job 0 grows only into what is left.
         let mut typed = vec![
             TypedJob { options: vec![one(&[1, 2, 4], &[1.0, 1.9, 3.5])], grant: None, attained: 0.0 },
             TypedJob { options: vec![one(&[1], &[0.5])], grant: None, attained: 0.0 },
         ];
         assert_eq!(allocate_exact(&typed, &[4]), vec![Some((0, 4)), None]);
-        assert_eq!(allocate_sized(&typed, &[4], &ones(2, 1)), vec![Some((0, 2)), Some((0, 1))]);
+        assert_eq!(allocate_sized(&typed, &[4], &heads(&typed, &[1, 1])), vec![Some((0, 2)), Some((0, 1))]);
         // With room for everyone at its size and more, the spare goes where it gains.
-        assert_eq!(allocate_sized(&typed, &[5], &ones(2, 1)), vec![Some((0, 4)), Some((0, 1))]);
+        assert_eq!(allocate_sized(&typed, &[5], &heads(&typed, &[1, 1])), vec![Some((0, 4)), Some((0, 1))]);
         // A job at its size is served even when its gain is nil (it must still finish).
         typed[1].options = vec![one(&[1], &[0.0])];
-        assert_eq!(allocate_sized(&typed, &[4], &ones(2, 1)), vec![Some((0, 2)), Some((0, 1))]);
+        assert_eq!(allocate_sized(&typed, &[4], &heads(&typed, &[1, 1])), vec![Some((0, 2)), Some((0, 1))]);
         // Types: a two-worker job is not split to grow another past its size.
         let two = vec![
             TypedJob {
@@ -558,19 +563,18 @@ mod tests {
             },
             TypedJob { options: vec![one(&[2], &[0.8]), one(&[2], &[0.7])], grant: None, attained: 0.0 },
         ];
-        let sizes = [OwnSize { size: 1, worth: vec![1.0; 2] }, OwnSize { size: 2, worth: vec![1.0; 2] }];
-        assert_eq!(allocate_sized(&two, &[2, 2], &sizes), vec![Some((0, 2)), Some((1, 2))]);
-        assert_eq!(allocate_sized(&two, &[2, 1], &sizes), vec![Some((1, 1)), Some((0, 2))]);
-        // Counted by speed: two fast workers and one slow. Job 0 gains most growing to two fast
-        // ones; job 1 runs five times as fast on the fast type. By head count, job 0 on both
-        // fast workers and job 1 on the slow one uses as many; by speed, job 1 runs fast.
+        assert_eq!(allocate_sized(&two, &[2, 2], &heads(&two, &[1, 2])), vec![Some((0, 2)), Some((1, 2))]);
+        assert_eq!(allocate_sized(&two, &[2, 1], &heads(&two, &[1, 2])), vec![Some((1, 1)), Some((0, 2))]);
+        // Work by speed: two fast workers and one slow. Job 0 gains most growing to two fast
+        // ones; job 1 runs five times as fast on the fast type. By head, job 0 on both fast
+        // workers and job 1 on the slow one do as much; by speed, job 1 runs fast.
         let fast_slow = vec![
             TypedJob { options: vec![one(&[1, 2], &[0.5, 0.95]), one(&[1], &[0.3])], grant: None, attained: 0.0 },
             TypedJob { options: vec![one(&[1], &[0.2]), one(&[1], &[0.04])], grant: None, attained: 0.0 },
         ];
-        let by_head = [OwnSize { size: 1, worth: vec![1.0, 1.0] }, OwnSize { size: 1, worth: vec![1.0, 1.0] }];
-        assert_eq!(allocate_sized(&fast_slow, &[2, 1], &by_head), vec![Some((0, 2)), Some((1, 1))]);
-        let by_speed = [OwnSize { size: 1, worth: vec![1.0, 0.6] }, OwnSize { size: 1, worth: vec![1.0, 0.2] }];
+        assert_eq!(allocate_sized(&fast_slow, &[2, 1], &heads(&fast_slow, &[1, 1])), vec![Some((0, 2)), Some((1, 1))]);
+        let by_speed: Vec<Work> =
+            vec![vec![Some(vec![1.0, 1.0]), Some(vec![0.6])], vec![Some(vec![1.0]), Some(vec![0.2])]];
         let got = allocate_sized(&fast_slow, &[2, 1], &by_speed);
         assert_eq!(got[1], Some((0, 1)), "{got:?}");
         assert!(got[0].is_some_and(|(_, k)| k == 1), "{got:?}");

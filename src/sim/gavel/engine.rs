@@ -17,7 +17,7 @@
 use crate::policy::gavel::{Fractions, Rounds, TimeJob, fair_fractions, max_min_fractions};
 use crate::quality::{JobPredictor, PredictorConfig};
 use crate::schedule::share_done;
-use crate::schedule::typed::{DueJob, OwnSize, TypeGains, TypedJob, allocate_sized, due_grants};
+use crate::schedule::typed::{DueJob, TypeGains, TypedJob, Work, allocate_sized, due_grants};
 
 use super::table::{Cluster, SCALE_FACTORS, Throughputs};
 use super::workload::GavelJob;
@@ -376,16 +376,31 @@ fn feed_reports(state: &mut JobState, rate: f64, workers: u32) {
     }
 }
 
-/// A job's own size and, per type, its speed per worker there (at its best size up to its own)
-/// against its fastest type's, from the rates the policy believes (`rates[t]`: (size, steps/s)).
-fn own_size(size: u32, rates: &[Vec<(u32, f64)>]) -> OwnSize {
-    let per_worker: Vec<f64> = rates
+/// The work of each of a job's options (`schedule::typed::allocate_sized`): its throughput
+/// there against what it does at its own `size` on its fastest type, in GPUs of that size (so a
+/// job at its own size on its fastest type does `size`); `rates[t]`: (size, steps/s) as the
+/// policy believes. The LP thus maximises the work the cluster does, each job's counted in its
+/// own units, and only then the quality gain. A job grows past its size only where that does
+/// more work than the GPUs would do for a waiting job (speed-ups are sublinear, so a job
+/// waiting at its own size usually wins them), and a job may run on a slow type at a larger
+/// size when that does more.
+fn work_of(size: u32, rates: &[Vec<(u32, f64)>]) -> Work {
+    let size = size.max(1);
+    // Its throughput at its own size on its fastest type (from its best per-GPU rate at a size
+    // up to its own where its own size is not measured there).
+    let own = rates
         .iter()
-        .map(|sizes| sizes.iter().filter(|&&(k, _)| k <= size).map(|&(k, r)| r / f64::from(k)).fold(0.0, f64::max))
-        .collect();
-    let fastest = per_worker.iter().copied().fold(0.0, f64::max);
-    let worth = per_worker.iter().map(|&v| if fastest > 0.0 { v / fastest } else { 1.0 }).collect();
-    OwnSize { size, worth }
+        .flat_map(|sizes| sizes.iter())
+        .filter(|&&(k, _)| k <= size)
+        .map(|&(k, r)| r * f64::from(size) / f64::from(k))
+        .fold(0.0, f64::max);
+    rates
+        .iter()
+        .map(|sizes| {
+            (!sizes.is_empty())
+                .then(|| sizes.iter().map(|&(_, r)| if own > 0.0 { f64::from(size) * r / own } else { 0.0 }).collect())
+        })
+        .collect()
 }
 
 struct Plan<'a> {
@@ -415,7 +430,7 @@ impl Plan<'_> {
     fn decide(&self, active: &[usize], jobs: &mut [JobState], fair_rates: &[f64]) -> Vec<Option<(usize, u32)>> {
         let types = self.cluster.types.len();
         let mut typed = Vec::with_capacity(active.len());
-        let mut own = Vec::with_capacity(active.len());
+        let mut work = Vec::with_capacity(active.len());
         let mut due = Vec::with_capacity(active.len());
         for (&j, &fair_rate) in active.iter().zip(fair_rates) {
             let state = &mut jobs[j];
@@ -466,7 +481,7 @@ impl Plan<'_> {
                 rates.push(sizes);
             }
             typed.push(TypedJob { options, grant: None, attained: state.attained });
-            own.push(own_size(state.job.scale_factor, &rates));
+            work.push(work_of(state.job.scale_factor, &rates));
             let deadline = self.deadline(state, fair_rate);
             due.push(DueJob {
                 remaining: state.job.steps - state.done,
@@ -482,7 +497,7 @@ impl Plan<'_> {
                 t.grant = g;
             }
         }
-        allocate_sized(&typed, &self.cluster.counts, &own)
+        allocate_sized(&typed, &self.cluster.counts, &work)
     }
 
     /// K times the job's fair finish, from its arrival (the fair clock's projection while it
@@ -494,5 +509,26 @@ impl Plan<'_> {
             if fair_rate > 0.0 { self.now + left / fair_rate } else { f64::INFINITY }
         });
         arrival + self.config.max_slowdown * (fair_finish - arrival)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_options_work_is_its_throughput_against_its_own_size_on_its_fastest_type() {
+        // A one-GPU job: 10 steps/s on one fast GPU, 18 on two; 2 and 3.8 on slow ones.
+        let rates = [vec![(1, 10.0), (2, 18.0)], vec![(1, 2.0), (2, 3.8)], vec![]];
+        let work = work_of(1, &rates);
+        assert_eq!(work[0], Some(vec![1.0, 1.8]));
+        assert_eq!(work[1], Some(vec![0.2, 0.38]));
+        assert_eq!(work[2], None);
+        // A four-GPU job the table measures only up to two GPUs on the slow type: its own size
+        // is 40 steps/s on four fast ones, in GPUs of its size.
+        let rates = [vec![(4, 40.0)], vec![(1, 2.0), (2, 3.8)]];
+        let work = work_of(4, &rates);
+        assert_eq!(work[0], Some(vec![4.0]));
+        assert_eq!(work[1], Some(vec![0.2, 0.38]));
     }
 }
