@@ -265,13 +265,17 @@ fn typed_counts<G: GainFn>(
         allocate_exact(&jobs, &capacity)
     };
     let chosen = explore(chosen, &jobs, &capacity, types.explore);
-    let got: Vec<f64> = chosen
+    book(&input.plan, &fair, &in_equal_shares(&chosen, speed, &equal), ledgers);
+    chosen
+}
+
+/// What each job got, in equal-share workers: `k · v_jt / e_j`.
+fn in_equal_shares(chosen: &TypedAllocation, speed: impl Fn(usize, usize) -> f64, equal: &[f64]) -> Vec<f64> {
+    chosen
         .iter()
         .enumerate()
         .map(|(j, c)| c.map_or(0.0, |(t, k)| f64::from(k) * speed(j, t) / equal[j].max(1e-12)))
-        .collect();
-    book(&input.plan, &fair, &got, ledgers);
-    chosen
+        .collect()
 }
 
 /// Exploration (issue #43, `quality::speeds::explorers`): each `(job, type)` in `explore` moves
