@@ -292,7 +292,7 @@ impl Allocator {
                     _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
                     Some(b) => JobBid {
                         // Held (its tenant's min_run_s): what it has is its minimum, which stands.
-                        min_workers: if held { have } else { b.min_workers },
+                        min_workers: if held { have.min(b.max_workers) } else { b.min_workers },
                         max_workers: b.max_workers,
                         attained_service,
                         gain: b.gain.as_ref().map(|g| {
