@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Issue #43: each new rule, broken on purpose, must fail a unit test: Gavel's work-conserving
+fill, the work-first count step and what an option's work is, exploration, and `min_run_s`'s
+hold (on the allocator's fake clock). Applies one mutation at a time, runs the module's unit
+tests, prints CAUGHT or MISSED, and restores the file. (The Python client's tenant is held by
+`clients/python/tests/test_offline.py` and `tests/it/python.rs`, the live hold by
+`tests/it/teams.rs`.)
+Usage: python3 benches/issue43_mutations.py [name ...] (from the repository root)."""
+import subprocess, sys
+muts = [
+ ("src/policy/gavel.rs", "        self.fill(fractions, jobs, active, &mut free, &mut out);\n", "", "policy::gavel", "fill"),
+ ("src/schedule/typed.rs", "    let m = 1.0 + jobs.iter().map(best).sum::<f64>();", "    let m = 0.0 * jobs.iter().map(best).sum::<f64>();", "schedule::typed", "work-first"),
+ ("src/sim/gavel/engine.rs", "if own > 0.0 { f64::from(size) * r / own } else { 0.0 }", "if own > 0.0 { f64::from(size) } else { 0.0 }", "sim::gavel", "work-by-speed"),
+ ("src/schedule/epoch.rs", "    let chosen = explore(chosen, &jobs, &capacity, types.explore);", "    let chosen = explore(chosen, &jobs, &capacity, &[]);", "actors::allocator::tests", "explore"),
+ ("src/quality/speeds.rs", "                    !declared && !s.measured.is_empty()", "                    !s.measured.is_empty()", "quality::speeds", "explore-declared"),
+ ("src/schedule/tenants.rs", "held.get(i).map_or(0, |&h| h.saturating_sub(entitled[i]).min(cap[i]))", "held.get(i).map_or(0, |&h| h.saturating_sub(entitled[i]).min(cap[i]) * 0)", "actors::allocator::tests", "hold-quota"),
+ ("src/actors/allocator/planning.rs", "min_workers: if held { have.min(b.max_workers) } else { b.min_workers },", "min_workers: b.min_workers,", "actors::allocator::tests", "hold-in-tenant"),
+ ("src/actors/allocator/planning.rs", "set.config_of(id).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)", "set.config_of(id).is_some_and(|c| c.min_run_s > 0.0)", "actors::allocator::tests", "hold-expires"),
+]
+only = sys.argv[1:]
+for path, a, b, module, name in muts:
+    if only and name not in only: continue
+    s = open(path).read()
+    assert a in s, (name, a)
+    open(path, "w").write(s.replace(a, b, 1))
+    try:
+        r = subprocess.run(["cargo", "test", "-q", "--lib", module], capture_output=True, text=True)
+        failed = [l for l in r.stdout.splitlines() if "FAILED" in l and l.startswith("test ")]
+        print(name, "->", "CAUGHT" if r.returncode else "MISSED", failed, flush=True)
+    finally:
+        open(path, "w").write(s)
