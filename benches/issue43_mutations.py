@@ -9,7 +9,7 @@ Usage: python3 benches/issue43_mutations.py [name ...] (from the repository root
 import subprocess, sys
 muts = [
  ("src/policy/gavel.rs", "        self.fill(fractions, jobs, active, &mut free, &mut out);\n", "", "policy::gavel", "fill"),
- ("src/schedule/typed.rs", "    let m = 1.0 + jobs.iter().map(best).sum::<f64>();", "    let m = 0.0 * jobs.iter().map(best).sum::<f64>();", "schedule::typed", "work-first"),
+ ("src/schedule/typed.rs", "    let m = 1.0 + best_gains(jobs);", "    let m = 0.0 * best_gains(jobs);", "schedule::typed", "work-first"),
  ("src/sim/gavel/engine.rs", "if own > 0.0 { f64::from(size) * r / own } else { 0.0 }", "if own > 0.0 { f64::from(size) } else { 0.0 }", "sim::gavel", "work-by-speed"),
  ("src/schedule/epoch.rs", "    let chosen = explore(chosen, &jobs, &capacity, types.explore);", "    let chosen = explore(chosen, &jobs, &capacity, &[]);", "actors::allocator::tests", "explore"),
  ("src/quality/speeds.rs", "                    !declared && !s.measured.is_empty()", "                    !s.measured.is_empty()", "quality::speeds", "explore-declared"),

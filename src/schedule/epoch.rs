@@ -24,7 +24,7 @@ use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
 use super::tenants::{Quotas, TenantShare, quotas_holding};
-use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, fair_by_fit};
+use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, best_gains, fair_by_fit};
 
 /// One job as the planner sees it.
 #[derive(Clone, Debug)]
@@ -243,13 +243,7 @@ fn typed_counts<G: GainFn>(
     // A job owed workers (its floor, its own minimum) may run only where they meet it, and is
     // worth more there than any gain: the allocation serves every such job it can, on whichever
     // type suits the others best, then the gains decide.
-    let bonus = 1.0
-        + 2.0
-            * jobs
-                .iter()
-                .map(|job| job.options.iter().flatten().flat_map(|g| g.gains.iter().copied()).fold(0.0, f64::max))
-                .filter(|g| g.is_finite())
-                .sum::<f64>();
+    let bonus = 1.0 + 2.0 * best_gains(&jobs);
     for (j, job) in jobs.iter_mut().enumerate() {
         let min = bids[j].min_workers;
         let need = if floors[j] > 0 { equal[j] * rate(j, floors[j]) } else { 0.0 };
@@ -288,20 +282,22 @@ fn explore(
     capacity: &[u32],
     pairs: &[(usize, usize)],
 ) -> TypedAllocation {
+    let mut free = capacity.to_vec();
+    for &(t, k) in chosen.iter().flatten() {
+        free[t] = free[t].saturating_sub(k);
+    }
     for &(j, u) in pairs {
-        let mut free = capacity.to_vec();
-        for &(t, k) in chosen.iter().flatten() {
-            free[t] = free[t].saturating_sub(k);
-        }
-        let (Some(Some((t, k))), Some(Some(g)), Some(&idle)) = (chosen.get(j), jobs[j].options.get(u), free.get(u))
+        let (Some(&Some((t, k))), Some(Some(g)), Some(&idle)) = (chosen.get(j), jobs[j].options.get(u), free.get(u))
         else {
             continue;
         };
-        if *t == u {
+        if t == u {
             continue;
         }
-        if let Some(&size) = g.sizes.iter().filter(|&&s| s <= idle && s <= (*k).max(1)).max() {
+        if let Some(&size) = g.sizes.iter().filter(|&&s| s <= idle && s <= k.max(1)).max() {
             chosen[j] = Some((u, size));
+            free[u] -= size;
+            free[t] += k;
         }
     }
     chosen

@@ -214,6 +214,15 @@ pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
     out
 }
 
+/// Every job's best gain over its options, summed (jobs whose best is not finite left out): a
+/// bound no allocation's total gain passes, so a value weighted above it decides first.
+pub(crate) fn best_gains(jobs: &[TypedJob]) -> f64 {
+    jobs.iter()
+        .map(|job| job.options.iter().flatten().flat_map(|g| g.gains.iter().copied()).fold(0.0, f64::max))
+        .filter(|g| g.is_finite())
+        .sum()
+}
+
 /// The work each option of a job does, aligned with [`TypedJob::options`] (per type, one value
 /// per size there), in the caller's units (the Gavel simulator: GPUs of the job's own size on its
 /// fastest type).
@@ -229,10 +238,7 @@ pub type Work = Vec<Option<Vec<f64>>>;
 /// (unless growing does more), and with room to spare the spare goes by gain: no mode to pick
 /// by load.
 pub fn allocate_sized(jobs: &[TypedJob], capacity: &[u32], work: &[Work]) -> TypedAllocation {
-    let best = |job: &TypedJob| {
-        job.options.iter().flatten().flat_map(|g| g.gains.iter()).copied().filter(|g| g.is_finite()).fold(0.0, f64::max)
-    };
-    let m = 1.0 + jobs.iter().map(best).sum::<f64>();
+    let m = 1.0 + best_gains(jobs);
     let valued: Vec<TypedJob> = jobs
         .iter()
         .enumerate()

@@ -154,7 +154,9 @@ impl Allocator {
     /// (`schedule::tenants::quotas_holding`) or inside it (their count is their minimum),
     /// except to restore a guarantee.
     pub(super) fn held(&self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>) -> Vec<bool> {
-        let Some(set) = tenants else { return vec![false; self.jobs.len()] };
+        let Some(set) = tenants.filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0)) else {
+            return vec![false; self.jobs.len()];
+        };
         self.jobs
             .iter()
             .map(|(id, e)| {

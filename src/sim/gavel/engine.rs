@@ -7,10 +7,11 @@
 //! - `slaq`, `slaq-blind`: each job's loss predictor ([`crate::quality::JobPredictor`], fed the
 //!   job's reports) bids its gain for every type and allowed size (1/2/4/8 where the table
 //!   measures it), the restart priced in, plus the default bid's completion term (the share of
-//!   its declared steps the horizon gets done, [`crate::schedule::share_done`]); the finish-time bound grants the due jobs first
-//!   ([`crate::schedule::typed::due_grants`]), then the exact count step with every job's own
-//!   size first ([`crate::schedule::typed::allocate_sized`]: a job grows past its scale factor
-//!   only with GPUs no job needs at its own). `slaq` prices each type at the job's measured
+//!   its declared steps the horizon gets done, [`crate::schedule::share_done`]); the
+//!   finish-time bound grants the due jobs first ([`crate::schedule::typed::due_grants`]), then
+//!   the exact count step with the work each option does first
+//!   ([`crate::schedule::typed::allocate_sized`], the work from [`work_of`]), then the gains.
+//!   `slaq` prices each type at the job's measured
 //!   throughput there (given up front, as the issue allows); `slaq-blind` assumes every type
 //!   runs the job as fast as the type it last ran on (before it ran: its equal-share speed).
 

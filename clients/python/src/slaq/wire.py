@@ -1,5 +1,6 @@
 """The wire contract v1: subjects, message shapes and the MessagePack/JSON codec."""
 
+import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -67,7 +68,6 @@ def publish_allow_from_creds(path) -> Optional[list]:
     what it may say."""
     if not path:
         return None
-    import base64
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
