@@ -31,6 +31,8 @@ pub struct Bid {
     pub checkpoint_age_s: Option<f64>,
     /// The iteration it stops at, if it declared one (`JobSpec::max_iters`).
     pub max_iters: Option<u64>,
+    /// Seconds between its saves, if it declared them (`JobSpec::checkpoint_every_s`).
+    pub checkpoint_every_s: Option<f64>,
     /// Its declared speeds per worker type (`JobSpec::speeds`).
     pub speeds: Option<Arc<std::collections::BTreeMap<String, f64>>>,
 }
@@ -59,6 +61,7 @@ impl Bid {
             generation: None,
             checkpoint_age_s: None,
             max_iters: spec.max_iters,
+            checkpoint_every_s: spec.checkpoint_every_s,
             speeds: spec.speeds.clone().map(Arc::new),
             sizes: spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
@@ -83,6 +86,7 @@ impl Bid {
             sizes: self.sizes.as_ref().map(|s| s.to_vec()),
             checkpoint_age_s: self.checkpoint_age_s,
             max_iters: self.max_iters,
+            checkpoint_every_s: self.checkpoint_every_s,
             speeds: self.speeds.as_deref().cloned(),
         }
     }
@@ -102,6 +106,7 @@ impl Bid {
             sizes: w.sizes.map(Into::into),
             checkpoint_age_s: w.checkpoint_age_s,
             max_iters: w.max_iters,
+            checkpoint_every_s: w.checkpoint_every_s,
             speeds: w.speeds.map(Arc::new),
         }
     }

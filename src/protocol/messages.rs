@@ -75,6 +75,11 @@ pub struct JobSpec {
     /// run on, until its own measurements there take over (issue #31).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<std::collections::BTreeMap<String, f64>>,
+    /// Seconds between its saves, if it saves on a schedule and not at a stop (its reports'
+    /// `checkpoint_age_s` say when it last did): the scheduler changes its workers right after
+    /// a save, not between two, unless a guarantee needs them (`save_wait_max_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every_s: Option<f64>,
     /// Scheduler-owned, never read from a hello: the reports stream's sequence at which an
     /// earlier job of the same id ended (its bye). The scheduler saves it with the spec, and
     /// drops stream messages of the job at or below it, so a restarted scheduler's replay
@@ -185,6 +190,7 @@ impl JobSpec {
             worker_counts: None,
             max_iters: None,
             speeds: None,
+            checkpoint_every_s: None,
             ended_before: None,
         }
     }
@@ -230,6 +236,9 @@ impl JobSpec {
         }
         if self.max_iters == Some(0) {
             return invalid("max_iters must be at least 1");
+        }
+        if self.checkpoint_every_s.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+            return invalid("checkpoint_every_s must be positive and finite");
         }
         if let Some(speeds) = &self.speeds
             && (speeds.len() > 64 || speeds.iter().any(|(k, &v)| !(super::valid_id(k) && v.is_finite() && v > 0.0)))
@@ -703,6 +712,11 @@ mod tests {
         assert_eq!(cause(JobSpec { target_loss: Some(-3.0), ..spec.clone() }), None);
         assert_eq!(cause(JobSpec { max_iters: Some(1), ..spec.clone() }), None);
         assert_eq!(cause(JobSpec { max_iters: Some(0), ..spec.clone() }), Some(RejectCause::InvalidSpec));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let spec = JobSpec { checkpoint_every_s: Some(bad), ..spec.clone() };
+            assert_eq!(cause(spec), Some(RejectCause::InvalidSpec));
+        }
+        assert_eq!(cause(JobSpec { checkpoint_every_s: Some(600.0), ..spec.clone() }), None);
         let speeds = |pairs: &[(&str, f64)]| Some(pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect());
         assert_eq!(cause(JobSpec { speeds: speeds(&[("v100", 2.5), ("k80", 0.35)]), ..spec.clone() }), None);
         for bad in [speeds(&[("v100", 0.0)]), speeds(&[("v100", f64::NAN)]), speeds(&[("a b", 1.0)])] {

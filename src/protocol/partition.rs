@@ -34,6 +34,8 @@ pub struct WireBid {
     #[serde(default)]
     pub max_iters: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<std::collections::BTreeMap<String, f64>>,
 }
 
@@ -118,6 +120,7 @@ pub(crate) mod tests {
             sizes: None,
             checkpoint_age_s: None,
             max_iters: None,
+            checkpoint_every_s: None,
             speeds: None,
         };
         PartitionBids {

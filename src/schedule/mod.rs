@@ -7,6 +7,7 @@
 //! - [`counts`]: the bound, the fairness floor, then the policy, then allowed sizes: workers per job.
 //! - [`place`]: counts to concrete workers, with locality where machines have several slots.
 //! - [`batch`]: Courier's batch and a parameter-server job's roles on the layout chosen.
+//! - [`saves`]: when a change of a job's workers waits for its next checkpoint.
 //! - [`tenants`]: teams: each tenant's workers (guarantee, borrowing by weight, lending limits).
 //! - [`epoch`]: [`plan_epoch`], the four in order.
 
@@ -17,6 +18,7 @@ pub mod epoch;
 pub mod finish;
 pub mod job;
 pub mod place;
+pub mod saves;
 pub mod slowdown;
 pub mod tenants;
 pub mod typed;
@@ -34,5 +36,6 @@ pub use finish::{
 };
 pub use job::{JobModel, iter_time, ps_split, seen_batches};
 pub use place::{LP_MAX_JOBS, PlaceSettings, Placer};
+pub use saves::Saves;
 pub use slowdown::{Pace, PaceLedger};
 pub use tenants::{Quotas, TenantShare, quotas};

@@ -289,6 +289,14 @@ pub fn quotas(cluster: u32, tenants: &[TenantShare], demand: &[u32]) -> Quotas {
     quotas_holding(cluster, tenants, demand, &[])
 }
 
+/// Whether some tenant holds fewer workers than it is entitled to: `min(demand, guarantee)`,
+/// the guarantees as `cluster` honours them ([`scaled_guarantees`]).
+pub fn guarantee_owed(cluster: u32, tenants: &[TenantShare], demand: &[u32], held: &[u32]) -> bool {
+    let promised: Vec<u32> = tenants.iter().map(|t| t.guaranteed).collect();
+    let guaranteed = scaled_guarantees(cluster, &promised);
+    guaranteed.iter().zip(demand).zip(held).any(|((&g, &d), &h)| h < g.min(d))
+}
+
 /// [`quotas`] with each tenant's `held` workers (one per tenant, or none): what its jobs hold
 /// within their `min_run_s` (issue #43). Entitlements come first, as ever, so a guarantee is
 /// restored through a hold; then each tenant keeps, of the idle capacity, what it holds above

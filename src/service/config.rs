@@ -250,6 +250,10 @@ pub struct RawScheduler {
     /// (unless it loses one): each change restarts all its processes, and a policy's
     /// tie-breaks must not restart a job every epoch. 0: no such rule.
     pub min_generation_ms: u64,
+    /// A job that reports its checkpoint age and saves at most this far apart keeps exactly its
+    /// workers between two saves, and changes right after one (unless a guarantee needs its
+    /// workers): a stop loses the work since its last save. 0: changes never wait for a save.
+    pub save_wait_max_ms: u64,
     /// ... and at least this many times its measured restart cost (the time from a new
     /// generation to its first new report), so that restarts take at most about 1/(1 + this)
     /// of its time. 0: the fixed `min_generation_ms` only.
@@ -307,6 +311,7 @@ impl Default for RawScheduler {
             stale_job_ms: 120_000,
             stall_timeout_ms: 300_000,
             min_generation_ms: 30_000,
+            save_wait_max_ms: 1_800_000,
             restart_amortisation: 4.0,
             max_min_workers: 1_024,
             rendezvous_ports: "29500-30499".into(),
@@ -351,6 +356,7 @@ pub struct ServeConfig {
     pub stale_job: Option<Duration>,
     pub stall_timeout: Option<Duration>,
     pub min_generation: Duration,
+    pub save_wait_max: Duration,
     pub restart_amortisation: f64,
     pub max_min_workers: u32,
     /// First rendezvous port, ports per address, and how long a port given back cools.
@@ -545,6 +551,7 @@ impl RawConfig {
             stale_job: (s.stale_job_ms > 0).then(|| Duration::from_millis(s.stale_job_ms)),
             stall_timeout: (s.stall_timeout_ms > 0).then(|| Duration::from_millis(s.stall_timeout_ms)),
             min_generation: Duration::from_millis(s.min_generation_ms),
+            save_wait_max: Duration::from_millis(s.save_wait_max_ms),
             restart_amortisation: s.restart_amortisation,
             max_min_workers: s.max_min_workers,
             rendezvous: (first_port, last_port - first_port + 1, Duration::from_millis(s.rendezvous_cooldown_ms)),

@@ -79,6 +79,7 @@ fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSetti
         stale_job: config.stale_job,
         stall_timeout: config.stall_timeout,
         min_generation: config.min_generation,
+        save_wait_max: config.save_wait_max,
         rendezvous: config.rendezvous,
         restart_amortisation: config.restart_amortisation,
         bid_horizon_s: config.horizon_s,

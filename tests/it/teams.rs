@@ -369,3 +369,61 @@ async fn min_run_s_holds_a_jobs_workers_live_and_a_guarantee_comes_back_through_
     })
     .await;
 }
+
+/// Issue #43, moves at checkpoints, live: job `x` declares that it saves every 10 minutes (and
+/// not at a stop) and reports its checkpoint age; it took both workers while alone. Job `y`
+/// arrives: none of x's workers moves while x is between saves, though y bids; x reports a
+/// save, and y gets a worker right after it.
+#[tokio::test]
+async fn a_job_between_saves_keeps_its_workers_live_and_gives_them_up_right_after_a_save() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let nats = NatsServer::start();
+    let _scheduler = Scheduler::start(&nats.url, &fast_settings(""));
+    let c = crate::harness::client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    crate::harness::wait_status(&c, &s).await;
+    for id in ["w1", "w2"] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
+    let workers_of =
+        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let saved = Arc::new(AtomicBool::new(false));
+    let _x = {
+        let (c, s, saved) = (c.clone(), s.clone(), saved.clone());
+        crate::harness::Background::spawn(async move {
+            let spec = JobSpec { checkpoint_every_s: Some(600.0), ..JobSpec::new("x") };
+            assert!(hello(&c, &s, &spec).await.ok, "x's hello");
+            let mut last_save = std::time::Instant::now();
+            for iter in 1u64.. {
+                if saved.swap(false, Ordering::SeqCst) {
+                    last_save = std::time::Instant::now();
+                }
+                let report = slaq::protocol::LossReport {
+                    checkpoint_age_s: Some(last_save.elapsed().as_secs_f64()),
+                    ..loss_report("x", iter)
+                };
+                let _ = bus::publish(&c, s.job_loss("x"), Encoding::MsgPack, &report).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    eventually(&c, &s, Duration::from_secs(15), "x alone takes both workers", |st| workers_of(st, "x") == 2).await;
+    let _y = reporting(c.clone(), s.clone(), "y");
+    eventually(&c, &s, Duration::from_secs(15), "y known and bidding", |st| {
+        st.jobs.iter().any(|j| j.job == "y" && j.points >= 5)
+    })
+    .await;
+    for _ in 0..30 {
+        let st = crate::harness::wait_status(&c, &s).await;
+        assert_eq!((workers_of(&st, "x"), workers_of(&st, "y")), (2, 0), "x moved between saves");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    saved.store(true, Ordering::SeqCst);
+    eventually(&c, &s, Duration::from_secs(5), "y gets a worker right after x's save", |st| workers_of(st, "y") >= 1)
+        .await;
+}

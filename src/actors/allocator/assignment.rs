@@ -231,6 +231,9 @@ impl Allocator {
                 }
                 entry.workers_since_s = now_s;
             }
+            if job_changed[j] {
+                entry.saves.restarted(now_s);
+            }
             if job_changed[j] && !generations.start(id, entry, &workers, batches[j], fx) {
                 without_ranks.get_or_insert_with(|| id.clone());
                 without_ranks_count += 1;

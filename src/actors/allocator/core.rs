@@ -180,11 +180,16 @@ impl Allocator {
         // Teams: each tenant's share of the cluster as it is now, and each job's tenant from its
         // id (its subject), once for the plan and the summary.
         let tenants = self.settings.tenants.get();
-        let held = self.held(now_s, tenants.as_deref());
-        let tenancy = tenants.as_deref().map(|t| {
-            let tenant_of = t.tenant_of(self.jobs.keys().map(String::as_str));
+        let tenant_of = tenants.as_deref().map(|t| t.tenant_of(self.jobs.keys().map(String::as_str)));
+        let shares = tenants.as_deref().map(|t| t.shares(self.registry.len() as u32).shares);
+        let owed = match (&shares, &tenant_of) {
+            (Some(shares), Some(tenant_of)) => self.guarantee_owed(shares, tenant_of),
+            _ => false,
+        };
+        let held = self.held(now_s, tenants.as_deref(), owed);
+        let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((t, shares), tenant_of)| {
             let held_by_tenant = self.held_by_tenant(&held, &tenant_of, t.names.len());
-            (t.shares(self.registry.len() as u32).shares, tenant_of, held_by_tenant)
+            (shares, tenant_of, held_by_tenant)
         });
         let plan = self.plan(&pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let planned = stopwatch_ms();

@@ -67,6 +67,16 @@ impl GainFn for BidGain<'_> {
     }
 }
 
+/// How a job keeps its workers this epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hold {
+    None,
+    /// Within its tenant's `min_run_s` of its last change: what it has is its minimum.
+    Keep,
+    /// Between two of its saves (`schedule::Saves`): exactly what it has.
+    Save,
+}
+
 impl Allocator {
     /// A job's new bid (a job unknown here is ignored).
     pub(super) fn take_bid(&mut self, job: &str, bid: Bid, now_s: f64, fx: &mut Vec<Effect>) {
@@ -91,6 +101,10 @@ impl Allocator {
             // Read by the bound and the completion term, which fair sharing has neither of.
             if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
+            }
+            entry.saves.declare(bid.checkpoint_every_s);
+            if let Some(age) = bid.checkpoint_age_s {
+                entry.saves.observe(now_s, age);
             }
             entry.bid = Some(bid);
             entry.pending_for = None;
@@ -149,27 +163,53 @@ impl Allocator {
         self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
     }
 
-    /// The jobs within their tenant's `min_run_s` of their last change of workers (issue #43):
-    /// none of their workers is rebalanced away, by their tenant's quota
-    /// (`schedule::tenants::quotas_holding`) or inside it (their count is their minimum),
-    /// except to restore a guarantee.
-    pub(super) fn held(&self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>) -> Vec<bool> {
-        let Some(set) = tenants.filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0)) else {
-            return vec![false; self.jobs.len()];
-        };
+    /// Which jobs keep their workers this epoch (issue #43), and how ([`Hold`]): none of their
+    /// workers is rebalanced away, by their tenant's quota (`schedule::tenants::quotas_holding`)
+    /// or inside it, except to restore a guarantee. A save seen before this decision frees a
+    /// job only at it (`schedule::Saves::decided`).
+    pub(super) fn held(&mut self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>, owed: bool) -> Vec<Hold> {
+        let min_run = tenants.filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0));
+        let max_wait_s = self.settings.save_wait_max.as_secs_f64();
         self.jobs
-            .iter()
+            .iter_mut()
             .map(|(id, e)| {
-                !e.workers.is_empty() && set.config_of(id).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)
+                let waits = e.saves.waits(now_s, max_wait_s);
+                e.saves.decided();
+                if e.workers.is_empty() || e.bid.is_none() {
+                    Hold::None
+                } else if waits && !owed {
+                    Hold::Save
+                } else if min_run.and_then(|t| t.config_of(id)).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)
+                {
+                    Hold::Keep
+                } else {
+                    Hold::None
+                }
             })
             .collect()
     }
 
+    /// Whether some tenant holds fewer workers than it is entitled to (its jobs' demand being
+    /// what their bids could use).
+    pub(super) fn guarantee_owed(&self, shares: &[schedule::TenantShare], tenant_of: &[usize]) -> bool {
+        let cluster = self.registry.len() as u32;
+        let (mut demand, mut held) = (vec![0u32; shares.len()], vec![0u32; shares.len()]);
+        for (e, &t) in self.jobs.values().zip(tenant_of) {
+            if let (Some(d), Some(h)) = (demand.get_mut(t), held.get_mut(t)) {
+                *d = d.saturating_add(e.bid.as_ref().map_or(0, |b| b.max_workers)).min(cluster);
+                *h += e.workers.len() as u32;
+            }
+        }
+        schedule::tenants::guarantee_owed(cluster, shares, &demand, &held)
+    }
+
     /// Per tenant, the workers its held jobs hold.
-    pub(super) fn held_by_tenant(&self, held: &[bool], tenant_of: &[usize], tenants: usize) -> Vec<u32> {
+    pub(super) fn held_by_tenant(&self, held: &[Hold], tenant_of: &[usize], tenants: usize) -> Vec<u32> {
         let mut out = vec![0u32; tenants];
         for ((e, &h), &t) in self.jobs.values().zip(held).zip(tenant_of) {
-            if h && let Some(n) = out.get_mut(t) {
+            if h != Hold::None
+                && let Some(n) = out.get_mut(t)
+            {
                 *n += e.workers.len() as u32;
             }
         }
@@ -181,7 +221,7 @@ impl Allocator {
     pub(super) fn plan(
         &self,
         pinned: &[bool],
-        held: &[bool],
+        held: &[Hold],
         current: &[Option<usize>],
         ledgers: &mut [FloorLedger],
         now_s: f64,
@@ -276,7 +316,7 @@ impl Allocator {
     fn epoch_jobs(
         &self,
         pinned: &[bool],
-        held: &[bool],
+        held: &[Hold],
         now_s: f64,
     ) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
@@ -293,9 +333,10 @@ impl Allocator {
                     _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
                     _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
                     Some(b) => JobBid {
-                        // Held (its tenant's min_run_s): what it has is its minimum, which stands.
-                        min_workers: if held { have.min(b.max_workers) } else { b.min_workers },
-                        max_workers: b.max_workers,
+                        // Held (its tenant's min_run_s): what it has is its minimum, which stands;
+                        // between two saves, what it has is all it gets too.
+                        min_workers: if held == Hold::None { b.min_workers } else { have.min(b.max_workers) },
+                        max_workers: if held == Hold::Save { have.min(b.max_workers) } else { b.max_workers },
                         attained_service,
                         gain: b.gain.as_ref().map(|g| {
                             let gain = match &entry.command {
@@ -331,7 +372,7 @@ impl Allocator {
                 EpochJob {
                     bid,
                     // A held job's minimum is the scheduler's, and stands.
-                    own_minimum: own.is_some() && (stale || !held),
+                    own_minimum: own.is_some() && (stale || held == Hold::None),
                     sizes: own.and_then(|b| b.sizes.as_deref()),
                     model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
                     pace,

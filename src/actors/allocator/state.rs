@@ -12,7 +12,7 @@ use super::super::types::JobSpeeds;
 use crate::cluster::ranks::PortBook;
 use crate::policy::PolicyKind;
 use crate::protocol::{EndReason, EpochSummary, JobAllocation, JobCommand, JobOutcome, WorkerAssignment, WorkerSpec};
-use crate::schedule::{FloorLedger, JobModel, PlaceSettings, PlanSettings};
+use crate::schedule::{FloorLedger, JobModel, PlaceSettings, PlanSettings, Saves};
 
 /// What the allocator needs of the configuration.
 #[derive(Clone, Debug)]
@@ -36,6 +36,9 @@ pub struct AllocatorSettings {
     /// A submitted job keeps its workers for at least this long after each change (see
     /// `min_generation_ms`).
     pub min_generation: Duration,
+    /// A job saving at most this far apart changes only right after a save (`save_wait_max_ms`,
+    /// `schedule::Saves`; zero: never waits).
+    pub save_wait_max: Duration,
     /// First rendezvous port, ports per address, and how long a port given back cools.
     pub rendezvous: (u16, u16, Duration),
     /// ... and at least this many times its measured restart cost.
@@ -122,6 +125,8 @@ pub(super) struct JobEntry {
     pub(super) quiet: bool,
     /// When its workers last changed.
     pub(super) workers_since_s: f64,
+    /// Its saves, from the checkpoint ages its bids carry.
+    pub(super) saves: Saves,
     /// Its processes' generation: one more at every change of its membership.
     pub(super) generation: u64,
     /// A worker of it went silent and was removed: its membership changed at the next epoch.
@@ -158,6 +163,7 @@ impl JobEntry {
             batch: None,
             quiet: false,
             workers_since_s: now_s,
+            saves: Saves::default(),
             generation: 0,
             lost_workers: false,
             command: None,

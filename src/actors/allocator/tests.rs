@@ -27,6 +27,7 @@ fn settings() -> AllocatorSettings {
         replica: None,
         stall_timeout: Some(Duration::from_secs(30)),
         min_generation: Duration::ZERO,
+        save_wait_max: Duration::ZERO,
         rendezvous: (29_500, 1_000, Duration::from_secs(5)),
         restart_amortisation: 0.0,
         bid_horizon_s: 60.0,
@@ -411,4 +412,54 @@ fn a_type_nobody_has_compared_is_tried_by_one_job() {
     assert!(measured.contains_key("a") && measured.contains_key("b"), "{measured:?}");
     assert!(kinds.contains(&"a") && kinds.contains(&"b"), "the job never tried the other type: {kinds:?}");
     assert!(kinds.len() <= 3, "one try, not a dance: {kinds:?}");
+}
+
+/// Issue #43, moves at checkpoints: a job that saves every 100 s (declared) and not at a stop
+/// took the 4 workers while alone; a second job arriving takes none of them until the first
+/// has saved (its reported checkpoint age falls), then gets its share at once. With tenants, a
+/// guarantee waits for no save.
+#[test]
+fn a_job_between_saves_keeps_its_workers_until_it_saves_unless_a_guarantee_needs_them() {
+    let saving_bid = |job: &str, age_s: f64| Bid {
+        checkpoint_every_s: Some(100.0),
+        checkpoint_age_s: Some(age_s),
+        ..bid(job, None, 40)
+    };
+    let run = |save_wait_max: Duration, tenants: Option<&str>| {
+        let tenants = tenants.map(|t| TenantSet::new(toml::from_str(t).expect("tenants")).expect("valid tenants"));
+        let settings = AllocatorSettings { save_wait_max, tenants: Tenants::new(tenants), ..settings() };
+        let mut a = Allocator::new(settings, false);
+        for w in 0..4 {
+            a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+        }
+        a.handle(0.0, Input::JobStarted { job: "a.x".into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: "a.x".into(), bid: saving_bid("a.x", 0.0) });
+        let mut held: BTreeMap<String, Vec<String>> = members(&epoch(&mut a, 1.0, true));
+        assert_eq!(held.get("a.x").map(Vec::len), Some(4), "alone, a's job takes the cluster");
+        a.handle(1.5, Input::JobStarted { job: "b.y".into(), local: true, command: None });
+        a.handle(1.5, Input::Bid { job: "b.y".into(), bid: bid("b.y", None, 40) });
+        let mut first_change = None;
+        for now_s in 2..=150 {
+            let now_s = f64::from(now_s);
+            // a saves at 100 s: its reports' age is counted from its last save.
+            let age = if now_s < 100.0 { now_s } else { now_s - 100.0 };
+            a.handle(now_s, Input::Bid { job: "a.x".into(), bid: saving_bid("a.x", age) });
+            let changed = members(&beating_epoch(&mut a, now_s));
+            if changed.contains_key("b.y") && first_change.is_none() {
+                first_change = Some(now_s);
+            }
+            held.extend(changed);
+        }
+        (first_change, held)
+    };
+    let (at, held) = run(Duration::from_secs(1800), None);
+    assert_eq!(at, Some(100.0), "b's job gets workers right after a's save: {held:?}");
+    assert!(held.get("b.y").is_some_and(|w| !w.is_empty()), "{held:?}");
+    let (at, _) = run(Duration::ZERO, None);
+    assert_eq!(at, Some(2.0), "save_wait_max 0: no wait");
+    let (at, _) = run(Duration::from_secs(50), None);
+    assert_eq!(at, Some(2.0), "saves further apart than save_wait_max: no wait");
+    let (at, held) = run(Duration::from_secs(1800), Some("a = { guaranteed = 0 }\nb = { guaranteed = 2 }\n"));
+    assert_eq!(at, Some(2.0), "b's guarantee waits for no save: {held:?}");
+    assert!(held.get("b.y").is_some_and(|w| w.len() >= 2), "{held:?}");
 }

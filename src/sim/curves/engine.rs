@@ -539,7 +539,7 @@ fn reallocate(
     config: &SimConfig,
     policy: PolicySpec,
     now: f64,
-    teams: Option<&mut Teams<'_>>,
+    mut teams: Option<&mut Teams<'_>>,
 ) {
     let needs_gains = policy.kind == PolicyKind::Slaq;
     if policy.name == "srpt-oracle" {
@@ -562,6 +562,14 @@ fn reallocate(
     // With teams every change restarts a job: its gains are priced for it (`sim_gain`).
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut peer_gains = peer_tables(states, active, config, policy, now);
+    let tenant_of: Vec<usize> =
+        teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
+    // Jobs waiting for a save keep what they hold; per tenant, its quota keeps them.
+    let saving_jobs = match teams.as_deref_mut() {
+        Some(t) => t.waiting_for_saves(now, active, &states.iter().map(|s| &s.replay).collect::<Vec<_>>()),
+        None => Vec::new(),
+    };
+    let mut saving = vec![0u32; teams.as_deref().map_or(0, |t| t.shares.len())];
     let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
@@ -573,18 +581,22 @@ fn reallocate(
             })
             .flatten()
             .map(|gain| schedule::Finishing::new(gain, finish_of(s, config, policy)));
-        let (min_workers, max_workers) = peer_gains
+        let (mut min_workers, mut max_workers) = peer_gains
             .get(i)
             .map_or((config.min_workers_per_job, config.max_workers_per_job), |&(_, min, max)| (min, max));
+        let have = s.replay.workers;
+        let waits = saving_jobs.get(i).copied().unwrap_or(false);
+        if waits {
+            (min_workers, max_workers) = (have, have);
+            saving[tenant_of[i]] += have;
+        }
         let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
         // their counts (the fewest moves maps them to workers, which the simulator does not track).
         let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));
-        epoch_jobs.push(EpochJob { bid, own_minimum: true, sizes: None, model: &model, pace });
+        epoch_jobs.push(EpochJob { bid, own_minimum: !waits, sizes: None, model: &model, pace });
     }
     let current = current_workers(states, active, config.num_workers);
-    let tenant_of: Vec<usize> =
-        teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
     let input = EpochInput {
         policy: policy.kind,
         plan,
@@ -594,7 +606,7 @@ fn reallocate(
         current: &current,
         seed: 0,
         types: None,
-        tenants: teams.as_deref().map(|t| Tenancy { shares: t.shares, tenant_of: &tenant_of, held: &[] }),
+        tenants: teams.as_deref().map(|t| Tenancy { shares: t.shares, tenant_of: &tenant_of, held: &saving }),
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);

@@ -5,7 +5,7 @@
 //! waits until the job has run `hold_s` (and its tenant's `min_run_s`) since its last grow.
 
 use super::replay::ReplayJob;
-use crate::schedule::{Quotas, TenantShare};
+use crate::schedule::{Quotas, Saves, TenantShare};
 
 use crate::sim::teams::track::Track;
 
@@ -33,7 +33,13 @@ struct Move {
     started_at: f64,
     /// What the last plan gave it (`None` before its first plan).
     planned: Option<u32>,
+    /// Its saves, as the scheduler sees them.
+    saves: Saves,
 }
+
+/// The longest interval between a job's saves that a change of its workers waits for (the
+/// live allocator's default).
+const SAVE_WAIT_MAX_S: f64 = crate::schedule::saves::DEFAULT_MAX_WAIT_S;
 
 impl Default for Move {
     fn default() -> Self {
@@ -45,6 +51,7 @@ impl Default for Move {
             changed_at: f64::NEG_INFINITY,
             started_at: 0.0,
             planned: None,
+            saves: Saves::default(),
         }
     }
 }
@@ -111,6 +118,27 @@ impl<'a> Teams<'a> {
         self.restart_s + age
     }
 
+    /// Which of the `active` jobs wait for their next save before their workers change
+    /// ([`Saves`], fed here with each computing job's checkpoint age): none while a tenant is
+    /// owed its guarantee (a reclaim waits for no save: the job has its grace). Such a job's
+    /// count is what it holds, neither more nor fewer.
+    pub fn waiting_for_saves(&mut self, now: f64, active: &[usize], jobs: &[&ReplayJob<'_>]) -> Vec<bool> {
+        let owed = self.track.guarantee_owed();
+        active
+            .iter()
+            .map(|&j| {
+                let m = &mut self.moves[j];
+                let computing = jobs[j].workers > 0 && m.resume_at.is_none() && m.release_at.is_none();
+                if !(computing && self.checkpoint_s > 0.0) {
+                    return false;
+                }
+                m.saves.declare(Some(self.checkpoint_s));
+                m.saves.observe(now, (now - m.started_at).max(0.0) % self.checkpoint_s);
+                !owed && m.saves.waits(now, SAVE_WAIT_MAX_S)
+            })
+            .collect()
+    }
+
     /// The next release or end of a restart.
     pub fn next_event(&self) -> Option<f64> {
         self.moves.iter().flat_map(|m| [m.release_at, m.resume_at]).flatten().min_by(f64::total_cmp)
@@ -148,6 +176,7 @@ impl<'a> Teams<'a> {
             if m.resume_at.is_some_and(|t| t <= now) {
                 m.resume_at = None;
                 m.started_at = now;
+                m.saves.restarted(now);
                 r.paused = false;
             }
             if m.release_at.is_some_and(|t| t <= now) {
@@ -187,6 +216,7 @@ impl<'a> Teams<'a> {
             let (m, held) = (&mut self.moves[j], jobs[j].workers);
             let times = self.times[self.tenant_of[j]];
             m.planned = Some(c);
+            m.saves.decided();
             if let Some(at) = m.release_at {
                 // Told to stop: it stops at its deadline, giving up at least what it was told
                 // (a reclaim is never put off by a later plan), and may be granted more after;
@@ -371,5 +401,33 @@ mod tests {
         assert!(!replays[0].paused && replays[1].paused, "A restarts in 9 s, B in 9 + 10 s");
         assert_eq!(teams.next_event(), Some(79.0));
         assert_eq!(teams.track.finish(79.0).tenants[1].lost_worker_s, 80.0);
+    }
+
+    /// Issue #43: with saves every 50 s, a computing job waits for its next save (free only at
+    /// the first decision after one), and waits for none while a tenant is owed its guarantee.
+    #[test]
+    fn a_computing_job_waits_for_its_save_unless_a_guarantee_is_owed() {
+        let jobs = two_jobs();
+        let mut replays = arrived(&jobs);
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let times = [TenantTimes { grace_s: 30.0, min_run_s: 0.0 }; 2];
+        let mut teams = Teams::new(8, u32::MAX, &shares, &times, &[0, 1], 9.0, 0.0);
+        teams.checkpoint_s = 50.0;
+        replays[0].active = false;
+        let waits = |teams: &mut Teams<'_>, now: f64, replays: &[ReplayJob<'_>]| {
+            teams.waiting_for_saves(now, &[1], &replays.iter().collect::<Vec<_>>())[0]
+        };
+        teams.integrate(0.0, 0.0, replays.iter().enumerate().filter(|(_, r)| r.active));
+        assert!(waits(&mut teams, 5.0, &replays), "between saves");
+        teams.apply(5.0, &[1], &[8], None, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert!(!waits(&mut teams, 50.0, &replays), "it saved at 50 s");
+        teams.apply(50.0, &[1], &[8], None, &mut replays.iter_mut().collect::<Vec<_>>());
+        assert!(waits(&mut teams, 55.0, &replays), "a save frees it at one decision only");
+        // A's job arrives: A is owed its guarantee, and B's job waits for no save.
+        replays[0].active = true;
+        teams.integrate(55.0, 0.0, replays.iter().enumerate());
+        assert!(!waits(&mut teams, 60.0, &replays));
+        teams.checkpoint_s = 0.0;
+        assert!(!waits(&mut teams, 60.0, &replays), "a job saving at its stop never waits");
     }
 }

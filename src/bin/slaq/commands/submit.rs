@@ -27,6 +27,10 @@ pub(crate) struct SubmitArgs {
     /// (`[scheduler] max_slowdown`) predicts its remaining work from.
     #[arg(long)]
     pub(crate) max_iters: Option<u64>,
+    /// Seconds between the job's saves, if it saves on a schedule and not at a stop (its
+    /// reports' `checkpoint_age_s` say when it last did): its workers change right after a save.
+    #[arg(long)]
+    pub(crate) checkpoint_every_s: Option<f64>,
     /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
     #[arg(long)]
     pub(crate) family: Option<String>,
@@ -100,6 +104,7 @@ pub(crate) fn run(args: SubmitArgs) -> anyhow::Result<()> {
         command: Some(command),
         worker_counts: args.worker_counts.clone(),
         max_iters: args.max_iters,
+        checkpoint_every_s: args.checkpoint_every_s,
         speeds: None,
         ..JobSpec::new(&args.job)
     };
