@@ -76,6 +76,8 @@ pub struct Teams<'a> {
     moves: Vec<Move>,
     /// Each tenant's workers in the last plan: grants never take a tenant past it.
     quota: Vec<u32>,
+    /// The jobs the last plan held for their next save.
+    saving: Vec<bool>,
     pub track: Track,
 }
 
@@ -101,6 +103,7 @@ impl<'a> Teams<'a> {
             max_per_job,
             moves: vec![Move::default(); tenant_of.len()],
             quota: vec![num_workers; shares.len()],
+            saving: vec![false; tenant_of.len()],
             track: Track::new(num_workers, shares),
         }
     }
@@ -124,6 +127,7 @@ impl<'a> Teams<'a> {
     /// count is what it holds, neither more nor fewer.
     pub fn waiting_for_saves(&mut self, now: f64, active: &[usize], jobs: &[&ReplayJob<'_>]) -> Vec<bool> {
         let owed = self.track.guarantee_owed();
+        self.saving.fill(false);
         active
             .iter()
             .map(|&j| {
@@ -134,7 +138,8 @@ impl<'a> Teams<'a> {
                 }
                 m.saves.declare(Some(self.checkpoint_s));
                 m.saves.observe(now, (now - m.started_at).max(0.0) % self.checkpoint_s);
-                !owed && m.saves.waits(now, SAVE_WAIT_MAX_S)
+                self.saving[j] = !owed && m.saves.waits(now, SAVE_WAIT_MAX_S);
+                self.saving[j]
             })
             .collect()
     }
@@ -148,7 +153,9 @@ impl<'a> Teams<'a> {
     pub fn integrate<'r>(&mut self, now: f64, dt: f64, active: impl Iterator<Item = (usize, &'r ReplayJob<'r>)>) {
         let n = self.shares.len();
         let (mut held, mut computing, mut demand) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+        let mut saving = false;
         for (j, r) in active {
+            saving |= self.saving[j];
             let t = self.tenant_of[j];
             held[t] += r.workers;
             if r.running() {
@@ -157,6 +164,9 @@ impl<'a> Teams<'a> {
             // What it could use: its plan, or before one, as much as a job may hold.
             let wants = self.moves[j].planned.unwrap_or(self.max_per_job);
             demand[t] = demand[t].saturating_add(wants).min(self.num_workers);
+        }
+        if saving {
+            self.track.idle_while_saving(self.num_workers.saturating_sub(held.iter().sum()), dt);
         }
         self.track.integrate(now, dt, &held, &computing, &demand);
     }

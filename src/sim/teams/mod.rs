@@ -319,6 +319,9 @@ pub struct Summary {
     pub tenants: Vec<TenantSummary>,
     pub cap_violations: u32,
     pub min_busy_fraction_while_waiting: Option<f64>,
+    /// Mean over seeds of the cluster idle while some job waited for its save, in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_idle_while_saving_pct: Option<f64>,
     pub runs: Vec<SeedRun>,
 }
 
@@ -397,6 +400,10 @@ pub fn summarise(scenario: &Scenario, runs: Vec<SeedRun>) -> Summary {
             .iter()
             .filter_map(|r| r.figures.busy_fraction_while_waiting)
             .reduce(f64::min),
+        mean_idle_while_saving_pct: {
+            let idle: Vec<f64> = runs.iter().filter_map(|r| r.figures.idle_while_saving_pct).collect();
+            (!idle.is_empty()).then(|| idle.iter().sum::<f64>() / idle.len() as f64)
+        },
         runs,
     }
 }

@@ -17,7 +17,10 @@
 //! - **Caps**: epochs ending with a tenant above guarantee + borrow limit, or the tenants
 //!   together above the cluster (`cap_violations`).
 //! - **Busy while waiting**: the fraction of the cluster computing, over the time some tenant
-//!   wanted more workers than it held.
+//!   wanted more workers than it held. A job held for its next save (`schedule::Saves`) wants
+//!   what it holds, so this misses workers left idle while jobs wait for saves, which are:
+//! - **Idle while saving**: worker-seconds no job held while some job was held for its next
+//!   save, in percent of the cluster's worker-seconds over the run (only with periodic saves).
 
 use crate::schedule::tenants::{TenantShare, scaled_guarantees};
 
@@ -72,6 +75,8 @@ pub struct Track {
     cap_violations: u32,
     waiting_s: f64,
     waiting_busy_ws: f64,
+    /// Worker-seconds free while some job was held for its next save (`None`: none ever was).
+    idle_saving_ws: Option<f64>,
 }
 
 /// One tenant's measurements at the end of a run.
@@ -105,6 +110,8 @@ pub struct TeamFigures {
     pub tenants: Vec<TenantFigures>,
     pub cap_violations: u32,
     pub busy_fraction_while_waiting: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_while_saving_pct: Option<f64>,
 }
 
 impl Track {
@@ -121,7 +128,7 @@ impl Track {
                 ..Tenant::default()
             })
             .collect();
-        Track { num_workers, tenants, cap_violations: 0, waiting_s: 0.0, waiting_busy_ws: 0.0 }
+        Track { num_workers, tenants, cap_violations: 0, waiting_s: 0.0, waiting_busy_ws: 0.0, idle_saving_ws: None }
     }
 
     /// Whether some tenant holds fewer workers than it is entitled to.
@@ -171,6 +178,11 @@ impl Track {
             self.waiting_s += dt;
             self.waiting_busy_ws += computing.iter().map(|&c| f64::from(c)).sum::<f64>() * dt;
         }
+    }
+
+    /// `[now, now + dt]` with `free` workers held by no job while some job waits for its save.
+    pub fn idle_while_saving(&mut self, free: u32, dt: f64) {
+        *self.idle_saving_ws.get_or_insert(0.0) += f64::from(free) * dt;
     }
 
     /// Workers taken from a job of `tenant`, told `notice_s` before.
@@ -245,7 +257,16 @@ impl Track {
             .collect();
         let busy =
             (self.waiting_s > 0.0).then(|| self.waiting_busy_ws / (self.waiting_s * f64::from(self.num_workers)));
-        TeamFigures { end_s, tenants, cap_violations: self.cap_violations, busy_fraction_while_waiting: busy }
+        let cluster_ws = f64::from(self.num_workers) * end_s;
+        TeamFigures {
+            end_s,
+            tenants,
+            cap_violations: self.cap_violations,
+            busy_fraction_while_waiting: busy,
+            idle_while_saving_pct: self
+                .idle_saving_ws
+                .map(|ws| if cluster_ws > 0.0 { 100.0 * ws / cluster_ws } else { 0.0 }),
+        }
     }
 }
 

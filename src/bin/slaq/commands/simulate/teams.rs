@@ -38,6 +38,9 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
         summary.cap_violations,
         summary.min_busy_fraction_while_waiting.map_or("-".to_string(), |b| format!("{:.3}", b)),
     );
+    if let Some(idle) = summary.mean_idle_while_saving_pct {
+        println!("idle while jobs wait for saves: {idle:.2}% of the cluster's worker-seconds (mean over seeds)");
+    }
     println!(
         "{:<8} {:>5} {:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>6} {:>6} {:>6} {:>8} {:>11} {:>11}",
         "tenant",
