@@ -221,6 +221,7 @@ impl Gains {
 struct Fleet {
     accelerator_workers: prometheus::IntGaugeVec,
     tenant_workers: prometheus::IntGaugeVec,
+    class_workers: prometheus::IntGaugeVec,
 }
 
 impl Fleet {
@@ -231,6 +232,11 @@ impl Fleet {
                 "Per tenant ([tenants]): workers guaranteed, in its quota, held, borrowed and lent; jobs and jobs waiting",
                 &["tenant", "kind"],
             ),
+            class_workers: gauge_vec(
+                "slaq_tenant_class_workers",
+                "Per tenant and priority class (when a tenant's jobs use classes): workers held, jobs and jobs waiting",
+                &["tenant", "class", "kind"],
+            ),
             accelerator_workers: gauge_vec(
                 "slaq_accelerator_workers",
                 "Workers alive per worker type, all and those running a job",
@@ -240,7 +246,11 @@ impl Fleet {
     }
 
     fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![Box::new(self.accelerator_workers.clone()), Box::new(self.tenant_workers.clone())]
+        vec![
+            Box::new(self.accelerator_workers.clone()),
+            Box::new(self.tenant_workers.clone()),
+            Box::new(self.class_workers.clone()),
+        ]
     }
 }
 
@@ -399,6 +409,11 @@ impl Metrics {
             ];
             for (kind, v) in kinds {
                 self.fleet.tenant_workers.with_label_values(&[name.as_str(), kind]).set(v as i64);
+            }
+            for (class, c) in &u.classes {
+                for (kind, v) in [("held", c.workers as usize), ("jobs", c.jobs), ("waiting", c.waiting)] {
+                    self.fleet.class_workers.with_label_values(&[name.as_str(), class.as_str(), kind]).set(v as i64);
+                }
             }
         }
         if let Some(gains) = &summary.gains {

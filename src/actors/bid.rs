@@ -33,6 +33,8 @@ pub struct Bid {
     pub max_iters: Option<u64>,
     /// Seconds between its saves, if it declared them (`JobSpec::checkpoint_every_s`).
     pub checkpoint_every_s: Option<f64>,
+    /// The priority it asked for (`JobSpec::priority`; its tenant caps it).
+    pub priority: u8,
     /// Its declared speeds per worker type (`JobSpec::speeds`).
     pub speeds: Option<Arc<std::collections::BTreeMap<String, f64>>>,
 }
@@ -62,6 +64,7 @@ impl Bid {
             checkpoint_age_s: None,
             max_iters: spec.max_iters,
             checkpoint_every_s: spec.checkpoint_every_s,
+            priority: spec.priority,
             speeds: spec.speeds.clone().map(Arc::new),
             sizes: spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
@@ -87,6 +90,7 @@ impl Bid {
             checkpoint_age_s: self.checkpoint_age_s,
             max_iters: self.max_iters,
             checkpoint_every_s: self.checkpoint_every_s,
+            priority: self.priority,
             speeds: self.speeds.as_deref().cloned(),
         }
     }
@@ -107,6 +111,7 @@ impl Bid {
             checkpoint_age_s: w.checkpoint_age_s,
             max_iters: w.max_iters,
             checkpoint_every_s: w.checkpoint_every_s,
+            priority: w.priority,
             speeds: w.speeds.map(Arc::new),
         }
     }

@@ -124,8 +124,16 @@ pub struct AcceleratorUse {
     pub busy: usize,
 }
 
-/// One tenant's workers at an epoch (issue #32, `[tenants]`).
+/// One priority class of a tenant at an epoch (issue #43).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassUse {
+    pub workers: u32,
+    pub jobs: usize,
+    pub waiting: usize,
+}
+
+/// One tenant's workers at an epoch (issue #32, `[tenants]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantUse {
     /// Its guarantee on the cluster as it is (scaled down when the guarantees exceed it).
     pub guaranteed: u32,
@@ -139,6 +147,9 @@ pub struct TenantUse {
     pub jobs: usize,
     /// Its jobs without workers.
     pub waiting: usize,
+    /// Per priority class (its number), when any of its jobs is above class 0.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, ClassUse>,
 }
 
 /// What the scheduler believes (`slaq.v1.ctl.status`).

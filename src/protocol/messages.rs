@@ -80,6 +80,10 @@ pub struct JobSpec {
     /// a save, not between two, unless a guarantee needs them (`save_wait_max_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_every_s: Option<f64>,
+    /// Its priority class inside its tenant, capped by the tenant's `max_priority` (with
+    /// `[tenants]`; ignored without): a higher class is served first from its tenant's quota.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub priority: u8,
     /// Scheduler-owned, never read from a hello: the reports stream's sequence at which an
     /// earlier job of the same id ended (its bye). The scheduler saves it with the spec, and
     /// drops stream messages of the job at or below it, so a restarted scheduler's replay
@@ -191,6 +195,7 @@ impl JobSpec {
             max_iters: None,
             speeds: None,
             checkpoint_every_s: None,
+            priority: 0,
             ended_before: None,
         }
     }
@@ -512,6 +517,10 @@ pub struct Running {
 }
 
 pub(super) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u8(n: &u8) -> bool {
     *n == 0
 }
 

@@ -35,6 +35,8 @@ pub struct WireBid {
     pub max_iters: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_every_s: Option<f64>,
+    #[serde(default)]
+    pub priority: u8,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<std::collections::BTreeMap<String, f64>>,
 }
@@ -121,6 +123,7 @@ pub(crate) mod tests {
             checkpoint_age_s: None,
             max_iters: None,
             checkpoint_every_s: None,
+            priority: 0,
             speeds: None,
         };
         PartitionBids {

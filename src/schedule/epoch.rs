@@ -76,6 +76,10 @@ pub struct Tenancy<'a> {
     /// Per tenant, the workers its jobs hold within their `min_run_s` (empty: none), which its
     /// quota keeps unless a guarantee needs them ([`super::tenants::quotas_holding`]).
     pub held: &'a [u32],
+    /// `class_of[j]`: job `j`'s priority class inside its tenant (empty: all 0). A tenant's
+    /// quota serves its higher classes first; each class's jobs share what the classes above
+    /// left, by the policy.
+    pub class_of: &'a [u8],
 }
 
 /// The worker types of a cluster and how fast each job runs on each.
@@ -511,7 +515,7 @@ fn tenant_counts<G: GainFn>(
     loop {
         let q = quotas_holding(num_workers, tenancy.shares, &demand, tenancy.held);
         ledgers.clone_from_slice(&fresh);
-        let out = counts_in_quotas(input, &members, &q, ledgers);
+        let out = counts_in_quotas(input, &members, tenancy.class_of, &q, ledgers);
         let mut lowered = false;
         for (t, members) in members.iter().enumerate() {
             let used: u32 = members.iter().map(|&j| out[j]).sum();
@@ -526,47 +530,69 @@ fn tenant_counts<G: GainFn>(
     }
 }
 
-/// Step 1 inside each tenant's quota, on its own jobs.
+/// Step 1 inside each tenant's quota, on its own jobs: class by class from the highest, each
+/// class on what the classes above it left.
 fn counts_in_quotas<G: GainFn>(
     input: &EpochInput<'_, G>,
     members: &[Vec<usize>],
+    class_of: &[u8],
     quotas: &Quotas,
     ledgers: &mut [FloorLedger],
 ) -> Vec<u32> {
     let mut out = vec![0u32; input.jobs.len()];
+    let class = |j: usize| class_of.get(j).copied().unwrap_or(0);
     for (t, members) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
-        let jobs: Vec<EpochJob<'_, ByRef<'_, G>>> = members
-            .iter()
-            .map(|&j| {
-                let job = &input.jobs[j];
-                EpochJob {
-                    bid: job.bid.by_ref(),
-                    own_minimum: job.own_minimum,
-                    sizes: job.sizes,
-                    model: job.model,
-                    pace: job.pace,
-                }
-            })
-            .collect();
-        let own = EpochInput {
-            policy: input.policy,
-            plan: input.plan,
-            place: input.place,
-            jobs: &jobs,
-            machine_of: None,
-            current: &[],
-            seed: input.seed,
-            types: None,
-            tenants: None,
-        };
-        let mut own_ledgers: Vec<FloorLedger> = members.iter().map(|&j| std::mem::take(&mut ledgers[j])).collect();
-        let counts = counts(&own, quotas.workers[t], &mut own_ledgers);
-        for ((&j, c), ledger) in members.iter().zip(counts).zip(own_ledgers) {
-            out[j] = c;
-            ledgers[j] = ledger;
+        let mut classes: Vec<u8> = members.iter().map(|&j| class(j)).collect();
+        classes.sort_unstable_by(|a, b| b.cmp(a));
+        classes.dedup();
+        let mut left = quotas.workers[t];
+        for c in classes {
+            let members: Vec<usize> = members.iter().copied().filter(|&j| class(j) == c).collect();
+            counts_of(input, &members, left, ledgers, &mut out);
+            left -= members.iter().map(|&j| out[j]).sum::<u32>().min(left);
         }
     }
     out
+}
+
+/// Step 1 on `members` alone, with `workers`: their counts into `out`.
+fn counts_of<G: GainFn>(
+    input: &EpochInput<'_, G>,
+    members: &[usize],
+    workers: u32,
+    ledgers: &mut [FloorLedger],
+    out: &mut [u32],
+) {
+    let jobs: Vec<EpochJob<'_, ByRef<'_, G>>> = members
+        .iter()
+        .map(|&j| {
+            let job = &input.jobs[j];
+            EpochJob {
+                bid: job.bid.by_ref(),
+                own_minimum: job.own_minimum,
+                sizes: job.sizes,
+                model: job.model,
+                pace: job.pace,
+            }
+        })
+        .collect();
+    let own = EpochInput {
+        policy: input.policy,
+        plan: input.plan,
+        place: input.place,
+        jobs: &jobs,
+        machine_of: None,
+        current: &[],
+        seed: input.seed,
+        types: None,
+        tenants: None,
+    };
+    let mut own_ledgers: Vec<FloorLedger> = members.iter().map(|&j| std::mem::take(&mut ledgers[j])).collect();
+    let counts = counts(&own, workers, &mut own_ledgers);
+    for ((&j, c), ledger) in members.iter().zip(counts).zip(own_ledgers) {
+        out[j] = c;
+        ledgers[j] = ledger;
+    }
 }
 
 /// Step 1: workers per job.
@@ -808,7 +834,7 @@ mod tests {
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];
         let plan = |tenant_of: &[usize], jobs: &[EpochJob<'_, Gain>]| {
-            let tenancy = Tenancy { shares: &shares, tenant_of, held: &[] };
+            let tenancy = Tenancy { shares: &shares, tenant_of, held: &[], class_of: &[] };
             let input = EpochInput { tenants: Some(tenancy), ..input(jobs, None, &current) };
             plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()])
         };
@@ -834,6 +860,30 @@ mod tests {
     }
 
     #[test]
+    fn inside_a_tenant_a_higher_class_is_served_first_and_other_tenants_are_unaffected() {
+        // A and B guaranteed 4 of 8 each, all three jobs gaining on every worker. A's meek job
+        // of class 1 takes all it can use of A's 4 (3) before A's eager class-0 job gets the
+        // rest, which by gain alone would take nearly all; B's job keeps its 4 either way.
+        let model = test_job(Layout::new());
+        let eager: Gain = |w| f64::from(w);
+        let meek: Gain = |w| 1e-3 * f64::from(w);
+        let mut high = up_to_8(meek, &model);
+        high.bid.max_workers = 3;
+        let jobs = [up_to_8(eager, &model), high, up_to_8(eager, &model)];
+        let shares = [TenantShare::new(4), TenantShare::new(4)];
+        let current = [None; 8];
+        let plan = |class_of: &[u8]| {
+            let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 0, 1], held: &[], class_of };
+            let input = EpochInput { tenants: Some(tenancy), ..input(&jobs, None, &current) };
+            plan_epoch(&input, &mut vec![FloorLedger::default(); 3]).counts
+        };
+        let flat = plan(&[]);
+        assert!(flat[1] < 3 && flat[2] == 4, "{flat:?}");
+        assert_eq!(plan(&[0, 1, 0]), vec![1, 3, 4]);
+        assert_eq!(plan(&[0, 1, 0])[2], flat[2], "B is isolated from A's classes");
+    }
+
+    #[test]
     fn with_tenants_a_quota_its_jobs_do_not_use_goes_to_a_tenant_that_wants_it() {
         // A and B guaranteed 4 of 8 each. A's one job slows down past 2 workers: the 2 it
         // leaves of its quota go to B, whose job gains on every worker.
@@ -844,7 +894,7 @@ mod tests {
         let jobs = [job(two), job(eager)];
         let shares = [TenantShare::new(4), TenantShare::new(4)];
         let current = [None; 8];
-        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 1], held: &[] };
+        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 1], held: &[], class_of: &[] };
         let input = EpochInput { tenants: Some(tenancy), ..input(&jobs, None, &current) };
         let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
         assert_eq!(p.counts, vec![2, 6]);
@@ -1060,7 +1110,7 @@ mod tests {
                 current: &current,
                 seed: 1,
                 types: None,
-                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[] }),
+                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[], class_of: &[] }),
             };
             let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
             let q = p.quotas.clone().expect("quotas");

@@ -60,6 +60,17 @@ pub struct TenantConfig {
     /// Seconds a job keeps workers it got between tenants both above their guarantees.
     #[serde(default)]
     pub min_run_s: f64,
+    /// The highest priority class its jobs may claim (`JobSpec.priority` is capped to it):
+    /// inside the tenant's quota a higher class is served first (issue #43).
+    #[serde(default)]
+    pub max_priority: u8,
+}
+
+impl TenantConfig {
+    /// The class of a job of this tenant asking for `priority`.
+    pub fn class_of(&self, priority: u8) -> u8 {
+        priority.min(self.max_priority)
+    }
 }
 
 fn one() -> f64 {
@@ -187,6 +198,7 @@ impl TenantSet {
         &self,
         quotas: &Quotas,
         tenant_of: &[usize],
+        class_of: &[u8],
         counts: &[u32],
     ) -> std::collections::BTreeMap<String, crate::protocol::TenantUse> {
         let mut out: std::collections::BTreeMap<String, crate::protocol::TenantUse> = self
@@ -205,11 +217,20 @@ impl TenantSet {
                 (name.clone(), use_)
             })
             .collect();
-        for (&t, &c) in tenant_of.iter().zip(counts) {
+        let class = |j: usize| class_of.get(j).copied().unwrap_or(0);
+        let classed: Vec<bool> =
+            (0..self.names.len()).map(|t| tenant_of.iter().enumerate().any(|(j, &o)| o == t && class(j) > 0)).collect();
+        for (j, (&t, &c)) in tenant_of.iter().zip(counts).enumerate() {
             if let Some(u) = self.names.get(t).and_then(|name| out.get_mut(name)) {
                 u.workers += c;
                 u.jobs += 1;
                 u.waiting += usize::from(c == 0);
+                if classed[t] {
+                    let k = u.classes.entry(class(j).to_string()).or_default();
+                    k.workers += c;
+                    k.jobs += 1;
+                    k.waiting += usize::from(c == 0);
+                }
             }
         }
         out

@@ -99,6 +99,8 @@ class Wire(unittest.TestCase):
         self.assertEqual(job_spec("j", max_workers=4)["max_workers"], 4)
         self.assertTrue(job_spec("j", parameter_server=True)["parameter_server"])
         self.assertEqual(job_spec("j", checkpoint_every_s=600)["checkpoint_every_s"], 600.0)
+        self.assertEqual(job_spec("j", priority=2)["priority"], 2)
+        self.assertNotIn("priority", job_spec("j"))
 
     def test_reports_carry_optional_statistics(self):
         report = loss_report("j", 1, 0.5, 0.2, 4, batch_size=64, machines=2, sync_seconds=0.05,

@@ -182,14 +182,15 @@ impl Allocator {
         let tenants = self.settings.tenants.get();
         let tenant_of = tenants.as_deref().map(|t| t.tenant_of(self.jobs.keys().map(String::as_str)));
         let shares = tenants.as_deref().map(|t| t.shares(self.registry.len() as u32).shares);
+        let class_of = tenants.as_deref().map(|t| self.classes(t)).unwrap_or_default();
         let owed = match (&shares, &tenant_of) {
             (Some(shares), Some(tenant_of)) => self.guarantee_owed(shares, tenant_of),
             _ => false,
         };
         let held = self.held(now_s, tenants.as_deref(), owed);
         let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((t, shares), tenant_of)| {
-            let held_by_tenant = self.held_by_tenant(&held, &tenant_of, t.names.len());
-            (shares, tenant_of, held_by_tenant)
+            let held = self.held_by_tenant(&held, &tenant_of, t.names.len());
+            super::planning::TenancyInput { shares, tenant_of, held, class_of }
         });
         let plan = self.plan(&pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let planned = stopwatch_ms();
@@ -216,7 +217,7 @@ impl Allocator {
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
             tenants: match (&tenants, &tenancy, &plan.quotas) {
-                (Some(t), Some((_, tenant_of, _)), Some(q)) => t.usage(q, tenant_of, &plan.counts),
+                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &plan.counts),
                 _ => Default::default(),
             },
         };

@@ -67,6 +67,15 @@ impl GainFn for BidGain<'_> {
     }
 }
 
+/// The teams' side of an epoch's input, owned: `schedule::Tenancy` borrows it.
+pub(super) struct TenancyInput {
+    pub(super) shares: Vec<schedule::TenantShare>,
+    pub(super) tenant_of: Vec<usize>,
+    /// Per tenant, the workers its held jobs hold.
+    pub(super) held: Vec<u32>,
+    pub(super) class_of: Vec<u8>,
+}
+
 /// How a job keeps its workers this epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Hold {
@@ -165,7 +174,8 @@ impl Allocator {
 
     /// Which jobs keep their workers this epoch (issue #43), and how ([`Hold`]): none of their
     /// workers is rebalanced away, by their tenant's quota (`schedule::tenants::quotas_holding`)
-    /// or inside it, except to restore a guarantee. A save seen before this decision frees a
+    /// or inside it, except to restore a guarantee or for a higher class of their tenant (the
+    /// planner serves it first, holds or not). A save seen before this decision frees a
     /// job only at it (`schedule::Saves::decided`).
     pub(super) fn held(&mut self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>, owed: bool) -> Vec<Hold> {
         let min_run = tenants.filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0));
@@ -203,6 +213,17 @@ impl Allocator {
         schedule::tenants::guarantee_owed(cluster, shares, &demand, &held)
     }
 
+    /// Each job's priority class: what its bid asks, capped by its tenant's `max_priority`.
+    pub(super) fn classes(&self, tenants: &schedule::tenants::TenantSet) -> Vec<u8> {
+        self.jobs
+            .iter()
+            .map(|(id, e)| {
+                let asked = e.bid.as_ref().map_or(0, |b| b.priority);
+                tenants.config_of(id).map_or(0, |c| c.class_of(asked))
+            })
+            .collect()
+    }
+
     /// Per tenant, the workers its held jobs hold.
     pub(super) fn held_by_tenant(&self, held: &[Hold], tenant_of: &[usize], tenants: usize) -> Vec<u32> {
         let mut out = vec![0u32; tenants];
@@ -226,7 +247,7 @@ impl Allocator {
         ledgers: &mut [FloorLedger],
         now_s: f64,
         typed: Option<&TypedCluster>,
-        tenancy: Option<&(Vec<schedule::tenants::TenantShare>, Vec<usize>, Vec<u32>)>,
+        tenancy: Option<&TenancyInput>,
     ) -> EpochPlan {
         let jobs = self.epoch_jobs(pinned, held, now_s);
         let machine_of = self.machines();
@@ -250,7 +271,12 @@ impl Allocator {
             current,
             seed: self.epoch,
             types,
-            tenants: tenancy.map(|(shares, tenant_of, held)| schedule::Tenancy { shares, tenant_of, held }),
+            tenants: tenancy.map(|t| schedule::Tenancy {
+                shares: &t.shares,
+                tenant_of: &t.tenant_of,
+                held: &t.held,
+                class_of: &t.class_of,
+            }),
         };
         schedule::plan_epoch(&input, ledgers)
     }

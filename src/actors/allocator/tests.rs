@@ -463,3 +463,42 @@ fn a_job_between_saves_keeps_its_workers_until_it_saves_unless_a_guarantee_needs
     assert_eq!(at, Some(2.0), "b's guarantee waits for no save: {held:?}");
     assert!(held.get("b.y").is_some_and(|w| w.len() >= 2), "{held:?}");
 }
+
+/// Issue #43, priority classes: tenant a (max_priority 1, min_run_s an hour) and b, guaranteed 2
+/// of 4 each. a's class-0 job holds a's 2 within its min_run_s; a's class-1 job arrives and
+/// takes them at once (the hold yields to a higher class), b's job keeps its 2 (isolation). A
+/// job asking for class 5 in b (max_priority 0) is class 0: it takes nothing from b's first.
+#[test]
+fn a_higher_class_is_served_first_inside_its_tenant_only() {
+    let set = TenantSet::new(
+        toml::from_str(
+            "a = { guaranteed = 2, max_priority = 1, min_run_s = 3600 }\nb = { guaranteed = 2, min_run_s = 3600 }\n",
+        )
+        .expect("tenants"),
+    )
+    .expect("valid tenants");
+    let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+    for w in 0..4 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    let with_priority = |job: &str, priority: u8| Bid { priority, ..bid(job, None, 40) };
+    for (job, p) in [("a.low", 0), ("b.first", 0)] {
+        a.handle(0.0, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: job.into(), bid: with_priority(job, p) });
+    }
+    let mut held: BTreeMap<String, Vec<String>> = members(&epoch(&mut a, 1.0, true));
+    assert_eq!((held.get("a.low").map(Vec::len), held.get("b.first").map(Vec::len)), (Some(2), Some(2)));
+    for (job, p) in [("a.high", 1), ("b.pushy", 5)] {
+        a.handle(1.5, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(1.5, Input::Bid { job: job.into(), bid: with_priority(job, p) });
+    }
+    let out = a.epoch(2.0, true, &|| 0.0);
+    held.extend(members(&out.effects));
+    assert_eq!(held.get("a.high").map(Vec::len), Some(2), "a's class 1 first: {held:?}");
+    assert!(held.get("a.low").is_none_or(Vec::is_empty), "{held:?}");
+    assert_eq!(held.get("b.first").map(Vec::len), Some(2), "b untouched, its hold kept: {held:?}");
+    assert!(held.get("b.pushy").is_none_or(Vec::is_empty), "capped to b's class 0: {held:?}");
+    let classes = &out.summary.tenants["a"].classes;
+    assert_eq!((classes["1"].workers, classes["0"].workers, classes["0"].waiting), (2, 0, 1), "{classes:?}");
+    assert!(out.summary.tenants["b"].classes.is_empty(), "b's jobs are all class 0");
+}

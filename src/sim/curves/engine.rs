@@ -606,7 +606,12 @@ fn reallocate(
         current: &current,
         seed: 0,
         types: None,
-        tenants: teams.as_deref().map(|t| Tenancy { shares: t.shares, tenant_of: &tenant_of, held: &saving }),
+        tenants: teams.as_deref().map(|t| Tenancy {
+            shares: t.shares,
+            tenant_of: &tenant_of,
+            held: &saving,
+            class_of: &[],
+        }),
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);

@@ -174,7 +174,7 @@ def job_command(argv, env=None, cwd=None, checkpoint_dir=None, max_restarts=3) -
 def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
              target_loss=None, slo_iter_seconds=None, batch_sizes=None, parameter_server=False,
              max_local_batch=None, command=None, worker_counts=None, max_iters=None,
-             checkpoint_every_s=None) -> dict:
+             checkpoint_every_s=None, priority=0) -> dict:
     spec = {"job": job, "weight": float(weight), "min_workers": int(min_workers)}
     optional = {"family": family, "tenant": tenant, "max_workers": max_workers, "target_loss": target_loss,
                 "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes,
@@ -185,6 +185,8 @@ def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_
     spec.update({k: v for k, v in optional.items() if v is not None})
     if parameter_server:
         spec["parameter_server"] = True
+    if priority:
+        spec["priority"] = int(priority)
     return spec
 
 

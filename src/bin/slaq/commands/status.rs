@@ -173,6 +173,13 @@ fn print_workers(snapshot: &StatusSnapshot) {
                 "{:<16} {:>10} {:>6} {:>6} {:>8} {:>5} {:>5} {:>8}",
                 name, u.guaranteed, u.quota, u.workers, u.borrowed, u.lent, u.jobs, u.waiting
             );
+            for (class, c) in u.classes.iter().rev() {
+                let label = format!("  class {class}");
+                println!(
+                    "{:<16} {:>10} {:>6} {:>6} {:>8} {:>5} {:>5} {:>8}",
+                    label, "", "", c.workers, "", "", c.jobs, c.waiting
+                );
+            }
         }
     }
 }

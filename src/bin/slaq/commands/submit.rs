@@ -31,6 +31,10 @@ pub(crate) struct SubmitArgs {
     /// reports' `checkpoint_age_s` say when it last did): its workers change right after a save.
     #[arg(long)]
     pub(crate) checkpoint_every_s: Option<f64>,
+    /// Its priority class inside its tenant (capped by the tenant's `max_priority`): a higher
+    /// class is served first from the tenant's quota.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) priority: u8,
     /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
     #[arg(long)]
     pub(crate) family: Option<String>,
@@ -105,6 +109,7 @@ pub(crate) fn run(args: SubmitArgs) -> anyhow::Result<()> {
         worker_counts: args.worker_counts.clone(),
         max_iters: args.max_iters,
         checkpoint_every_s: args.checkpoint_every_s,
+        priority: args.priority,
         speeds: None,
         ..JobSpec::new(&args.job)
     };
