@@ -554,41 +554,27 @@ fn reallocate(
     let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut states[j].ledger)).collect();
     let model = JobModel::unknown();
     let table = config.num_workers.min(config.max_workers_per_job);
-    let rates: Vec<Vec<f64>> = if bounded {
-        active.iter().map(|&j| schedule::slowdown::rate_table(&states[j].predictor.time_curve(), table)).collect()
-    } else {
-        Vec::new()
-    };
+    let rates: Vec<Vec<f64>> = active
+        .iter()
+        .filter(|_| bounded)
+        .map(|&j| schedule::slowdown::rate_table(&states[j].predictor.time_curve(), table))
+        .collect();
     // With teams every change restarts a job: its gains are priced for it (`sim_gain`).
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut peer_gains = peer_tables(states, active, config, policy, now);
-    let tenant_of: Vec<usize> =
-        teams.as_deref().map_or_else(Vec::new, |t| active.iter().map(|&j| t.tenant_of[j]).collect());
-    // Jobs waiting for a save keep what they hold; per tenant, its quota keeps them.
-    let saving_jobs = match teams.as_deref_mut() {
-        Some(t) => t.waiting_for_saves(now, active, &states.iter().map(|s| &s.replay).collect::<Vec<_>>()),
-        None => Vec::new(),
-    };
-    let mut saving = vec![0u32; teams.as_deref().map_or(0, |t| t.shares.len())];
+    let view = teams.as_deref_mut().map(|t| TeamView::new(t, states, active, now)).unwrap_or_default();
     let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
         let cost_s = teams.as_deref().map_or(0.0, |t| t.stop_cost_s(j, now));
-        let gain = needs_gains
-            .then(|| match peer_gains.get_mut(i) {
-                Some((t, _, _)) => Some(SimGain::Peer(std::mem::take(t))),
-                None => sim_gain(s, policy, horizon_s, cost_s, table),
-            })
-            .flatten()
-            .map(|gain| schedule::Finishing::new(gain, finish_of(s, config, policy)));
+        let peer = peer_gains.get_mut(i).map(|(t, _, _)| std::mem::take(t));
+        let gain = needs_gains.then(|| job_gain(s, peer, policy, config, (horizon_s, cost_s, table))).flatten();
         let (mut min_workers, mut max_workers) = peer_gains
             .get(i)
             .map_or((config.min_workers_per_job, config.max_workers_per_job), |&(_, min, max)| (min, max));
-        let have = s.replay.workers;
-        let waits = saving_jobs.get(i).copied().unwrap_or(false);
+        let waits = view.saving_jobs.get(i).copied().unwrap_or(false);
         if waits {
-            (min_workers, max_workers) = (have, have);
-            saving[tenant_of[i]] += have;
+            (min_workers, max_workers) = (s.replay.workers, s.replay.workers);
         }
         let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
@@ -608,9 +594,9 @@ fn reallocate(
         types: None,
         tenants: teams.as_deref().map(|t| Tenancy {
             shares: t.shares,
-            tenant_of: &tenant_of,
-            held: &saving,
-            class_of: &[],
+            tenant_of: &view.tenant_of,
+            held: &view.saving,
+            class_of: &view.class_of,
         }),
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
@@ -620,13 +606,59 @@ fn reallocate(
         states[j].ledger = ledger;
     }
     if policy.name.starts_with("themis") {
-        for (&j, &w) in active.iter().zip(&planned.counts) {
-            if w != states[j].replay.workers {
-                states[j].lease_until = now + THEMIS_LEASE_S;
-            }
-        }
+        leases(states, active, &planned.counts, now);
     }
     apply(states, active, &planned, now, teams);
+}
+
+/// A job's gains as it bids them: a peer's table, or its own curve priced for a stop of
+/// `cost_s` (`horizon_s`, `table`), with its completion term.
+fn job_gain<'s>(
+    s: &'s JobState<'_>,
+    peer: Option<Gains>,
+    policy: PolicySpec,
+    config: &SimConfig,
+    (horizon_s, cost_s, table): (f64, f64, u32),
+) -> Option<schedule::Finishing<SimGain<'s>>> {
+    let gain = match peer {
+        Some(t) => Some(SimGain::Peer(t)),
+        None => sim_gain(s, policy, horizon_s, cost_s, table),
+    };
+    gain.map(|gain| schedule::Finishing::new(gain, finish_of(s, config, policy)))
+}
+
+/// Themis: a job whose count changed holds it for a lease.
+fn leases(states: &mut [JobState<'_>], active: &[usize], counts: &[u32], now: f64) {
+    for (&j, &w) in active.iter().zip(counts) {
+        if w != states[j].replay.workers {
+            states[j].lease_until = now + THEMIS_LEASE_S;
+        }
+    }
+}
+
+/// What a teams' run adds to an epoch's input, per active job: its tenant and class, whether
+/// it waits for its save (then it keeps what it holds), and per tenant the workers those hold
+/// (its quota keeps them).
+#[derive(Default)]
+struct TeamView {
+    tenant_of: Vec<usize>,
+    class_of: Vec<u8>,
+    saving_jobs: Vec<bool>,
+    saving: Vec<u32>,
+}
+
+impl TeamView {
+    fn new(teams: &mut Teams<'_>, states: &[JobState<'_>], active: &[usize], now: f64) -> Self {
+        let tenant_of: Vec<usize> = active.iter().map(|&j| teams.tenant_of[j]).collect();
+        let class_of: Vec<u8> =
+            if teams.class_of.is_empty() { Vec::new() } else { active.iter().map(|&j| teams.class_of[j]).collect() };
+        let saving_jobs = teams.waiting_for_saves(now, active, &states.iter().map(|s| &s.replay).collect::<Vec<_>>());
+        let mut saving = vec![0u32; teams.shares.len()];
+        for ((&j, &t), _) in active.iter().zip(&tenant_of).zip(&saving_jobs).filter(|(_, w)| **w) {
+            saving[t] += states[j].replay.workers;
+        }
+        TeamView { tenant_of, class_of, saving_jobs, saving }
+    }
 }
 
 /// Each active job's bid made from its predictor (`predicted`: slaq's bids), or, for the

@@ -71,6 +71,8 @@ pub struct Teams<'a> {
     /// A job's state is saved every this many seconds of a generation (0: at its stop, within
     /// the grace, as `slaq.elastic` with a checkpoint directory does: nothing is lost).
     pub checkpoint_s: f64,
+    /// `class_of[j]`: the priority class of job `j` inside its tenant (empty: all 0).
+    pub class_of: &'a [u8],
     num_workers: u32,
     max_per_job: u32,
     moves: Vec<Move>,
@@ -99,6 +101,7 @@ impl<'a> Teams<'a> {
             restart_s,
             hold_s,
             checkpoint_s: 0.0,
+            class_of: &[],
             num_workers,
             max_per_job,
             moves: vec![Move::default(); tenant_of.len()],
@@ -154,9 +157,18 @@ impl<'a> Teams<'a> {
         let n = self.shares.len();
         let (mut held, mut computing, mut demand) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
         let mut saving = false;
+        // Per tenant: the highest class wanting workers it was planned, and the lowest holding some.
+        let (mut wanting, mut lowest) = (vec![None::<u8>; n], vec![None::<u8>; n]);
         for (j, r) in active {
             saving |= self.saving[j];
             let t = self.tenant_of[j];
+            let class = self.class(j);
+            if self.moves[j].planned.is_some_and(|p| p > r.workers) {
+                wanting[t] = wanting[t].max(Some(class));
+            }
+            if r.workers > 0 {
+                lowest[t] = Some(lowest[t].map_or(class, |l| l.min(class)));
+            }
             held[t] += r.workers;
             if r.running() {
                 computing[t] += r.workers;
@@ -168,7 +180,14 @@ impl<'a> Teams<'a> {
         if saving {
             self.track.idle_while_saving(self.num_workers.saturating_sub(held.iter().sum()), dt);
         }
+        let outranking: Vec<bool> =
+            wanting.iter().zip(&lowest).map(|(w, l)| w.zip(*l).is_some_and(|(w, l)| w > l)).collect();
+        self.track.classes_owed(now, &outranking);
         self.track.integrate(now, dt, &held, &computing, &demand);
+    }
+
+    fn class(&self, j: usize) -> u8 {
+        self.class_of.get(j).copied().unwrap_or(0)
     }
 
     /// Restarts that end and shrinks that take effect by `now`; freed workers go to the jobs
@@ -222,7 +241,17 @@ impl<'a> Teams<'a> {
         }
         let owed = self.track.guarantee_owed();
         let graces: Vec<f64> = (0..self.times.len()).map(|t| self.grace_of(t)).collect();
+        // Per tenant, the highest class planned more than it holds: it takes lower classes'
+        // workers through their grace, holds or not.
+        let mut wanting = vec![None::<u8>; self.times.len()];
         for (&j, &c) in active.iter().zip(counts) {
+            if c > jobs[j].workers {
+                let t = self.tenant_of[j];
+                wanting[t] = wanting[t].max(Some(self.class(j)));
+            }
+        }
+        for (&j, &c) in active.iter().zip(counts) {
+            let outranked = wanting[self.tenant_of[j]].is_some_and(|w| w > self.class(j));
             let (m, held) = (&mut self.moves[j], jobs[j].workers);
             let times = self.times[self.tenant_of[j]];
             m.planned = Some(c);
@@ -235,12 +264,12 @@ impl<'a> Teams<'a> {
                 m.release_at = Some(at.min(now + graces[self.tenant_of[j]]));
             } else if c >= held {
                 m.target = c;
-            } else if owed || now >= m.changed_at + self.hold_s.max(times.min_run_s) {
+            } else if owed || outranked || now >= m.changed_at + self.hold_s.max(times.min_run_s) {
                 m.target = c;
                 m.release_at = Some(now + graces[self.tenant_of[j]]);
                 m.noticed_at = now;
                 if now < m.changed_at + times.min_run_s {
-                    // Only to restore a guarantee (`owed`): counted.
+                    // Only to restore a guarantee or for a higher class: counted.
                     self.track.early(self.tenant_of[j]);
                 }
             } else {

@@ -16,7 +16,8 @@
 //! [tenants.a]           # as in slaq serve's [tenants.a]: guaranteed, weight, borrow_limit, ...
 //! guaranteed = 32
 //! [arrivals.a]          # its jobs: how many, how often, from when, of which curve families,
-//!                       # and bursts (repeat, every_s)
+//!                       # and bursts (repeat, every_s); [arrivals."a.urgent"] another stream of
+//!                       # a's, e.g. of a priority class (priority, capped by a's max_priority)
 //! jobs = 40
 //! interarrival_s = 10.0
 //! start_s = 600.0
@@ -48,6 +49,8 @@ pub struct Arrivals {
     /// Bursts: the block of `jobs` arrives this many times, `every_s` apart (each drawn anew).
     pub repeat: usize,
     pub every_s: f64,
+    /// Its jobs' `JobSpec.priority` (their class is it capped by their tenant's `max_priority`).
+    pub priority: u8,
 }
 
 impl Default for Arrivals {
@@ -61,6 +64,7 @@ impl Default for Arrivals {
             families: Vec::new(),
             repeat: 1,
             every_s: 0.0,
+            priority: 0,
         }
     }
 }
@@ -107,8 +111,9 @@ pub struct Scenario {
     pub policy: PolicySpec,
     pub resolved: Resolved,
     pub times: Vec<TenantTimes>,
-    /// Each tenant's arrivals (its default when the file has none).
-    pub arrivals: Vec<Arrivals>,
+    /// The arrival streams, each with its tenant (a tenant's own first, named `a`, then
+    /// `a.<stream>` in name order; a tenant the file gives none has the default).
+    pub arrivals: Vec<(usize, Arrivals)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,14 +146,21 @@ impl Scenario {
         if file.tenants.is_empty() {
             return Err(TeamsError::Invalid("no [tenants.<name>]".into()));
         }
-        if let Some(name) = file.arrivals.keys().find(|n| !file.tenants.contains_key(*n)) {
+        if let Some(name) = file.arrivals.keys().find(|n| !file.tenants.contains_key(tenant_of_stream(n))) {
             return Err(TeamsError::Invalid(format!("[arrivals.{name}] names no tenant")));
         }
         let resolved = resolve(file.sim.num_workers, &file.tenants)?;
         let times = file.tenants.values().map(|t| TenantTimes { grace_s: t.grace_s, min_run_s: t.min_run_s }).collect();
-        let arrivals: Vec<Arrivals> =
-            resolved.names.iter().map(|n| file.arrivals.get(n).cloned().unwrap_or_default()).collect();
-        if arrivals.iter().any(|a| !(seconds(a.start_s) && seconds(a.every_s) && a.repeat >= 1)) {
+        let mut arrivals: Vec<(usize, Arrivals)> = Vec::new();
+        for (t, name) in resolved.names.iter().enumerate() {
+            let streams: Vec<&Arrivals> =
+                file.arrivals.iter().filter(|(k, _)| tenant_of_stream(k) == name).map(|(_, a)| a).collect();
+            if streams.is_empty() {
+                arrivals.push((t, Arrivals::default()));
+            }
+            arrivals.extend(streams.into_iter().map(|a| (t, a.clone())));
+        }
+        if arrivals.iter().any(|(_, a)| !(seconds(a.start_s) && seconds(a.every_s) && a.repeat >= 1)) {
             return Err(TeamsError::Invalid(
                 "arrivals' start_s and every_s must be seconds, 0 or more, repeat at least 1".into(),
             ));
@@ -156,10 +168,12 @@ impl Scenario {
         Ok(Scenario { file, policy, resolved, times, arrivals })
     }
 
-    /// Every tenant's jobs for `seed` (ids `<tenant>/job-NNNN`), and each job's tenant.
-    pub fn workload(&self, curves: &[TraceCurve], seed: u64) -> Result<(Vec<SimJob>, Vec<usize>), TeamsError> {
-        let (mut jobs, mut tenant_of) = (Vec::new(), Vec::new());
-        for (t, (name, a)) in self.resolved.names.iter().zip(&self.arrivals).enumerate() {
+    /// Every tenant's jobs for `seed` (ids `<tenant>/job-NNNN`), each job's tenant and class.
+    pub fn workload(&self, curves: &[TraceCurve], seed: u64) -> Result<Workload, TeamsError> {
+        let (mut jobs, mut tenant_of, mut class_of) = (Vec::new(), Vec::new(), Vec::new());
+        for (stream, (tenant, a)) in self.arrivals.iter().enumerate() {
+            let name = &self.resolved.names[*tenant];
+            let class = self.file.tenants.get(name).map_or(0, |c| c.class_of(a.priority));
             if a.jobs == 0 {
                 continue;
             }
@@ -170,7 +184,7 @@ impl Scenario {
                     num_jobs: a.jobs,
                     mean_interarrival_s: a.interarrival_s,
                     base_iter_seconds: a.base_iter_seconds,
-                    seed: seed.wrapping_mul(1_000_003).wrapping_add(t as u64).wrapping_add((burst as u64) << 32),
+                    seed: seed.wrapping_mul(1_000_003).wrapping_add(stream as u64).wrapping_add((burst as u64) << 32),
                     ..WorkloadConfig::default()
                 };
                 let generated = workload::generate(&own, &config)
@@ -179,12 +193,29 @@ impl Scenario {
                     job.id = format!("{name}/{burst}/{}", job.id);
                     job.arrival_s += a.start_s + burst as f64 * a.every_s;
                     jobs.push(job);
-                    tenant_of.push(t);
+                    tenant_of.push(*tenant);
+                    class_of.push(class);
                 }
             }
         }
-        Ok((jobs, tenant_of))
+        Ok(Workload { jobs, tenant_of, class_of })
     }
+}
+
+/// A scenario's jobs for one seed.
+pub struct Workload {
+    pub jobs: Vec<SimJob>,
+    pub tenant_of: Vec<usize>,
+    pub class_of: Vec<u8>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The tenant an arrivals' stream belongs to: `a` and `a.<stream>` are tenant a's.
+fn tenant_of_stream(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(t, _)| t)
 }
 
 /// One tenant's outcome in one run.
@@ -195,6 +226,9 @@ pub struct TenantRun {
     /// Over its finished jobs.
     pub mean_jct_s: Option<f64>,
     pub mean_loss_area: f64,
+    /// Its finished jobs' mean JCT per priority class, when its jobs use classes.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_mean_jct_s: BTreeMap<String, f64>,
 }
 
 /// One seed: the shared cluster, and each tenant with a guarantee alone on it.
@@ -209,14 +243,16 @@ pub struct SeedRun {
 
 /// Runs `scenario` on the workload of `seed`: shared, then each tenant alone.
 pub fn run_seed(scenario: &Scenario, curves: &[TraceCurve], seed: u64) -> Result<SeedRun, TeamsError> {
-    let (jobs, tenant_of) = scenario.workload(curves, seed)?;
+    let Workload { jobs, tenant_of, class_of } = scenario.workload(curves, seed)?;
     let shares = &scenario.resolved.shares;
-    let (shared, figures) = run_teams(scenario, &scenario.file.sim, shares, &scenario.times, &jobs, &tenant_of);
+    let (shared, figures) =
+        run_teams(scenario, &scenario.file.sim, shares, &scenario.times, (&jobs, &tenant_of, &class_of));
     let tenants = shares.len();
-    let shared: Vec<TenantRun> = (0..tenants).map(|t| of_tenant(&shared, &tenant_of, t)).collect();
+    let shared: Vec<TenantRun> = (0..tenants).map(|t| of_tenant(&shared, &tenant_of, &class_of, t)).collect();
     let mut alone = Vec::with_capacity(tenants);
     for (t, g) in figures.tenants.iter().map(|f| f.guaranteed).enumerate() {
         let own: Vec<SimJob> = jobs.iter().zip(&tenant_of).filter(|(_, o)| **o == t).map(|(j, _)| j.clone()).collect();
+        let own_classes: Vec<u8> = class_of.iter().zip(&tenant_of).filter(|(_, o)| **o == t).map(|(c, _)| *c).collect();
         if g == 0 || own.is_empty() {
             alone.push(None);
             continue;
@@ -224,8 +260,8 @@ pub fn run_seed(scenario: &Scenario, curves: &[TraceCurve], seed: u64) -> Result
         let config = SimConfig { num_workers: g, ..scenario.file.sim };
         let zeros = vec![0; own.len()];
         let share = [TenantShare { guaranteed: g, ..shares[t] }];
-        let (run, _) = run_teams(scenario, &config, &share, &scenario.times[t..=t], &own, &zeros);
-        alone.push(Some(of_tenant(&run, &zeros, 0)));
+        let (run, _) = run_teams(scenario, &config, &share, &scenario.times[t..=t], (&own, &zeros, &own_classes));
+        alone.push(Some(of_tenant(&run, &zeros, &own_classes, 0)));
     }
     Ok(SeedRun { seed, shared, figures, alone })
 }
@@ -235,8 +271,7 @@ fn run_teams(
     config: &SimConfig,
     shares: &[TenantShare],
     times: &[TenantTimes],
-    jobs: &[SimJob],
-    tenant_of: &[usize],
+    (jobs, tenant_of, class_of): (&[SimJob], &[usize], &[u8]),
 ) -> (crate::sim::curves::RunMetrics, TeamFigures) {
     let mut teams = Teams::new(
         config.num_workers,
@@ -248,21 +283,32 @@ fn run_teams(
         scenario.file.hold_s,
     );
     teams.checkpoint_s = scenario.file.checkpoint_s;
+    teams.class_of = class_of;
     let run = engine::run_with(jobs, config, scenario.policy, Some(&mut teams), |_| {});
     let end = run.summary.makespan_s;
     (run, teams.track.finish(end))
 }
 
-fn of_tenant(run: &crate::sim::curves::RunMetrics, tenant_of: &[usize], t: usize) -> TenantRun {
-    let own: Vec<_> = run.jobs.iter().zip(tenant_of).filter(|(_, o)| **o == t).map(|(j, _)| j).collect();
-    let done: Vec<f64> = own.iter().filter_map(|j| j.completion_s).collect();
+fn of_tenant(run: &crate::sim::curves::RunMetrics, tenant_of: &[usize], class_of: &[u8], t: usize) -> TenantRun {
+    let own: Vec<(usize, _)> = run.jobs.iter().enumerate().filter(|(j, _)| tenant_of[*j] == t).collect();
+    let done: Vec<f64> = own.iter().filter_map(|(_, j)| j.completion_s).collect();
     let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    let areas: Vec<f64> = own.iter().map(|j| j.loss_area).collect();
+    let areas: Vec<f64> = own.iter().map(|(_, j)| j.loss_area).collect();
+    let class = |j: usize| class_of.get(j).copied().unwrap_or(0);
+    let mut class_mean_jct_s = BTreeMap::new();
+    if own.iter().any(|&(j, _)| class(j) > 0) {
+        let mut by_class: BTreeMap<u8, Vec<f64>> = BTreeMap::new();
+        for (j, job) in &own {
+            by_class.entry(class(*j)).or_default().extend(job.completion_s);
+        }
+        class_mean_jct_s = by_class.iter().filter_map(|(c, v)| Some((c.to_string(), mean(v)?))).collect();
+    }
     TenantRun {
         jobs: own.len(),
         unfinished: own.len() - done.len(),
         mean_jct_s: mean(&done),
         mean_loss_area: mean(&areas).unwrap_or(0.0),
+        class_mean_jct_s,
     }
 }
 
@@ -294,8 +340,18 @@ pub struct TenantSummary {
     /// stops lost (since the last checkpoint), in percent of the worker-seconds computing.
     pub restart_pct: f64,
     pub lost_pct: f64,
-    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee).
+    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee or
+    /// for a higher class of its tenant).
     pub early_revocations: u32,
+    /// Stretches while a higher class of its jobs waited for a lower class's workers (all
+    /// seeds), and the longest: against `reclaim_bound_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_class_reclaim_s: Option<f64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub class_reclaims: u32,
+    /// Mean over seeds of its finished jobs' mean JCT per class (when its jobs use classes).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_mean_jct_s: BTreeMap<String, f64>,
     /// Alone on its guaranteed workers (tenants with a guarantee): means over seeds, and the
     /// shared run's over the alone run's per seed (below 1: the shared cluster is better).
     pub alone_mean_jct_s: Option<f64>,
@@ -372,6 +428,17 @@ fn tenant_summary(scenario: &Scenario, runs: &[SeedRun], t: usize, name: &str) -
         restart_pct: if held > 0.0 { 100.0 * restart / held } else { 0.0 },
         lost_pct: if computing > 0.0 { 100.0 * lost / computing } else { 0.0 },
         early_revocations: figures.iter().map(|f| f.early_revocations).sum(),
+        max_class_reclaim_s: figures.iter().filter_map(|f| f.max_class_reclaim_s).reduce(f64::max),
+        class_mean_jct_s: {
+            let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for s in &shared {
+                for (c, v) in &s.class_mean_jct_s {
+                    by.entry(c.clone()).or_default().push(*v);
+                }
+            }
+            by.into_iter().filter_map(|(c, v)| Some((c, mean_of(v)?))).collect()
+        },
+        class_reclaims: figures.iter().map(|f| f.class_reclaims).sum(),
         alone_mean_jct_s: mean_of(alone.iter().filter_map(|(_, a)| a.mean_jct_s).collect()),
         alone_mean_loss_area: mean_of(alone.iter().map(|(_, a)| a.mean_loss_area).collect()),
         jct_ratio_mean: mean_of(jct_ratio.clone()),
@@ -433,6 +500,31 @@ mod tests {
     const RECLAIM: &str = "restart_s = 9.0\n[sim]\nnum_workers = 64\n\
         [tenants.a]\nguaranteed = 32\n[tenants.b]\nguaranteed = 32\n\
         [arrivals.a]\njobs = 12\nstart_s = 300.0\n[arrivals.b]\njobs = 20\n";
+
+    /// Issue #43: tenant a's class-0 jobs fill its quota and keep workers for min_run_s (an
+    /// hour); its class-1 jobs arriving take theirs within R all the same; b's job asking for
+    /// class 3 is capped to b's max_priority 0.
+    #[test]
+    fn a_higher_class_gets_its_tenants_workers_within_r_whatever_holds_them() {
+        let s = scenario(
+            "restart_s = 9.0\n[sim]\nnum_workers = 16\n\
+             [tenants.a]\nguaranteed = 8\nmin_run_s = 3600.0\nmax_priority = 1\n\
+             [tenants.b]\nguaranteed = 8\n\
+             [arrivals.a]\njobs = 8\n[arrivals.\"a.urgent\"]\njobs = 3\nstart_s = 300.0\npriority = 1\n\
+             [arrivals.b]\njobs = 4\n[arrivals.\"b.pushy\"]\njobs = 2\npriority = 3\n",
+        );
+        let w = s.workload(&curves(), 1).unwrap();
+        let b_classes: Vec<u8> =
+            w.class_of.iter().zip(&w.tenant_of).filter(|(_, t)| **t == 1).map(|(c, _)| *c).collect();
+        assert_eq!((b_classes.len(), b_classes.iter().max()), (6, Some(&0)), "b's priority 3 is capped to 0");
+        let runs: Vec<SeedRun> = (1..=3).map(|seed| run_seed(&s, &curves(), seed).unwrap()).collect();
+        let summary = summarise(&s, runs);
+        let a = &summary.tenants[0];
+        assert!(a.class_reclaims >= 1, "{a:?}");
+        assert!(a.max_class_reclaim_s.is_some_and(|r| r <= a.reclaim_bound_s), "{a:?}");
+        assert!(a.class_mean_jct_s["1"] < a.class_mean_jct_s["0"], "{a:?}");
+        assert_eq!(summary.tenants[1].class_reclaims, 0);
+    }
 
     #[test]
     fn a_borrowed_guarantee_comes_back_within_epoch_grace_and_restart_and_no_cap_is_passed() {

@@ -51,6 +51,7 @@ struct Tenant {
     long: Window,
     min_window_ratio: Option<f64>,
     max_share_dev_pts: f64,
+    classes: ClassReclaims,
 }
 
 /// One window's accumulation.
@@ -79,6 +80,15 @@ pub struct Track {
     idle_saving_ws: Option<f64>,
 }
 
+/// A tenant's class reclaims: stretches while a higher class waits for workers a lower class
+/// of the same tenant holds.
+#[derive(Clone, Debug, Default)]
+struct ClassReclaims {
+    since: Option<f64>,
+    count: u32,
+    max_s: f64,
+}
+
 /// One tenant's measurements at the end of a run.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct TenantFigures {
@@ -93,7 +103,8 @@ pub struct TenantFigures {
     /// checkpoint, done again).
     pub restart_worker_s: f64,
     pub lost_worker_s: f64,
-    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee).
+    /// Revocations within `min_run_s` of the job's last change (each to restore a guarantee or
+    /// for a higher class of its tenant).
     pub early_revocations: u32,
     /// Shrinks of its jobs, the workers they gave up and the least notice any got.
     pub revocations: u32,
@@ -101,6 +112,16 @@ pub struct TenantFigures {
     pub min_notice_s: Option<f64>,
     pub min_window_ratio: Option<f64>,
     pub max_share_deviation_pts: f64,
+    /// Stretches while a higher class of its jobs was planned workers a lower class still
+    /// held, and the longest (issue #43: each within R).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_class_reclaim_s: Option<f64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub class_reclaims: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The run's measurements.
@@ -180,6 +201,25 @@ impl Track {
         }
     }
 
+    /// From `now`, `outranking[t]`: whether a higher class of tenant `t` waits for workers a
+    /// lower class of `t` holds.
+    pub fn classes_owed(&mut self, now: f64, outranking: &[bool]) {
+        for (t, &o) in self.tenants.iter_mut().zip(outranking) {
+            let c = &mut t.classes;
+            match (o, c.since) {
+                (true, None) => {
+                    c.since = Some(now);
+                    c.count += 1;
+                }
+                (false, Some(since)) => {
+                    c.max_s = c.max_s.max(now - since);
+                    c.since = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// `[now, now + dt]` with `free` workers held by no job while some job waits for its save.
     pub fn idle_while_saving(&mut self, free: u32, dt: f64) {
         *self.idle_saving_ws.get_or_insert(0.0) += f64::from(free) * dt;
@@ -236,6 +276,9 @@ impl Track {
                 if let Some(&(_, since)) = t.owed.first() {
                     t.max_below_s = t.max_below_s.max(end_s - since);
                 }
+                if let Some(since) = t.classes.since {
+                    t.classes.max_s = t.classes.max_s.max(end_s - since);
+                }
                 TenantFigures {
                     guaranteed: t.guaranteed,
                     max_held: t.max_held,
@@ -252,6 +295,8 @@ impl Track {
                     min_notice_s: t.min_notice_s,
                     min_window_ratio: t.min_window_ratio,
                     max_share_deviation_pts: t.max_share_dev_pts,
+                    class_reclaims: t.classes.count,
+                    max_class_reclaim_s: (t.classes.count > 0).then_some(t.classes.max_s),
                 }
             })
             .collect();
@@ -356,6 +401,19 @@ mod tests {
         let f = track.finish(100.0);
         assert_eq!((f.tenants[0].reclaims, f.tenants[0].max_reclaim_s), (2, 65.0));
         assert_eq!(f.tenants[0].share_seconds_below_guarantee, 95.0);
+    }
+
+    #[test]
+    fn class_reclaims_are_timed_from_the_higher_class_waiting_to_its_getting_them() {
+        let mut track = Track::new(8, &[TenantShare::new(4), TenantShare::new(4)]);
+        track.classes_owed(0.0, &[false, false]);
+        track.classes_owed(10.0, &[true, false]);
+        track.classes_owed(15.0, &[true, false]);
+        track.classes_owed(70.0, &[false, false]);
+        track.classes_owed(100.0, &[true, false]);
+        let f = track.finish(120.0);
+        assert_eq!((f.tenants[0].class_reclaims, f.tenants[0].max_class_reclaim_s), (2, Some(60.0)));
+        assert_eq!((f.tenants[1].class_reclaims, f.tenants[1].max_class_reclaim_s), (0, None));
     }
 
     #[test]

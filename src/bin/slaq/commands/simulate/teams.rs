@@ -27,6 +27,12 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
         println!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(());
     }
+    print_table(&summary);
+    Ok(())
+}
+
+/// The summary as a table, one line per tenant, then the figures some scenarios add.
+fn print_table(summary: &slaq::sim::teams::Summary) {
     println!(
         "{} on {} workers, epoch {} s, restart {} s, hold {} s, seeds {:?}; cap violations {}, busy while waiting >= {}",
         summary.policy,
@@ -84,5 +90,15 @@ pub(super) fn run(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result
             ratio(t.loss_area_ratio_mean, t.loss_area_ratio_max),
         );
     }
-    Ok(())
+    for t in summary.tenants.iter().filter(|t| t.class_reclaims > 0 || !t.class_mean_jct_s.is_empty()) {
+        let jcts: Vec<String> = t.class_mean_jct_s.iter().map(|(c, s)| format!("class {c} {s:.0} s")).collect();
+        println!(
+            "{}: {} class reclaims (a higher class waiting for a lower one's workers), the longest {} s (R {:.0} s); mean JCT by class: {}",
+            t.name,
+            t.class_reclaims,
+            opt(t.max_class_reclaim_s, 1),
+            t.reclaim_bound_s,
+            jcts.join(", ")
+        );
+    }
 }
