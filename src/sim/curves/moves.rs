@@ -17,7 +17,7 @@ pub struct TenantTimes {
 }
 
 /// A job's pending change.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Move {
     /// Workers the last plan gave it.
     target: u32,
@@ -35,6 +35,9 @@ struct Move {
     planned: Option<u32>,
     /// Its saves, as the scheduler sees them.
     saves: Saves,
+    /// Levels of workers it was planned above what it held while a lower class of its tenant
+    /// held workers, each with when it was first wanted (rising).
+    class_waits: Vec<(u32, f64)>,
 }
 
 /// The longest interval between a job's saves that a change of its workers waits for (the
@@ -52,6 +55,7 @@ impl Default for Move {
             started_at: 0.0,
             planned: None,
             saves: Saves::default(),
+            class_waits: Vec::new(),
         }
     }
 }
@@ -157,17 +161,18 @@ impl<'a> Teams<'a> {
         let n = self.shares.len();
         let (mut held, mut computing, mut demand) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
         let mut saving = false;
-        // Per tenant: the highest class wanting workers it was planned, and the lowest holding some.
-        let (mut wanting, mut lowest) = (vec![None::<u8>; n], vec![None::<u8>; n]);
+        // Per tenant, the lowest class holding workers; the active jobs with what they hold.
+        let mut lowest = vec![None::<u8>; n];
+        let mut seen: Vec<(usize, u32)> = Vec::new();
         for (j, r) in active {
             saving |= self.saving[j];
             let t = self.tenant_of[j];
-            let class = self.class(j);
-            if self.moves[j].planned.is_some_and(|p| p > r.workers) {
-                wanting[t] = wanting[t].max(Some(class));
-            }
             if r.workers > 0 {
+                let class = self.class(j);
                 lowest[t] = Some(lowest[t].map_or(class, |l| l.min(class)));
+            }
+            if !self.class_of.is_empty() {
+                seen.push((j, r.workers));
             }
             held[t] += r.workers;
             if r.running() {
@@ -180,14 +185,38 @@ impl<'a> Teams<'a> {
         if saving {
             self.track.idle_while_saving(self.num_workers.saturating_sub(held.iter().sum()), dt);
         }
-        let outranking: Vec<bool> =
-            wanting.iter().zip(&lowest).map(|(w, l)| w.zip(*l).is_some_and(|(w, l)| w > l)).collect();
-        self.track.classes_owed(now, &outranking);
+        self.time_class_waits(now, &lowest, &seen);
         self.track.integrate(now, dt, &held, &computing, &demand);
     }
 
     fn class(&self, j: usize) -> u8 {
         self.class_of.get(j).copied().unwrap_or(0)
+    }
+
+    /// Each level of workers a job of a higher class than the lowest holding workers in its
+    /// tenant was planned is timed from when it was first wanted until the job holds it (as a
+    /// guarantee's levels are): a class reclaim, against R.
+    fn time_class_waits(&mut self, now: f64, lowest: &[Option<u8>], seen: &[(usize, u32)]) {
+        for &(j, workers) in seen {
+            let (t, class) = (self.tenant_of[j], self.class(j));
+            let m = &mut self.moves[j];
+            let outranks = lowest[t].is_some_and(|l| class > l);
+            let want = m.planned.filter(|_| outranks).unwrap_or(0);
+            // A level no longer wanted falls to what is (still timed from when it was first);
+            // a level held is met.
+            for level in &mut m.class_waits {
+                level.0 = level.0.min(want.max(workers));
+            }
+            m.class_waits.dedup_by_key(|level| level.0);
+            let (met, open): (Vec<_>, Vec<_>) = m.class_waits.iter().partition(|&&(level, _)| level <= workers);
+            m.class_waits = open;
+            for (_, since) in met {
+                self.track.class_reclaimed(t, now - since);
+            }
+            if want > workers && m.class_waits.last().is_none_or(|&(top, _)| top < want) {
+                m.class_waits.push((want, now));
+            }
+        }
     }
 
     /// Restarts that end and shrinks that take effect by `now`; freed workers go to the jobs
@@ -287,7 +316,8 @@ impl<'a> Teams<'a> {
         self.track.owed().filter(|&o| o != t).map(|o| self.times[o].grace_s).fold(self.times[t].grace_s, f64::min)
     }
 
-    /// Free workers to the jobs planned more than they hold, in job order, no tenant past its
+    /// Free workers to the jobs planned more than they hold, higher classes first, then in job
+    /// order, no tenant past its
     /// quota (a tenant's jobs still draining hold workers its others were planned).
     fn grant(&mut self, now: f64, jobs: &mut [&mut ReplayJob<'_>]) {
         let mut held = vec![0u32; self.quota.len()];
@@ -296,7 +326,14 @@ impl<'a> Teams<'a> {
         }
         let mut free = self.num_workers.saturating_sub(held.iter().sum());
         let mut grown = Vec::new();
-        for (j, (m, r)) in self.moves.iter_mut().zip(jobs.iter_mut()).enumerate() {
+        // Higher classes first (a class reclaim's workers go to the class that took them), then
+        // job order.
+        let mut order: Vec<usize> = (0..self.moves.len()).collect();
+        if !self.class_of.is_empty() {
+            order.sort_by_key(|&j| std::cmp::Reverse(self.class(j)));
+        }
+        for j in order {
+            let (m, r) = (&mut self.moves[j], &mut *jobs[j]);
             if free == 0 {
                 break;
             }

@@ -80,11 +80,10 @@ pub struct Track {
     idle_saving_ws: Option<f64>,
 }
 
-/// A tenant's class reclaims: stretches while a higher class waits for workers a lower class
-/// of the same tenant holds.
+/// A tenant's class reclaims: each level of workers a job of a higher class was planned while
+/// a lower class of the same tenant held workers, timed until it held them.
 #[derive(Clone, Debug, Default)]
 struct ClassReclaims {
-    since: Option<f64>,
     count: u32,
     max_s: f64,
 }
@@ -112,8 +111,8 @@ pub struct TenantFigures {
     pub min_notice_s: Option<f64>,
     pub min_window_ratio: Option<f64>,
     pub max_share_deviation_pts: f64,
-    /// Stretches while a higher class of its jobs was planned workers a lower class still
-    /// held, and the longest (issue #43: each within R).
+    /// Levels of workers a job of a higher class was planned while a lower class of its
+    /// tenant held workers, each timed until it held them; and the longest (issue #43: within R).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_class_reclaim_s: Option<f64>,
     #[serde(skip_serializing_if = "is_zero")]
@@ -201,23 +200,11 @@ impl Track {
         }
     }
 
-    /// From `now`, `outranking[t]`: whether a higher class of tenant `t` waits for workers a
-    /// lower class of `t` holds.
-    pub fn classes_owed(&mut self, now: f64, outranking: &[bool]) {
-        for (t, &o) in self.tenants.iter_mut().zip(outranking) {
-            let c = &mut t.classes;
-            match (o, c.since) {
-                (true, None) => {
-                    c.since = Some(now);
-                    c.count += 1;
-                }
-                (false, Some(since)) => {
-                    c.max_s = c.max_s.max(now - since);
-                    c.since = None;
-                }
-                _ => {}
-            }
-        }
+    /// A higher class of `tenant`'s jobs waited `seconds` for workers a lower class held.
+    pub fn class_reclaimed(&mut self, tenant: usize, seconds: f64) {
+        let c = &mut self.tenants[tenant].classes;
+        c.count += 1;
+        c.max_s = c.max_s.max(seconds);
     }
 
     /// `[now, now + dt]` with `free` workers held by no job while some job waits for its save.
@@ -275,9 +262,6 @@ impl Track {
             .map(|t| {
                 if let Some(&(_, since)) = t.owed.first() {
                     t.max_below_s = t.max_below_s.max(end_s - since);
-                }
-                if let Some(since) = t.classes.since {
-                    t.classes.max_s = t.classes.max_s.max(end_s - since);
                 }
                 TenantFigures {
                     guaranteed: t.guaranteed,
@@ -404,13 +388,10 @@ mod tests {
     }
 
     #[test]
-    fn class_reclaims_are_timed_from_the_higher_class_waiting_to_its_getting_them() {
+    fn class_reclaims_are_counted_with_the_longest() {
         let mut track = Track::new(8, &[TenantShare::new(4), TenantShare::new(4)]);
-        track.classes_owed(0.0, &[false, false]);
-        track.classes_owed(10.0, &[true, false]);
-        track.classes_owed(15.0, &[true, false]);
-        track.classes_owed(70.0, &[false, false]);
-        track.classes_owed(100.0, &[true, false]);
+        track.class_reclaimed(0, 60.0);
+        track.class_reclaimed(0, 20.0);
         let f = track.finish(120.0);
         assert_eq!((f.tenants[0].class_reclaims, f.tenants[0].max_class_reclaim_s), (2, Some(60.0)));
         assert_eq!((f.tenants[1].class_reclaims, f.tenants[1].max_class_reclaim_s), (0, None));
