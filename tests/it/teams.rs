@@ -427,3 +427,48 @@ async fn a_job_between_saves_keeps_its_workers_live_and_gives_them_up_right_afte
     eventually(&c, &s, Duration::from_secs(5), "y gets a worker right after x's save", |st| workers_of(st, "y") >= 1)
         .await;
 }
+
+/// Issue #43, priority classes live: tenant a (max_priority 1) has its class-0 job on both
+/// workers, held by min_run_s (an hour); a's job of priority 1 arrives and gets both at once
+/// (a higher class is served first from its tenant's quota, holds or not); status says so per
+/// class.
+#[tokio::test]
+async fn a_higher_class_takes_its_tenants_workers_live_through_the_hold() {
+    let nats = NatsServer::start();
+    let settings = fast_settings("[tenants.a]\nguaranteed = 0\nmin_run_s = 3600\nmax_priority = 1\n");
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let c = crate::harness::client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    crate::harness::wait_status(&c, &s).await;
+    for id in ["w1", "w2"] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
+    let workers_of =
+        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let _low = reporting(c.clone(), s.clone(), "a.low");
+    eventually(&c, &s, Duration::from_secs(15), "a's class-0 job takes both workers", |st| {
+        workers_of(st, "a.low") == 2
+    })
+    .await;
+    let _high = {
+        let (c, s) = (c.clone(), s.clone());
+        crate::harness::Background::spawn(async move {
+            let spec = JobSpec { priority: 1, ..JobSpec::new("a.high") };
+            assert!(hello(&c, &s, &spec).await.ok, "a.high's hello");
+            for iter in 1u64.. {
+                let _ = bus::publish(&c, s.job_loss("a.high"), Encoding::MsgPack, &loss_report("a.high", iter)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let st = eventually(&c, &s, Duration::from_secs(10), "a's class 1 gets a's workers through the hold", |st| {
+        workers_of(st, "a.high") == 2 && workers_of(st, "a.low") == 0
+    })
+    .await;
+    let classes = &st.tenants["a"].classes;
+    assert_eq!((classes["1"].workers, classes["0"].workers, classes["0"].waiting), (2, 0, 1), "{classes:?}");
+}
