@@ -315,6 +315,22 @@ async fn tenants_reload_on_sighup_and_a_bad_file_keeps_those_served() {
 }
 
 /// A job that says hello and then reports an iteration every 50 ms until dropped.
+/// Workers w1 and w2, said hello and kept beating (while the returned task lives).
+async fn two_workers(c: &async_nats::Client, s: &Subjects) -> crate::harness::Background {
+    for id in ["w1", "w2"] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
+        let ack: Ack =
+            bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], s)
+}
+
+/// The workers job `job` holds, as `status` says.
+fn workers_of(st: &slaq::protocol::StatusSnapshot, job: &str) -> u32 {
+    st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers)
+}
+
 fn reporting(c: async_nats::Client, s: Subjects, job: &'static str) -> crate::harness::Background {
     crate::harness::Background::spawn(async move {
         assert!(hello(&c, &s, &JobSpec::new(job)).await.ok, "{job}'s hello");
@@ -340,15 +356,7 @@ async fn min_run_s_holds_a_jobs_workers_live_and_a_guarantee_comes_back_through_
     let c = crate::harness::client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
     crate::harness::wait_status(&c, &s).await;
-    for id in ["w1", "w2"] {
-        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
-        let ack: Ack =
-            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-    }
-    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
-    let workers_of =
-        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let _beats = two_workers(&c, &s).await;
     let _a = reporting(c.clone(), s.clone(), "a.x");
     eventually(&c, &s, Duration::from_secs(15), "a's job alone takes both workers", |st| workers_of(st, "a.x") == 2)
         .await;
@@ -383,15 +391,7 @@ async fn a_job_between_saves_keeps_its_workers_live_and_gives_them_up_right_afte
     let c = crate::harness::client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
     crate::harness::wait_status(&c, &s).await;
-    for id in ["w1", "w2"] {
-        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
-        let ack: Ack =
-            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-    }
-    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
-    let workers_of =
-        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let _beats = two_workers(&c, &s).await;
     let saved = Arc::new(AtomicBool::new(false));
     let _x = {
         let (c, s, saved) = (c.clone(), s.clone(), saved.clone());
@@ -440,15 +440,7 @@ async fn a_higher_class_takes_its_tenants_workers_live_through_the_hold() {
     let c = crate::harness::client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
     crate::harness::wait_status(&c, &s).await;
-    for id in ["w1", "w2"] {
-        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
-        let ack: Ack =
-            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-    }
-    let _beats = crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], &s);
-    let workers_of =
-        |st: &slaq::protocol::StatusSnapshot, job: &str| st.jobs.iter().find(|j| j.job == job).map_or(0, |j| j.workers);
+    let _beats = two_workers(&c, &s).await;
     let _low = reporting(c.clone(), s.clone(), "a.low");
     eventually(&c, &s, Duration::from_secs(15), "a's class-0 job takes both workers", |st| {
         workers_of(st, "a.low") == 2
