@@ -2,10 +2,13 @@
 //! loses the work since its last save whenever its workers change. [`Saves`] follows a job's
 //! saves from the checkpoint ages it reports, and says when a change should wait for the next:
 //! the live allocator and the teams' simulator both ask it, and hold such a job at what it has
-//! (neither more nor fewer workers) unless a guarantee needs its workers.
+//! (neither more nor fewer workers) unless a guarantee needs its workers. Only a job that says
+//! it saves on a schedule (`JobSpec::checkpoint_every_s`) is ever held: one that saves at its
+//! stop reports an age of 0 at every report, and its reports would otherwise read as saves a
+//! second apart.
 
 /// The longest interval between a job's saves that a change of its workers waits for, by
-/// default (`[allocator] save_wait_max_s`): a job that saves less often moves when planned.
+/// default (`[scheduler] save_wait_max_ms`): a job that saves less often moves when planned.
 pub const DEFAULT_MAX_WAIT_S: f64 = 1800.0;
 
 /// Two readings of a save this far apart (seconds) are the same save (reports lag).
@@ -20,19 +23,25 @@ pub struct Saves {
     interval_s: Option<f64>,
     /// It saved since the last decision that could move it.
     fresh: bool,
+    /// It said it saves on a schedule, and not at its stop.
+    declared: bool,
 }
 
 impl Saves {
     /// A job that says it saves every `every_s` (`JobSpec::checkpoint_every_s`), until two
     /// saves seen say otherwise.
     pub fn every(every_s: Option<f64>) -> Saves {
-        Saves { interval_s: every_s.filter(|s| s.is_finite() && *s > 0.0), ..Saves::default() }
+        let mut saves = Saves::default();
+        saves.declare(every_s);
+        saves
     }
 
-    /// The interval it declared, if nothing was measured yet (a new bid may declare one).
+    /// The interval it declared (a new bid may declare one), kept until saves are measured.
     pub fn declare(&mut self, every_s: Option<f64>) {
+        let every_s = every_s.filter(|s| s.is_finite() && *s > 0.0);
+        self.declared = every_s.is_some();
         if self.interval_s.is_none() {
-            self.interval_s = every_s.filter(|s| s.is_finite() && *s > 0.0);
+            self.interval_s = every_s;
         }
     }
 
@@ -63,13 +72,16 @@ impl Saves {
         self.fresh = false;
     }
 
-    /// Whether a change of its workers at `now_s` should wait for its next save: it saves on
-    /// a schedule (declared, or two saves seen) at most `max_wait_s` apart, it has not saved
+    /// Whether a change of its workers at `now_s` should wait for its next save: it said it
+    /// saves on a schedule, at most `max_wait_s` apart (as declared, or as two saves seen
+    /// say), it has not saved
     /// since the last decision, and it is still saving on time (its last save, or restart,
     /// within twice its interval: a job that stopped saving is not waited for).
     pub fn waits(&self, now_s: f64, max_wait_s: f64) -> bool {
         match (self.last_s, self.interval_s) {
-            (Some(last), Some(interval)) => !self.fresh && interval <= max_wait_s && now_s - last <= 2.0 * interval,
+            (Some(last), Some(interval)) => {
+                self.declared && !self.fresh && interval <= max_wait_s && now_s - last <= 2.0 * interval
+            }
             _ => false,
         }
     }
@@ -81,12 +93,11 @@ mod tests {
 
     #[test]
     fn a_job_waits_between_saves_and_moves_right_after_one() {
-        let mut s = Saves::default();
+        let mut s = Saves::every(Some(900.0));
         s.observe(10.0, 10.0);
-        assert!(!s.waits(20.0, 900.0), "one save seen, none declared: no interval, no wait");
         // Reports with the same save, lagging a little, are one save.
         s.observe(30.0, 29.5);
-        assert!(!s.waits(30.0, 900.0));
+        assert!(s.waits(30.0, 900.0));
         s.observe(600.0, 0.0);
         assert!(!s.waits(601.0, 900.0), "it just saved: free to move at this decision");
         s.decided();
@@ -97,6 +108,24 @@ mod tests {
         assert!(s.waits(1203.0, 900.0));
         assert!(!s.waits(1198.0 + 2.0 * 598.0 + 1.0, 900.0), "it stopped saving: not waited for");
         assert!(!s.waits(1203.0, 500.0), "saves further apart than the longest wait");
+    }
+
+    /// A job that saves at its stop (`slaq.elastic` with a checkpoint directory) reports an age
+    /// of 0 every time: its reports a second apart look like saves, but it declared no schedule
+    /// and is never held. Nor is one whose ages grow between saves without a declaration.
+    #[test]
+    fn a_job_that_declared_no_schedule_never_waits() {
+        let mut s = Saves::default();
+        for k in 0..20 {
+            s.observe(f64::from(k) * 1.5, 0.0);
+            s.decided();
+            assert!(!s.waits(f64::from(k) * 1.5 + 0.2, 1800.0));
+        }
+        let mut s = Saves::default();
+        s.observe(0.0, 0.0);
+        s.observe(100.0, 0.0);
+        s.decided();
+        assert!(!s.waits(150.0, 1800.0));
     }
 
     #[test]
@@ -117,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_restart_counts_the_next_interval_from_itself() {
-        let mut s = Saves::default();
+        let mut s = Saves::every(Some(100.0));
         s.observe(0.0, 0.0);
         s.observe(100.0, 0.0);
         s.decided();
