@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Issue #43: each new rule, broken on purpose, must fail a unit test: Gavel's work-conserving
-fill, the work-first count step and what an option's work is, exploration, and `min_run_s`'s
-hold (on the allocator's fake clock). Applies one mutation at a time, runs the module's unit
+fill, the work-first count step and what an option's work is, exploration, `min_run_s`'s
+hold (on the allocator's fake clock), moves at checkpoints (the save hold, its guarantee
+override, only for jobs that declared a schedule) and priority classes (the planner's class
+order, the simulator's class reclaim through holds). Applies one mutation at a time, runs the module's unit
 tests, prints CAUGHT or MISSED, and restores the file. (The Python client's tenant is held by
 `clients/python/tests/test_offline.py` and `tests/it/python.rs`, the live hold by
 `tests/it/teams.rs`.)
@@ -14,8 +16,13 @@ muts = [
  ("src/schedule/epoch.rs", "    let chosen = explore(chosen, &jobs, &capacity, types.explore);", "    let chosen = explore(chosen, &jobs, &capacity, &[]);", "actors::allocator::tests", "explore"),
  ("src/quality/speeds.rs", "                    !declared && !s.measured.is_empty()", "                    !s.measured.is_empty()", "quality::speeds", "explore-declared"),
  ("src/schedule/tenants.rs", "held.get(i).map_or(0, |&h| h.saturating_sub(entitled[i]).min(cap[i]))", "held.get(i).map_or(0, |&h| h.saturating_sub(entitled[i]).min(cap[i]) * 0)", "actors::allocator::tests", "hold-quota"),
- ("src/actors/allocator/planning.rs", "min_workers: if held { have.min(b.max_workers) } else { b.min_workers },", "min_workers: b.min_workers,", "actors::allocator::tests", "hold-in-tenant"),
- ("src/actors/allocator/planning.rs", "set.config_of(id).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)", "set.config_of(id).is_some_and(|c| c.min_run_s > 0.0)", "actors::allocator::tests", "hold-expires"),
+ ("src/actors/allocator/planning.rs", "min_workers: if held == Hold::None { b.min_workers } else { have.min(b.max_workers) },", "min_workers: b.min_workers,", "actors::allocator::tests", "hold-in-tenant"),
+ ("src/actors/allocator/planning.rs", "is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)", "is_some_and(|c| c.min_run_s > 0.0)", "actors::allocator::tests", "hold-expires"),
+ ("src/actors/allocator/planning.rs", "max_workers: if held == Hold::Save { have.min(b.max_workers) } else { b.max_workers },", "max_workers: b.max_workers,", "actors::allocator::tests", "save-hold"),
+ ("src/actors/allocator/planning.rs", "} else if waits && !owed {", "} else if waits {", "actors::allocator::tests", "save-guarantee"),
+ ("src/schedule/saves.rs", "self.declared && !self.fresh", "!self.fresh", "schedule::saves", "save-declared"),
+ ("src/schedule/epoch.rs", "let class = |j: usize| class_of.get(j).copied().unwrap_or(0);", "let class = |j: usize| class_of.get(j).copied().unwrap_or(0) * 0;", "schedule::epoch", "class-order"),
+ ("src/sim/curves/moves.rs", "} else if owed || outranked || now >=", "} else if owed || now >=", "sim::teams", "class-through-holds"),
 ]
 only = sys.argv[1:]
 for path, a, b, module, name in muts:
