@@ -502,3 +502,35 @@ fn a_higher_class_is_served_first_inside_its_tenant_only() {
     assert_eq!((classes["1"].workers, classes["0"].workers, classes["0"].waiting), (2, 0, 1), "{classes:?}");
     assert!(out.summary.tenants["b"].classes.is_empty(), "b's jobs are all class 0");
 }
+
+/// Issue #43, moves at checkpoints: a job between saves does not grow either. `x` (saving every
+/// 100 s, declared) and `y` (at most 1 worker) share 3 workers; a fourth worker joins: x takes
+/// it only right after its save.
+#[test]
+fn a_job_between_saves_grows_only_right_after_it_saves() {
+    let mut a = Allocator::new(AllocatorSettings { save_wait_max: Duration::from_secs(1800), ..settings() }, false);
+    for w in 0..3 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    let saving =
+        |age_s: f64| Bid { checkpoint_every_s: Some(100.0), checkpoint_age_s: Some(age_s), ..bid("x", None, 40) };
+    a.handle(0.0, Input::JobStarted { job: "x".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "x".into(), bid: saving(0.0) });
+    a.handle(0.0, Input::JobStarted { job: "y".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "y".into(), bid: bid("y", Some(1), 40) });
+    let mut held: BTreeMap<String, Vec<String>> = members(&epoch(&mut a, 1.0, true));
+    assert_eq!((held.get("x").map(Vec::len), held.get("y").map(Vec::len)), (Some(2), Some(1)), "{held:?}");
+    a.handle(1.5, Input::WorkerHello(worker("w3", None)));
+    let mut grew_at = None;
+    for now_s in 2..=150 {
+        let now_s = f64::from(now_s);
+        let age = if now_s < 100.0 { now_s } else { now_s - 100.0 };
+        a.handle(now_s, Input::Bid { job: "x".into(), bid: saving(age) });
+        a.handle(now_s, Input::WorkerBeat { worker: "w3".into(), running: None });
+        held.extend(members(&beating_epoch(&mut a, now_s)));
+        if held.get("x").is_some_and(|w| w.len() > 2) && grew_at.is_none() {
+            grew_at = Some(now_s);
+        }
+    }
+    assert_eq!(grew_at, Some(100.0), "x grows right after its save, not before: {held:?}");
+}
