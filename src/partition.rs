@@ -1,9 +1,10 @@
 //! Jobs partitioned over replicas (issue #19), the pure part.
 //!
 //! - [`of`]: a job's partition, the same number NATS' subject mapping
-//!   `{{partition(n, k)}}` computes from the job's token (FNV-1a, 32 bits, modulo `n`), so a
-//!   replica knows which of its partitions a job's reports arrive on. Checked against real
-//!   servers (2.9 and 2.10+) by `tests/it/partitions.rs`.
+//!   `{{partition(n, 1)}}` (a one-token id) or `{{partition(n, 1, 2)}}` (a tenant's job,
+//!   `TENANT.NAME`) computes from the job's tokens (FNV-1a, 32 bits, over the tokens joined
+//!   without their dot, modulo `n`), so a replica knows which of its partitions a job's reports
+//!   arrive on. Checked against real servers (2.9 and 2.10+) by `tests/it/partitions.rs`.
 //! - [`balance`]: which live replica should own each partition: as even as can be (counts differ
 //!   by at most one) with the fewest partitions taken from their live owners. Every replica
 //!   computes it from the same view of the lease bucket, so they agree without talking.
@@ -11,14 +12,15 @@
 //!   owner of its partition under the highest term seen, so a bid still in flight from a
 //!   partition's previous owner never replaces its new owner's.
 
-/// The partition of a job id among `partitions` (at least 1).
+/// The partition of a job id among `partitions` (at least 1). A tenant's job `TENANT.NAME` is
+/// hashed as the server's mapping hashes its two tokens: concatenated, without the dot.
 pub fn of(job: &str, partitions: u32) -> u32 {
-    fnv1a32(job.as_bytes()) % partitions.max(1)
+    fnv1a32(job.bytes().filter(|&b| b != b'.')) % partitions.max(1)
 }
 
 /// FNV-1a over 32 bits, as Go's `hash/fnv.New32a`, which the NATS server uses to partition.
-fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+fn fnv1a32(bytes: impl IntoIterator<Item = u8>) -> u32 {
+    bytes.into_iter().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
 /// The owner each of the `owners.len()` partitions should have among the `live` replicas
@@ -144,9 +146,15 @@ mod tests {
     #[test]
     fn fnv1a_is_gos() {
         // Go: fnv.New32a() over "" and "a" (the algorithm's published test vectors).
-        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
-        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
-        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+        assert_eq!(fnv1a32(*b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(*b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(*b"foobar"), 0xbf9c_f968);
+        // What nats-server 2.9.10 and 2.15.1 map `t.*.*` with `{{partition(32,1,2)}}` to (seen
+        // on both, and checked again live by `tests/it/partitions.rs`).
+        let seen = [("team-a.j1", 31), ("team-b.job-7", 22), ("x.y", 26), ("ab.c", 11), ("solo", 10)];
+        for (job, p) in seen {
+            assert_eq!(of(job, 32), p, "{job}");
+        }
         assert!((0..1000).all(|i| of(&format!("job-{i}"), 32) < 32));
         assert_eq!(of("anything", 0), 0, "no partitions counts as one");
     }

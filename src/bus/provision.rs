@@ -84,8 +84,9 @@ pub(super) fn reports_stream(subjects: &Subjects, settings: &DurableSettings) ->
                 .iter()
                 .flat_map(|id| [format!("{prefix}.v1.job.{id}.loss"), format!("{prefix}.v1.job.{id}.bye")])
                 .collect(),
-            // One subject, so that each partition's filter is a subset of one (2.9 wants that).
-            Some(_) => vec![format!("{prefix}.v1.part.*.job.*.*")],
+            // One subject, so that each partition's filter is a subset of one (2.9 wants that):
+            // a job's id is one token, or a tenant's job's two.
+            Some(_) => vec![format!("{prefix}.v1.part.*.job.>")],
         },
         max_messages_per_subject: settings.report_history,
         max_age: settings.report_retention,

@@ -61,8 +61,6 @@ pub enum Tenants<'a> {
     Any,
     /// `[tenants]`: only these (in order); a one-token id is tenant `default`'s.
     Only(&'a [String]),
-    /// Two-token ids are refused (a partitioned scheduler, whose subject mapping has one token).
-    OneToken,
 }
 
 impl Tenants<'_> {
@@ -71,11 +69,6 @@ impl Tenants<'_> {
         let tenant = super::tenant_of(job);
         match self {
             Tenants::Any => Ok(tenant),
-            Tenants::OneToken if tenant.is_some() => Err(ProtocolError::Invalid(
-                "tenant job ids (TENANT.NAME) need an unpartitioned scheduler",
-                RejectCause::UnknownTenant,
-            )),
-            Tenants::OneToken => Ok(None),
             Tenants::Only(names) => {
                 let t = tenant.unwrap_or(DEFAULT_TENANT);
                 match names.iter().any(|n| n == t) {
@@ -213,11 +206,9 @@ mod tests {
         let without_default = ["team-a".to_string()];
         let strict = InboundLimits { tenants: Tenants::Only(&without_default), ..only };
         assert_eq!(hello("slaq.v1.job.j.hello", &plain, &strict), Err(RejectCause::UnknownTenant));
-        // Without [tenants]: any, read from the subject all the same; partitioned: one token.
+        // Without [tenants]: any, read from the subject all the same.
         let any = InboundLimits { tenants: Tenants::Any, ..only };
         assert_eq!(hello("slaq.v1.job.j.hello", &plain, &any), Ok(None));
         assert_eq!(hello("slaq.v1.job.team-a.j.hello", &forged, &any), Ok(Some("team-a".into())));
-        let partitioned = InboundLimits { tenants: Tenants::OneToken, ..only };
-        assert_eq!(hello("slaq.v1.job.team-a.j.hello", &forged, &partitioned), Err(RejectCause::UnknownTenant));
     }
 }

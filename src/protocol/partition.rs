@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Encoding, Outcome, ProtocolError, RejectCause, decode, encode, valid_id};
+use super::{Encoding, Outcome, ProtocolError, RejectCause, decode, encode, valid_job_id};
 use crate::quality::GainCurve;
 use crate::schedule::JobModel;
 
@@ -73,7 +73,7 @@ impl PartitionBids {
         let ids =
             m.bids.iter().map(|(j, _)| j).chain(m.gone.iter().map(|(j, _)| j)).chain(m.quiet.iter().map(|(j, _)| j));
         let ids = ids.chain(m.roster.iter().flatten());
-        if ids.into_iter().any(|j| !valid_id(j) || crate::partition::of(j, partitions) != m.partition) {
+        if ids.into_iter().any(|j| !valid_job_id(j) || crate::partition::of(j, partitions) != m.partition) {
             return bad("a job id that is invalid or of another partition");
         }
         let finite = |b: &WireBid| {
@@ -138,8 +138,10 @@ pub(crate) mod tests {
     }
 
     /// Job ids of partition `p` among 4.
+    /// `n` job ids of partition `p` (of 4): one-token ids and tenants' jobs, `TENANT.NAME`, in turn.
     pub(crate) fn ids(p: u32, n: usize) -> Vec<String> {
-        (0..).map(|i| format!("job-{i}")).filter(|j| crate::partition::of(j, 4) == p).take(n).collect()
+        let id = |i: u32| if i.is_multiple_of(2) { format!("job-{i}") } else { format!("team-{}.job-{i}", i % 3) };
+        (0..).map(id).filter(|j| crate::partition::of(j, 4) == p).take(n).collect()
     }
 
     #[test]

@@ -139,9 +139,10 @@ impl Subjects {
     pub fn part_job_bye(&self, p: u32, job: &str) -> String {
         format!("{}.v1.part.{p}.job.{job}.bye", self.prefix)
     }
-    /// Everything the stream keeps of partition `p` (one filter subject: 2.9 allows no more).
+    /// Everything the stream keeps of partition `p`, a job's id one token or a tenant's two
+    /// (one filter subject: 2.9 allows no more).
     pub fn part_filter(&self, p: u32) -> String {
-        format!("{}.v1.part.{p}.job.*.*", self.prefix)
+        format!("{}.v1.part.{p}.job.>", self.prefix)
     }
     /// Where the owner of partition `p` sends its jobs' bids to the leader (replicas only: the
     /// state connection's account).
@@ -299,6 +300,7 @@ mod tests {
         assert_eq!(s.unmap(&s.part_job_loss(7, "j1")), Some((7, s.job_loss("j1"))));
         assert_eq!(s.unmap(&s.part_job_bye(0, "j1")), Some((0, s.job_bye("j1"))));
         assert_eq!(s.unmap(&s.job_loss("j1")), None);
+        assert_eq!(s.unmap(&s.part_job_loss(3, "team-a.j1")), Some((3, s.job_loss("team-a.j1"))));
         assert_eq!(s.unmap("slaq.v1.part.x.job.j1.loss"), None);
         assert_eq!(s.unmap("slaq.v1.part.3.worker.w.beat"), None);
     }

@@ -377,12 +377,9 @@ pub struct ServeConfig {
 
 /// `[tenants]` of a configuration file, checked as `slaq serve` starts with it (for a reload).
 pub fn tenants_of(raw: &RawConfig) -> Result<Option<TenantSet>, ConfigError> {
-    match (raw.tenants.is_empty(), raw.cluster.shared) {
-        (true, _) => Ok(None),
-        (false, true) => Err(ConfigError::Invalid("[tenants] cannot be combined with [cluster] shared yet".into())),
-        (false, false) => {
-            TenantSet::new(raw.tenants.clone()).map(Some).map_err(|e| ConfigError::Invalid(e.to_string()))
-        }
+    match raw.tenants.is_empty() {
+        true => Ok(None),
+        false => TenantSet::new(raw.tenants.clone()).map(Some).map_err(|e| ConfigError::Invalid(e.to_string())),
     }
 }
 
@@ -728,9 +725,7 @@ impl ServeConfig {
         crate::protocol::InboundLimits {
             max_payload_bytes: self.max_payload_bytes,
             max_min_workers: self.max_min_workers,
-            // Partitions map one-token ids only: a tenant's job there would lose its reports.
             tenants: match tenants {
-                _ if self.durable.partitions.is_some() => crate::protocol::Tenants::OneToken,
                 Some(t) => crate::protocol::Tenants::Only(&t.names),
                 None => crate::protocol::Tenants::Any,
             },

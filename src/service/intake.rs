@@ -81,7 +81,7 @@ impl Intake {
 mod tests {
     use super::*;
     use crate::protocol::partition_samples::{ids, message};
-    use crate::protocol::{self, Encoding, valid_id};
+    use crate::protocol::{self, Encoding, valid_job_id};
 
     #[test]
     fn a_previous_owners_messages_change_nothing_after_the_new_owners() {
@@ -125,7 +125,7 @@ mod tests {
             if let Ok(m) = PartitionBids::decode(&bytes, 4) {
                 // What passes is of its partition and valid.
                 proptest::prop_assert!(m.partition < 4);
-                proptest::prop_assert!(m.bids.iter().all(|(j, b)| valid_id(j) && b.min_workers <= b.max_workers));
+                proptest::prop_assert!(m.bids.iter().all(|(j, b)| valid_job_id(j) && b.min_workers <= b.max_workers));
                 let mut intake = Intake::new(4);
                 let _ = intake.merge(m);
             }

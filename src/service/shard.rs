@@ -31,7 +31,7 @@ use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
-    self, Encoding, Inbound, InboundLimits, JobAllocation, JobSpec, Outcome, PartitionBids, ProtocolError, RejectCause,
+    self, Encoding, Inbound, JobAllocation, JobSpec, Outcome, PartitionBids, ProtocolError, RejectCause, Subjects,
     chunks,
 };
 
@@ -189,18 +189,24 @@ pub async fn run_owner(
     Ok(())
 }
 
-/// What an owner reads besides its partitions: the jobs' hellos and allocations (bus), and a
-/// new leader's call for every bid (state connection).
+/// What an owner reads besides its partitions: the jobs' hellos and allocations (bus; a job's
+/// id is one token, or a tenant's job's two), and a new leader's call for every bid (state
+/// connection).
 async fn subscribe(
     clients: &Connections,
     config: &ServeConfig,
-) -> Result<(async_nats::Subscriber, async_nats::Subscriber, async_nats::Subscriber), ServiceError> {
-    let subscribe = crate::bus::subscribe;
-    let hellos = subscribe(&clients.bus, config.subjects.job_hello("*")).await?;
-    let allocs = subscribe(&clients.bus, config.subjects.job_alloc("*")).await?;
-    let syncs = subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
-    Ok((hellos, allocs, syncs))
+) -> Result<(Subscribed, Subscribed, Subscribed), ServiceError> {
+    let both = |subject: fn(&Subjects, &str) -> String| async move {
+        let one = crate::bus::subscribe(&clients.bus, subject(&config.subjects, "*")).await?;
+        let two = crate::bus::subscribe(&clients.bus, subject(&config.subjects, "*.*")).await?;
+        Ok::<_, ServiceError>(futures_util::stream::select_all([one, two]))
+    };
+    let (hellos, allocs) = (both(Subjects::job_hello).await?, both(Subjects::job_alloc).await?);
+    let syncs = crate::bus::subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
+    Ok((hellos, allocs, futures_util::stream::select_all([syncs])))
 }
+
+type Subscribed = futures_util::stream::SelectAll<async_nats::Subscriber>;
 
 /// Opens the owner's durable state (its writes held by `fence`) and this replica's partition
 /// leases (one attempt).
@@ -253,10 +259,6 @@ async fn hold_leases(
 type Loaded = (Vec<(u32, u64)>, Result<Vec<(JobSpec, Option<bytes::Bytes>)>, crate::bus::BusError>);
 
 impl Owner {
-    fn limits(&self) -> InboundLimits<'_> {
-        self.config.inbound_limits(None)
-    }
-
     fn refuse(&mut self, error: ProtocolError) {
         let cause = error.cause();
         *self.refused.entry(cause).or_default() += 1;
@@ -435,7 +437,8 @@ impl Owner {
             Some((mapped, subject)) if mapped == p => subject,
             _ => return Err(ProtocolError::UnknownSubject),
         };
-        let limits = self.limits();
+        // A report or bye: only a hello reads the tenants.
+        let limits = self.config.inbound_limits(None);
         let inbound = protocol::inbound(&self.config.subjects, &subject, &message.payload, encoding, &limits)?;
         // A job may publish its mapped subjects itself: only its own partition counts.
         let job = match &inbound {
@@ -528,7 +531,8 @@ impl Owner {
     /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
     async fn hello(&mut self, message: async_nats::Message) {
         let encoding = crate::bus::encoding_of(&message);
-        let limits = self.limits();
+        let tenants = self.config.tenants.get();
+        let limits = self.config.inbound_limits(tenants.as_deref());
         let spec = match protocol::inbound(
             &self.config.subjects,
             message.subject.as_str(),

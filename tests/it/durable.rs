@@ -338,7 +338,10 @@ async fn a_takeovers_read_ends_while_other_owners_keep_saving() {
         others.save_job(&JobSpec::new(id));
     }
     others.flush(Duration::from_secs(30)).await;
-    let ours: Vec<String> = (0..20).map(|i| format!("ours-{i:02}")).collect();
+    // Ours: one-token ids and tenants' jobs (`TENANT.NAME`, a key of three tokens).
+    let mut ours: Vec<String> =
+        (0..20).map(|i| if i % 2 == 0 { format!("ours-{i:02}") } else { format!("team-{i:02}.ours-{i:02}") }).collect();
+    ours.sort();
     for id in &ours {
         mine.save_job(&JobSpec::new(id));
         mine.save_predictor(id, bytes::Bytes::from(format!("predictor of {id}")));
@@ -364,7 +367,7 @@ async fn a_takeovers_read_ends_while_other_owners_keep_saving() {
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let reader = open().await;
-    let read = tokio::time::timeout(Duration::from_secs(30), reader.load_jobs(|id| id.starts_with("ours-"))).await;
+    let read = tokio::time::timeout(Duration::from_secs(30), reader.load_jobs(|id| id.contains("ours-"))).await;
     drop(saving);
     let jobs = read.expect("the read never ended").expect("read");
     let found: Vec<(String, Option<bytes::Bytes>)> = jobs.into_iter().map(|(s, p)| (s.job, p)).collect();

@@ -24,6 +24,7 @@ mod shared;
 mod sim;
 mod submit;
 mod teams;
+mod teams_shared;
 mod typed;
 
 use std::path::PathBuf;

@@ -11,24 +11,28 @@ use slaq::bus::partitions::Partitions;
 use crate::harness::{NatsServer, client, temp_dir};
 
 /// The server maps `pt.job.<id>.loss` to `pt.part.<p>.job.<id>.loss` with its own partition
-/// function; for ids of every shape a token can take, `p` is `partition::of(id, 32)`.
+/// function (on both tokens of a tenant's job, `TENANT.NAME`, as deploy/nats/slaq-shared.conf
+/// does); for ids of every shape a token can take, `p` is `partition::of(id, 32)`.
 #[tokio::test]
 async fn the_servers_partition_mapping_is_ours() {
     let dir = temp_dir("partition-map");
     let conf = dir.join("map.conf");
     std::fs::write(
         &conf,
-        "mappings = { \"pt.job.*.loss\": \"pt.part.{{partition(32,1)}}.job.{{wildcard(1)}}.loss\" }\n",
+        "mappings = {\n \"pt.job.*.loss\": \"pt.part.{{partition(32,1)}}.job.{{wildcard(1)}}.loss\"\n          \"pt.job.*.*.loss\": \"pt.part.{{partition(32,1,2)}}.job.{{wildcard(1)}}.{{wildcard(2)}}.loss\"\n}\n",
     )
     .expect("config");
     let nats = NatsServer::start_with_config(&conf);
     let c = client(&nats.url).await;
-    let mut sub = c.subscribe("pt.part.*.job.*.loss").await.expect("subscribe");
+    let mut sub = c.subscribe("pt.part.*.job.>").await.expect("subscribe");
     c.flush().await.expect("flush");
     let mut ids: Vec<String> = (0..400).map(|i| format!("job-{i}")).collect();
     ids.extend(
         ["a", "Z", "x_y-z", "résumé", "作业-7", "0", "~!@#$%^&()", "very-long-".repeat(20).as_str()].map(String::from),
     );
+    // Tenants' jobs: two tokens, hashed together.
+    ids.extend((0..200).map(|i| format!("team-{}.job-{i}", i % 7)));
+    ids.extend(["a.b", "ab.c", "x_y.z-1", "é.作业"].map(String::from));
     for id in &ids {
         c.publish(format!("pt.job.{id}.loss"), "x".into()).await.expect("publish");
     }
@@ -40,7 +44,8 @@ async fn the_servers_partition_mapping_is_ours() {
             .expect("every report arrives")
             .expect("open");
         let tokens: Vec<&str> = m.subject.as_str().split('.').collect();
-        seen.insert(tokens[4].to_string(), tokens[2].parse().expect("a partition number"));
+        let id = tokens[4..tokens.len() - 1].join(".");
+        seen.insert(id, tokens[2].parse().expect("a partition number"));
     }
     let mut used = [0u32; 32];
     for id in &ids {

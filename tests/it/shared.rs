@@ -30,7 +30,7 @@ fn mapped_server() -> NatsServer {
     NatsServer::start_with_config(&conf)
 }
 
-fn settings(id: &str) -> String {
+pub(crate) fn settings(id: &str) -> String {
     format!(
         "[scheduler]\npolicy = \"fair\"\nepoch_ms = 200\nworker_timeout_ms = 5000\nrefit_interval_ms = 20\n\n\
          [state]\nmode = \"jetstream\"\nsnapshot_ms = 100\nreport_history = 10\n\n\
@@ -150,7 +150,7 @@ async fn replicas_share_the_partitions_and_take_a_dead_owners_over_with_every_jo
     drop(stops);
 }
 
-const SHARED_CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-shared.conf");
+pub(crate) const SHARED_CONF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/nats/slaq-shared.conf");
 
 /// Under `deploy/nats/slaq-shared.conf` (its accounts, permissions and 32-partition mapping):
 /// a job's reports and bye reach its partition's owner, and a job can neither report for

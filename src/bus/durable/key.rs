@@ -22,8 +22,9 @@ pub enum Key {
     Meta(String),
 }
 
-/// The filters that read every job's spec and predictor (`Durable::load_jobs`).
-pub const JOB_FILTERS: [&str; 2] = ["job.*", "pred.*"];
+/// The filters that read every job's spec and predictor (`Durable::load_jobs`): a job's id is
+/// one token, or a tenant's job's two (`job.team-a.train`).
+pub const JOB_FILTERS: [&str; 2] = ["job.>", "pred.>"];
 
 impl Key {
     /// The key `text` names (`None`: no key of this layout). Ids are not checked here: a
