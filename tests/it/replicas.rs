@@ -297,9 +297,11 @@ async fn a_three_node_cluster_elects_a_new_leader_when_the_leaders_server_goes()
         {
             break st;
         }
-        // Two minutes: on a loaded 2-core machine JetStream on 2.9 has taken over a minute to elect
-        // new stream leaders (the take-over figure is measured on a quiet machine and printed).
-        assert!(cut.elapsed() < Duration::from_secs(120), "no new leader within two minutes");
+        // Three minutes: on this 2-core machine JetStream on 2.9 has taken from 16 s to over two
+        // minutes to elect new stream leaders (replicas time out reading the bucket meanwhile and
+        // hand the lease on), with the build of f856e0d as with later ones; the take-over figure
+        // is printed.
+        assert!(cut.elapsed() < Duration::from_secs(180), "no new leader within three minutes");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     eprintln!("new leader {:?} allocating {:?} after the leader's server stopped", after.leader, cut.elapsed());
