@@ -35,6 +35,8 @@ pub struct Bid {
     pub checkpoint_every_s: Option<f64>,
     /// The priority it asked for (`JobSpec::priority`; its tenant caps it).
     pub priority: u8,
+    /// The weight it asked for (`JobSpec::weight`; its tenant caps it).
+    pub weight: f64,
     /// Its declared speeds per worker type (`JobSpec::speeds`).
     pub speeds: Option<Arc<std::collections::BTreeMap<String, f64>>>,
 }
@@ -65,6 +67,7 @@ impl Bid {
             max_iters: spec.max_iters,
             checkpoint_every_s: spec.checkpoint_every_s,
             priority: spec.priority,
+            weight: spec.weight,
             speeds: spec.speeds.clone().map(Arc::new),
             sizes: spec.worker_counts.as_ref().map(|c| {
                 let mut c = c.clone();
@@ -91,6 +94,7 @@ impl Bid {
             max_iters: self.max_iters,
             checkpoint_every_s: self.checkpoint_every_s,
             priority: self.priority,
+            weight: self.weight,
             speeds: self.speeds.as_deref().cloned(),
         }
     }
@@ -112,6 +116,7 @@ impl Bid {
             max_iters: w.max_iters,
             checkpoint_every_s: w.checkpoint_every_s,
             priority: w.priority,
+            weight: w.weight,
             speeds: w.speeds.map(Arc::new),
         }
     }

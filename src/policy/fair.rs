@@ -1,9 +1,11 @@
 //! Work-conserving max-min fair share: every job gets its minimum, then the remaining workers
 //! are water-filled up to a common level, jobs capped by their maximum giving their leftovers to
 //! the others. The workers that do not divide evenly go to the least served jobs (attained
-//! worker-seconds), so over time nobody is favoured. SLAQ's baseline.
+//! worker-seconds), so over time nobody is favoured. SLAQ's baseline. With weights (a tenant's
+//! jobs', issue #43) the level is per unit of weight: a job of weight 3 fills to three times the
+//! level of a job of weight 1, and the remainders go to the least served per unit of weight.
 
-use super::{Allocation, JobBid, Problem, by_least_service, grant_minima};
+use super::{Allocation, JobBid, Problem, by_least_service, grant_minima, weighted};
 
 /// The fair allocation; see the module documentation.
 pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
@@ -11,6 +13,9 @@ pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
     let (minima, left) = grant_minima(problem);
     if left == 0 || jobs.is_empty() {
         return Allocation { workers: minima };
+    }
+    if weighted(jobs) {
+        return Allocation { workers: by_weight(jobs, minima, problem.num_workers) };
     }
     let capacity = u64::from(problem.num_workers);
     let at_level = |level: u32| -> u64 {
@@ -38,13 +43,68 @@ pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
     Allocation { workers }
 }
 
+/// Weighted water-filling: the real level `L` at which `Σ clamp(L·weight, min, max)` fills the
+/// capacity, each job its whole part of that, then the remainders one each to the least served
+/// per unit of weight among the jobs below their share, then to any job below its maximum.
+fn by_weight<G>(jobs: &[JobBid<G>], minima: Vec<u32>, num_workers: u32) -> Vec<u32> {
+    let weight = |o: usize| if jobs[o].weight.is_finite() && jobs[o].weight > 0.0 { jobs[o].weight } else { 1.0 };
+    let max = |o: usize| jobs[o].max_workers.max(minima[o]);
+    let share = |o: usize, level: f64| (level * weight(o)).clamp(f64::from(minima[o]), f64::from(max(o)));
+    let capacity = f64::from(num_workers);
+    let filled = |level: f64| (0..jobs.len()).map(|o| share(o, level)).sum::<f64>();
+    let (mut lo, mut hi) =
+        (0.0, capacity / jobs.iter().enumerate().map(|(o, _)| weight(o)).fold(f64::INFINITY, f64::min));
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if filled(mid) <= capacity { lo = mid } else { hi = mid }
+    }
+    let shares: Vec<f64> = (0..jobs.len()).map(|o| share(o, lo)).collect();
+    let mut workers: Vec<u32> = shares.iter().map(|&s| (s + 1e-9).floor() as u32).collect();
+    let mut spare = num_workers.saturating_sub(workers.iter().sum());
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| {
+        (jobs[a].attained_service / weight(a)).total_cmp(&(jobs[b].attained_service / weight(b))).then(a.cmp(&b))
+    });
+    for below_share in [true, false] {
+        for &o in &order {
+            let room = if below_share { f64::from(workers[o]) + 1e-9 < shares[o] } else { workers[o] < max(o) };
+            if spare > 0 && room {
+                workers[o] += 1;
+                spare -= 1;
+            }
+        }
+    }
+    workers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::check_contract;
 
     fn bid(min: u32, max: u32, service: f64) -> JobBid<fn(u32) -> f64> {
-        JobBid { min_workers: min, max_workers: max, attained_service: service, gain: None }
+        JobBid { min_workers: min, max_workers: max, attained_service: service, gain: None, weight: 1.0 }
+    }
+
+    #[test]
+    fn weights_fill_in_proportion_and_remainders_go_to_the_least_served_per_weight() {
+        let w = |weight, max, service| JobBid { weight, ..bid(0, max, service) };
+        let jobs = [w(3.0, 100, 0.0), w(1.0, 100, 0.0)];
+        let p = Problem { num_workers: 4, jobs: &jobs };
+        assert_eq!(allocate(&p).workers, vec![3, 1]);
+        check_contract(&p, &allocate(&p)).unwrap();
+        // A cap gives its leftovers to the others, in proportion.
+        let jobs = [w(3.0, 1, 0.0), w(1.0, 100, 0.0), w(2.0, 100, 0.0)];
+        assert_eq!(allocate(&Problem { num_workers: 7, jobs: &jobs }).workers, vec![1, 2, 4]);
+        // 1.5 and 0.5 of two workers: one each whole, the remainder to the least served per
+        // unit of weight (6 worker-seconds at weight 3 is 2 per unit, below 3 at weight 1).
+        let jobs = [w(3.0, 100, 6.0), w(1.0, 100, 3.0)];
+        assert_eq!(allocate(&Problem { num_workers: 2, jobs: &jobs }).workers, vec![2, 0]);
+        let jobs = [w(3.0, 100, 9.0), w(1.0, 100, 1.0)];
+        assert_eq!(allocate(&Problem { num_workers: 2, jobs: &jobs }).workers, vec![1, 1]);
+        // Minima first, and every worker handed out.
+        let jobs = [JobBid { weight: 4.0, ..bid(0, 100, 0.0) }, bid(5, 100, 0.0)];
+        assert_eq!(allocate(&Problem { num_workers: 8, jobs: &jobs }).workers, vec![3, 5]);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `PolicyKind`, the live allocation policies, and the one place that dispatches to them.
 
-use super::{Allocation, GainFn, Problem, fair, slaq};
+use super::{Allocation, GainFn, JobBid, Problem, Scaled, fair, slaq};
 
 /// The allocation policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -15,8 +15,44 @@ pub enum PolicyKind {
 impl PolicyKind {
     pub fn allocate<G: GainFn>(self, problem: &Problem<'_, G>) -> Allocation {
         match self {
+            PolicyKind::Slaq if super::weighted(problem.jobs) => {
+                let jobs: Vec<JobBid<Scaled<'_, G>>> = problem
+                    .jobs
+                    .iter()
+                    .map(|j| JobBid {
+                        min_workers: j.min_workers,
+                        max_workers: j.max_workers,
+                        attained_service: j.attained_service,
+                        gain: j.gain.as_ref().map(|g| Scaled::new(g, j.weight)),
+                        weight: j.weight,
+                    })
+                    .collect();
+                slaq::allocate(&Problem { num_workers: problem.num_workers, jobs: &jobs })
+            }
             PolicyKind::Slaq => slaq::allocate(problem),
             PolicyKind::Fair => fair::allocate(problem),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `slaq` with weights values each job's gains times its weight (`Scaled`); all weights 1
+    /// is the unweighted greedy exactly.
+    #[test]
+    fn slaq_values_gains_times_the_weight() {
+        let concave = |w: u32| (1.0 + f64::from(w)).ln();
+        let bid = |weight| JobBid { weight, ..JobBid::new(Some(concave)) };
+        let even = [bid(1.0), bid(1.0)];
+        assert_eq!(PolicyKind::Slaq.allocate(&Problem { num_workers: 8, jobs: &even }).workers, vec![4, 4]);
+        // ln: the marginal of the k-th worker is ln((k+1)/k); weight 3 takes workers while
+        // 3·ln((a+1)/a) ≥ ln((b+1)/b): 6 and 2 of 8.
+        let heavy = [bid(3.0), bid(1.0)];
+        let a = PolicyKind::Slaq.allocate(&Problem { num_workers: 8, jobs: &heavy });
+        assert_eq!(a.workers, vec![6, 2]);
+        // Fair shares in proportion to the weights.
+        assert_eq!(PolicyKind::Fair.allocate(&Problem { num_workers: 8, jobs: &heavy }).workers, vec![6, 2]);
     }
 }

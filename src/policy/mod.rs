@@ -92,12 +92,16 @@ pub struct JobBid<G> {
     pub attained_service: f64,
     /// Predicted gains; `None` while the job has no prediction yet.
     pub gain: Option<G>,
+    /// Its weight among the jobs it shares with (`JobSpec::weight` as its tenant caps it; 1
+    /// for all makes every policy what it is unweighted): `fair` water-fills in proportion to
+    /// it, `slaq` values its gains times it.
+    pub weight: f64,
 }
 
 impl<G> JobBid<G> {
     /// A bid with no bounds beyond the cluster and no history.
     pub fn new(gain: Option<G>) -> Self {
-        JobBid { min_workers: 0, max_workers: u32::MAX, attained_service: 0.0, gain }
+        JobBid { min_workers: 0, max_workers: u32::MAX, attained_service: 0.0, gain, weight: 1.0 }
     }
 
     /// The same bid, its gains borrowed.
@@ -107,7 +111,42 @@ impl<G> JobBid<G> {
             max_workers: self.max_workers,
             attained_service: self.attained_service,
             gain: self.gain.as_ref().map(ByRef),
+            weight: self.weight,
         }
+    }
+}
+
+/// Whether any job's weight is not 1 (the weighted paths run only then).
+pub fn weighted<G>(jobs: &[JobBid<G>]) -> bool {
+    jobs.iter().any(|j| j.weight != 1.0)
+}
+
+/// A gain scaled by a job's weight, with its table scaled once (`slaq` with weights).
+#[derive(Clone, Debug)]
+pub struct Scaled<'a, G> {
+    gain: &'a G,
+    weight: f64,
+    table: Vec<f64>,
+}
+
+impl<'a, G: GainFn> Scaled<'a, G> {
+    pub fn new(gain: &'a G, weight: f64) -> Self {
+        let table = if weight == 1.0 { Vec::new() } else { gain.table().iter().map(|g| g * weight).collect() };
+        Scaled { gain, weight, table }
+    }
+}
+
+impl<G: GainFn> GainFn for Scaled<'_, G> {
+    fn gain(&self, workers: u32) -> f64 {
+        self.gain.gain(workers) * self.weight
+    }
+
+    fn table(&self) -> &[f64] {
+        if self.weight == 1.0 { self.gain.table() } else { &self.table }
+    }
+
+    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
+        self.gain.gain_at_speed(workers, speed) * self.weight
     }
 }
 
@@ -193,7 +232,7 @@ mod tests {
     use super::*;
 
     fn bid(min: u32, max: u32) -> JobBid<fn(u32) -> f64> {
-        JobBid { min_workers: min, max_workers: max, attained_service: 0.0, gain: None }
+        JobBid { min_workers: min, max_workers: max, attained_service: 0.0, gain: None, weight: 1.0 }
     }
 
     #[test]

@@ -37,8 +37,18 @@ pub struct WireBid {
     pub checkpoint_every_s: Option<f64>,
     #[serde(default)]
     pub priority: u8,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<std::collections::BTreeMap<String, f64>>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(w: &f64) -> bool {
+    *w == 1.0
 }
 
 /// What the owner of a partition sends the leader (`<prefix>.v1.ctl.bids.<p>`, MessagePack).
@@ -78,6 +88,8 @@ impl PartitionBids {
         }
         let finite = |b: &WireBid| {
             b.min_workers <= b.max_workers
+                && b.weight.is_finite()
+                && b.weight > 0.0
                 && b.gain.is_none_or(|g| (1..=64).all(|w| g.gain(w.min(b.max_workers.max(1))).is_finite()))
         };
         if !m.bids.iter().all(|(_, b)| finite(b)) {
@@ -125,6 +137,7 @@ pub(crate) mod tests {
             checkpoint_every_s: None,
             priority: 0,
             speeds: None,
+            weight: 1.0,
         };
         PartitionBids {
             replica: "r".into(),

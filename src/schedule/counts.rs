@@ -192,7 +192,7 @@ pub fn honoured_minimums<G>(num_workers: u32, bids: &[JobBid<G>]) -> Vec<u32> {
     }
     let unbounded: Vec<JobBid<()>> = bids
         .iter()
-        .map(|b| JobBid { min_workers: 0, max_workers: b.max_workers, attained_service: 0.0, gain: None })
+        .map(|b| JobBid { min_workers: 0, max_workers: b.max_workers, attained_service: 0.0, gain: None, weight: 1.0 })
         .collect();
     fair_shares(num_workers, &unbounded)
         .into_iter()

@@ -1046,7 +1046,7 @@ mod tests {
             let mut ps = test_job(Layout::new());
             ps.ps = true;
             let epoch_jobs: Vec<EpochJob<'_, Gain>> = jobs.iter().map(|&(min, max, g, is_ps)| EpochJob {
-                bid: JobBid { min_workers: min.min(max), max_workers: max, attained_service: f64::from(g), gain: Some(slopes[g as usize]) },
+                bid: JobBid { min_workers: min.min(max), max_workers: max, attained_service: f64::from(g), gain: Some(slopes[g as usize]), weight: 1.0 },
                 own_minimum: true,
                 sizes: None,
                 model: if is_ps { &ps } else { &model },

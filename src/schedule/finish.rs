@@ -225,7 +225,7 @@ mod tests {
                         let remaining_iters = f64::from(remaining);
                         let finish = Finish { time: linear(), remaining_iters, horizon_s: 1.0, weight: 1e6 };
                         let gain = Finishing::new(Gains(vec![0.0, quality]), Some(finish));
-                        JobBid { min_workers: 0, max_workers: 1, attained_service: 0.0, gain: Some(gain) }
+                        JobBid { min_workers: 0, max_workers: 1, attained_service: 0.0, gain: Some(gain), weight: 1.0 }
                     })
                     .collect();
                 let allocation = slaq::allocate(&Problem { num_workers: capacity, jobs: &bids });

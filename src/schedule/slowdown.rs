@@ -290,6 +290,7 @@ fn fair_cluster<L: AsMut<PaceLedger>>(
             max_workers: if done_at[j].is_some() { 0 } else { max_workers[j] },
             attained_service: if paces[j].is_some() { ledgers[j].as_mut().fair_service_s } else { f64::INFINITY },
             gain: None,
+            weight: 1.0,
         })
         .collect();
     (fair::allocate(&Problem { num_workers, jobs: &bids }).workers, levels)

@@ -64,12 +64,22 @@ pub struct TenantConfig {
     /// inside the tenant's quota a higher class is served first (issue #43).
     #[serde(default)]
     pub max_priority: u8,
+    /// The largest weight its jobs may claim (`JobSpec.weight` is capped to it; default 1, so
+    /// a job's weight counts only where its tenant allows): inside a class of the tenant's
+    /// quota the policy shares in proportion to the jobs' weights (issue #43).
+    #[serde(default = "one")]
+    pub max_weight: f64,
 }
 
 impl TenantConfig {
     /// The class of a job of this tenant asking for `priority`.
     pub fn class_of(&self, priority: u8) -> u8 {
         priority.min(self.max_priority)
+    }
+
+    /// The weight of a job of this tenant asking for `weight` (a weight below 1 stands).
+    pub fn weight_of(&self, weight: f64) -> f64 {
+        weight.min(self.max_weight)
     }
 }
 
@@ -127,6 +137,9 @@ pub fn resolve(
         }
         if !(t.weight.is_finite() && t.weight > 0.0) {
             return Err(invalid("weight must be a positive number"));
+        }
+        if !(t.max_weight.is_finite() && t.max_weight >= 1.0) {
+            return Err(invalid("max_weight must be a number of at least 1"));
         }
         if !(t.grace_s.is_finite() && t.grace_s >= 0.0 && t.min_run_s.is_finite() && t.min_run_s >= 0.0) {
             return Err(invalid("grace_s and min_run_s must be seconds, 0 or more"));

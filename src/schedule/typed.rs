@@ -330,6 +330,7 @@ pub fn fair_by_fit(
             max_workers,
             attained_service,
             gain: None,
+            weight: 1.0,
         })
         .collect();
     let total: u32 = capacity.iter().sum();

@@ -172,6 +172,7 @@ mod wire_bids {
         shapes: Vec<(u32, u32, f64)>,
         held: u32,
         service: f64,
+        weight: f64,
     }
 
     fn job() -> impl Strategy<Value = Job> {
@@ -180,7 +181,7 @@ mod wire_bids {
             (0u32..3, proptest::option::of(1u32..12), any::<bool>(), any::<bool>()),
             proptest::option::of(proptest::collection::vec(1u32..9, 1..4)),
             proptest::collection::vec((1u32..3, 1u32..9, 0.05f64..2.0), 0..4),
-            (0u32..4, 0.0f64..50.0),
+            (0u32..4, 0.0f64..50.0, proptest::sample::select(vec![1.0, 0.5, 2.0, 3.5])),
         )
             .prop_map(
                 |(
@@ -188,7 +189,7 @@ mod wire_bids {
                     (min, max, batched, ps),
                     sizes,
                     shapes,
-                    (held, service),
+                    (held, service, weight),
                 )| Job {
                     points,
                     decay,
@@ -203,6 +204,7 @@ mod wire_bids {
                     shapes,
                     held,
                     service,
+                    weight,
                 },
             )
     }
@@ -221,6 +223,7 @@ mod wire_bids {
             batch_sizes: j.batched.then(|| vec![32, 64, 128, 256]),
             parameter_server: j.ps,
             worker_counts: j.sizes.clone(),
+            weight: j.weight,
             ..JobSpec::new("j")
         };
         let shapes: Vec<Observation> = j
@@ -253,6 +256,7 @@ mod wire_bids {
                     max_workers: b.max_workers,
                     attained_service: j.service,
                     gain: b.gain.as_ref().map(ByRef),
+                    weight: b.weight,
                 },
                 own_minimum: true,
                 sizes: b.sizes.as_deref(),

@@ -36,6 +36,7 @@ fn build(jobs: &[JobSpec]) -> Vec<JobBid<impl Fn(u32) -> f64 + Clone>> {
             max_workers: min + extra,
             attained_service: *service,
             gain: Some(table_gain(table.clone())),
+            weight: 1.0,
         })
         .collect()
 }
@@ -148,6 +149,7 @@ fn any_job_bids(jobs: &[AnyJob]) -> Vec<JobBid<impl Fn(u32) -> f64 + Clone>> {
             max_workers: min + extra,
             attained_service: service.floor(),
             gain: table.clone().map(table_gain),
+            weight: 1.0,
         })
         .collect()
 }
@@ -174,7 +176,7 @@ proptest! {
                 min_workers: b.min_workers,
                 max_workers: b.max_workers,
                 attained_service: b.attained_service,
-                gain: b.gain.clone().map(|g| Tabled::new(g, b.max_workers, len)),
+                gain: b.gain.clone().map(|g| Tabled::new(g, b.max_workers, len)), weight: 1.0,
             })
             .collect();
         let on_tables = slaq::policy::slaq::allocate(&Problem { num_workers: capacity, jobs: &tabled });

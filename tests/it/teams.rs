@@ -317,13 +317,18 @@ async fn tenants_reload_on_sighup_and_a_bad_file_keeps_those_served() {
 /// A job that says hello and then reports an iteration every 50 ms until dropped.
 /// Workers w1 and w2, said hello and kept beating (while the returned task lives).
 async fn two_workers(c: &async_nats::Client, s: &Subjects) -> crate::harness::Background {
-    for id in ["w1", "w2"] {
+    workers(c, s, &["w1", "w2"]).await
+}
+
+/// Workers `ids`, said hello and kept beating (while the returned task lives).
+async fn workers(c: &async_nats::Client, s: &Subjects, ids: &[&'static str]) -> crate::harness::Background {
+    for &id in ids {
         let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: None, advertise: None };
         let ack: Ack =
             bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
         assert!(ack.ok, "{ack:?}");
     }
-    crate::harness::beat(vec![(c.clone(), "w1"), (c.clone(), "w2")], s)
+    crate::harness::beat(ids.iter().map(|&id| (c.clone(), id)).collect(), s)
 }
 
 /// The workers job `job` holds, as `status` says.
@@ -332,8 +337,15 @@ fn workers_of(st: &slaq::protocol::StatusSnapshot, job: &str) -> u32 {
 }
 
 fn reporting(c: async_nats::Client, s: Subjects, job: &'static str) -> crate::harness::Background {
+    reporting_as(c, s, JobSpec::new(job))
+}
+
+/// A job with `spec` that says hello and then reports an iteration every 50 ms until dropped.
+fn reporting_as(c: async_nats::Client, s: Subjects, spec: JobSpec) -> crate::harness::Background {
     crate::harness::Background::spawn(async move {
-        assert!(hello(&c, &s, &JobSpec::new(job)).await.ok, "{job}'s hello");
+        let job = spec.job.clone();
+        let job = job.as_str();
+        assert!(hello(&c, &s, &spec).await.ok, "{job}'s hello");
         for iter in 1u64.. {
             let _ = bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &loss_report(job, iter)).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -463,4 +475,38 @@ async fn a_higher_class_takes_its_tenants_workers_live_through_the_hold() {
     .await;
     let classes = &st.tenants["a"].classes;
     assert_eq!((classes["1"].workers, classes["0"].workers, classes["0"].waiting), (2, 0, 1), "{classes:?}");
+}
+
+/// Issue #43, `JobSpec.weight` live, under `fair`: tenant a (max_weight 3) has `a.heavy`, which
+/// asks for weight 10 (capped to 3), and `a.light` (1): a's four workers go 3 and 1 (unweighted,
+/// 2 and 2; uncapped, 4 and 0). Tenant b (max_weight 1, the default) asks weight 3 for one of
+/// its two jobs: they share b's four equally.
+#[tokio::test]
+async fn a_jobs_weight_shares_its_tenants_workers_live_capped_by_the_tenant() {
+    let nats = NatsServer::start();
+    let settings =
+        fast_settings("policy = \"fair\"\n[tenants.a]\nguaranteed = 4\nmax_weight = 3\n[tenants.b]\nguaranteed = 4\n");
+    let _scheduler = Scheduler::start(&nats.url, &settings);
+    let c = crate::harness::client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    crate::harness::wait_status(&c, &s).await;
+    let _beats = workers(&c, &s, &["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"]).await;
+    let weighted = |job: &str, weight: f64| JobSpec { weight, ..JobSpec::new(job) };
+    let _jobs: Vec<crate::harness::Background> =
+        [("a.heavy", 10.0), ("a.light", 1.0), ("b.plain", 1.0), ("b.pushy", 3.0)]
+            .into_iter()
+            .map(|(job, w)| reporting_as(c.clone(), s.clone(), weighted(job, w)))
+            .collect();
+    let expected = [("a.heavy", 3), ("a.light", 1), ("b.plain", 2), ("b.pushy", 2)];
+    eventually(&c, &s, Duration::from_secs(15), "each tenant's workers shared by its jobs' weights", |st| {
+        expected.iter().all(|&(job, n)| workers_of(st, job) == n)
+    })
+    .await;
+    // And it stays so (fair's remainders would rotate; these shares divide exactly).
+    for _ in 0..10 {
+        let st = crate::harness::wait_status(&c, &s).await;
+        let got: Vec<u32> = expected.iter().map(|&(job, _)| workers_of(&st, job)).collect();
+        assert_eq!(got, [3, 1, 2, 2], "{:?}", st.jobs);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

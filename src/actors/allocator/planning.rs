@@ -347,17 +347,23 @@ impl Allocator {
     ) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len() as u32;
+        // A job's weight counts where its tenant allows (`max_weight`); without tenants, none.
+        let tenants = self.settings.tenants.get();
+        let weight_of =
+            |id: &str, b: &Bid| tenants.as_deref().and_then(|t| t.config_of(id)).map_or(1.0, |c| c.weight_of(b.weight));
         self.jobs
-            .values()
+            .iter()
             .zip(pinned)
             .zip(held)
-            .map(|((entry, &pinned), &held)| {
+            .map(|(((id, entry), &pinned), &held)| {
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 let attained_service = entry.attained_service;
                 let bid = match &entry.bid {
-                    _ if pinned => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
-                    _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None },
+                    _ if pinned => {
+                        JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 }
+                    }
+                    _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None, weight: 1.0 },
                     Some(b) => JobBid {
                         // Held (its tenant's min_run_s): what it has is its minimum, which stands;
                         // between two saves, what it has is all it gets too.
@@ -381,8 +387,9 @@ impl Allocator {
                             };
                             schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters))
                         }),
+                        weight: weight_of(id, b),
                     },
-                    None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None },
+                    None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 },
                 };
                 let own = entry.bid.as_ref().filter(|_| !pinned);
                 let pace = own.filter(|_| !stale && !entry.pace_rates.is_empty()).and_then(|b| {

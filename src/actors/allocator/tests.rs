@@ -534,3 +534,33 @@ fn a_job_between_saves_grows_only_right_after_it_saves() {
     }
     assert_eq!(grew_at, Some(100.0), "x grows right after its save, not before: {held:?}");
 }
+
+/// Issue #43, `JobSpec.weight` live: inside a tenant's quota the policy shares in proportion to
+/// the jobs' weights, each capped by the tenant's `max_weight`. a (max_weight 3): a.heavy asks
+/// 10 (capped to 3) beside a.light (1): 3 and 1 of a's 4 (uncapped, 4 and 0; unweighted, 2 and
+/// 2). b (max_weight 1, the default): b.pushy asks 3 and gets what b.plain gets.
+#[test]
+fn a_jobs_weight_shares_its_tenants_quota_capped_by_the_tenant() {
+    let set = TenantSet::new(
+        toml::from_str("a = { guaranteed = 4, max_weight = 3 }\nb = { guaranteed = 4 }\n").expect("tenants"),
+    )
+    .expect("valid tenants");
+    let mut a = Allocator::new(
+        AllocatorSettings { policy: PolicyKind::Fair, tenants: Tenants::new(Some(set)), ..settings() },
+        false,
+    );
+    for w in 0..8 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    for (job, weight) in [("a.heavy", 10.0), ("a.light", 1.0), ("b.plain", 1.0), ("b.pushy", 3.0)] {
+        a.handle(0.0, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: job.into(), bid: Bid { weight, ..bid(job, None, 40) } });
+    }
+    let held: BTreeMap<String, usize> =
+        members(&epoch(&mut a, 1.0, true)).into_iter().map(|(j, w)| (j, w.len())).collect();
+    let expected: BTreeMap<String, usize> = [("a.heavy", 3), ("a.light", 1), ("b.plain", 2), ("b.pushy", 2)]
+        .into_iter()
+        .map(|(j, n)| (j.into(), n))
+        .collect();
+    assert_eq!(held, expected);
+}

@@ -576,7 +576,7 @@ fn reallocate(
         if waits {
             (min_workers, max_workers) = (s.replay.workers, s.replay.workers);
         }
-        let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain };
+        let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain, weight: 1.0 };
         // The curves' jobs declare no batch and run on workers without machines: the plan is
         // their counts (the fewest moves maps them to workers, which the simulator does not track).
         let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));

@@ -469,7 +469,7 @@ impl<'a> Job<'a> {
             }
             Gains(schedule::concave_hull(&g))
         });
-        let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain };
+        let bid = JobBid { min_workers: min, max_workers: max, attained_service: self.attained, gain, weight: 1.0 };
         EpochJob { bid, own_minimum: false, sizes: None, model, pace: None }
     }
 

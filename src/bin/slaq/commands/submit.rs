@@ -38,6 +38,8 @@ pub(crate) struct SubmitArgs {
     /// The job's model family, for the predictor's prior (e.g. mlp, cnn, transformer).
     #[arg(long)]
     pub(crate) family: Option<String>,
+    /// Its weight among its tenant's jobs of its class (capped by the tenant's `max_weight`,
+    /// default 1; without `[tenants]` ignored): the policy shares in proportion to it.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) weight: f64,
     /// Where the job's processes keep checkpoints (SLAQ_CHECKPOINT_DIR), reachable from every
