@@ -5,7 +5,10 @@ hold (on the allocator's fake clock), moves at checkpoints (the save hold, shrin
 growing, only for jobs that declared a schedule; its guarantee override is not here: the
 quota restores a guarantee through the hold anyway, and what the override changes, which
 lender's job gives workers back, chosen by stop cost, no test observes yet) and priority classes (the planner's class
-order, the simulator's class reclaim through holds). Applies one mutation at a time, runs the module's unit
+order, the simulator's class reclaim through holds), job weights (the tenant's cap, the weight
+reaching the plan, fair's and slaq's weighted paths) and teams on replicas (a tenant's job's
+partition, the leader's check of a tenant's job's bid; the bucket's filters are held by
+`tests/it/durable.rs`). Applies one mutation at a time, runs the module's unit
 tests, prints CAUGHT or MISSED, and restores the file. (The Python client's tenant is held by
 `clients/python/tests/test_offline.py` and `tests/it/python.rs`, the live hold by
 `tests/it/teams.rs`.)
@@ -24,6 +27,12 @@ muts = [
  ("src/schedule/saves.rs", "self.declared && !self.fresh", "!self.fresh", "schedule::saves", "save-declared"),
  ("src/schedule/epoch.rs", "let class = |j: usize| class_of.get(j).copied().unwrap_or(0);", "let class = |j: usize| class_of.get(j).copied().unwrap_or(0) * 0;", "schedule::epoch", "class-order"),
  ("src/sim/curves/moves.rs", "} else if owed || outranked || now >=", "} else if owed || now >=", "sim::teams", "class-through-holds"),
+ ("src/schedule/tenants.rs", "        weight.min(self.max_weight)", "        weight", "actors::allocator::tests", "weight-cap"),
+ ("src/actors/allocator/planning.rs", "                        weight: weight_of(id, b),", "                        weight: { let _ = weight_of(id, b); 1.0 },", "actors::allocator::tests", "weight-used"),
+ ("src/policy/fair.rs", "    if weighted(jobs) {", "    if weighted(jobs) && false {", "policy::fair", "weight-fair"),
+ ("src/policy/kind.rs", "            PolicyKind::Slaq if super::weighted(problem.jobs) => {", "            PolicyKind::Slaq if false && super::weighted(problem.jobs) => {", "policy::kind", "weight-slaq"),
+ ("src/partition.rs", "fnv1a32(job.bytes().filter(|&b| b != b'.'))", "fnv1a32(job.bytes())", "partition", "tenant-partition"),
+ ("src/protocol/partition.rs", "!valid_job_id(j)", "!crate::protocol::valid_id(j)", "protocol::partition", "tenant-bids"),
 ]
 only = sys.argv[1:]
 for path, a, b, module, name in muts:
