@@ -52,8 +52,7 @@ fn by_weight<G>(jobs: &[JobBid<G>], minima: Vec<u32>, num_workers: u32) -> Vec<u
     let share = |o: usize, level: f64| (level * weight(o)).clamp(f64::from(minima[o]), f64::from(max(o)));
     let capacity = f64::from(num_workers);
     let filled = |level: f64| (0..jobs.len()).map(|o| share(o, level)).sum::<f64>();
-    let (mut lo, mut hi) =
-        (0.0, capacity / jobs.iter().enumerate().map(|(o, _)| weight(o)).fold(f64::INFINITY, f64::min));
+    let (mut lo, mut hi) = (0.0, capacity / (0..jobs.len()).map(weight).fold(f64::INFINITY, f64::min));
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);
         if filled(mid) <= capacity { lo = mid } else { hi = mid }

@@ -1,6 +1,6 @@
 //! `PolicyKind`, the live allocation policies, and the one place that dispatches to them.
 
-use super::{Allocation, GainFn, JobBid, Problem, Scaled, fair, slaq};
+use super::{Allocation, GainFn, JobBid, Problem, fair, slaq};
 
 /// The allocation policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -16,17 +16,7 @@ impl PolicyKind {
     pub fn allocate<G: GainFn>(self, problem: &Problem<'_, G>) -> Allocation {
         match self {
             PolicyKind::Slaq if super::weighted(problem.jobs) => {
-                let jobs: Vec<JobBid<Scaled<'_, G>>> = problem
-                    .jobs
-                    .iter()
-                    .map(|j| JobBid {
-                        min_workers: j.min_workers,
-                        max_workers: j.max_workers,
-                        attained_service: j.attained_service,
-                        gain: j.gain.as_ref().map(|g| Scaled::new(g, j.weight)),
-                        weight: j.weight,
-                    })
-                    .collect();
+                let jobs: Vec<_> = problem.jobs.iter().map(JobBid::scaled).collect();
                 slaq::allocate(&Problem { num_workers: problem.num_workers, jobs: &jobs })
             }
             PolicyKind::Slaq => slaq::allocate(problem),

@@ -114,6 +114,20 @@ impl<G> JobBid<G> {
             weight: self.weight,
         }
     }
+
+    /// The same bid, its gains scaled by its weight ([`Scaled`]).
+    pub fn scaled(&self) -> JobBid<Scaled<'_, G>>
+    where
+        G: GainFn,
+    {
+        JobBid {
+            min_workers: self.min_workers,
+            max_workers: self.max_workers,
+            attained_service: self.attained_service,
+            gain: self.gain.as_ref().map(|g| Scaled::new(g, self.weight)),
+            weight: self.weight,
+        }
+    }
 }
 
 /// Whether any job's weight is not 1 (the weighted paths run only then).

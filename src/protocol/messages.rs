@@ -11,8 +11,12 @@ use super::{ProtocolError, RejectCause};
 /// Largest accepted batch size in a report or spec.
 pub const MAX_BATCH_SIZE: u32 = 1 << 24;
 
-fn one() -> f64 {
+pub(super) fn one() -> f64 {
     1.0
+}
+
+pub(super) fn is_one(w: &f64) -> bool {
+    *w == 1.0
 }
 fn one_u32() -> u32 {
     1

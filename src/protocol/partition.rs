@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::messages::{is_one, one};
 use super::{Encoding, Outcome, ProtocolError, RejectCause, decode, encode, valid_job_id};
 use crate::quality::GainCurve;
 use crate::schedule::JobModel;
@@ -41,14 +42,6 @@ pub struct WireBid {
     pub weight: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speeds: Option<std::collections::BTreeMap<String, f64>>,
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-fn is_one(w: &f64) -> bool {
-    *w == 1.0
 }
 
 /// What the owner of a partition sends the leader (`<prefix>.v1.ctl.bids.<p>`, MessagePack).
@@ -150,7 +143,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// Job ids of partition `p` among 4.
     /// `n` job ids of partition `p` (of 4): one-token ids and tenants' jobs, `TENANT.NAME`, in turn.
     pub(crate) fn ids(p: u32, n: usize) -> Vec<String> {
         let id = |i: u32| if i.is_multiple_of(2) { format!("job-{i}") } else { format!("team-{}.job-{i}", i % 3) };

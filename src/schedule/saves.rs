@@ -73,10 +73,9 @@ impl Saves {
     }
 
     /// Whether a change of its workers at `now_s` should wait for its next save: it said it
-    /// saves on a schedule, at most `max_wait_s` apart (as declared, or as two saves seen
-    /// say), it has not saved
-    /// since the last decision, and it is still saving on time (its last save, or restart,
-    /// within twice its interval: a job that stopped saving is not waited for).
+    /// saves on a schedule, at most `max_wait_s` apart (as declared, or as two saves seen say),
+    /// it has not saved since the last decision, and it is still saving on time (its last save,
+    /// or restart, within twice its interval: a job that stopped saving is not waited for).
     pub fn waits(&self, now_s: f64, max_wait_s: f64) -> bool {
         match (self.last_s, self.interval_s) {
             (Some(last), Some(interval)) => {

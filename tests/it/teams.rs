@@ -183,11 +183,7 @@ async fn reclaim(grace_a: f64, grace_b: f64, guarded: bool) -> Duration {
     // that takes its time to save would): only SIGKILL, after its grace, ends it.
     // Released by the test at its end (a file), so that stopping the agents waits no grace.
     let release = log.with_file_name("release");
-    let exec = format!(
-        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term\" >> {log}' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start\" >> {log}; while [ ! -e {release} ]; do sleep 0.05; done",
-        log = log.display(),
-        release = release.display()
-    );
+    let exec = saving_exec(&log, &release);
     // The agents' own grace: far longer than the tenants' 1 s, which their assignments carry.
     let grace = Duration::from_secs(60);
     let mut stops = Vec::new();
@@ -276,6 +272,17 @@ async fn reclaim(grace_a: f64, grace_b: f64, guarded: bool) -> Duration {
         let _ = agent.await;
     }
     reclaimed
+}
+
+/// A generation's process (an agent's `--exec`) that writes `$SLAQ_JOB $SLAQ_WORKER start` to
+/// `log`, and on SIGTERM `... term` and goes on (as a job that takes its time to save would),
+/// until `release` exists: only SIGKILL, after its grace, ends it before.
+pub(crate) fn saving_exec(log: &Path, release: &Path) -> String {
+    format!(
+        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term\" >> {log}' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start\" >> {log}; while [ ! -e {release} ]; do sleep 0.05; done",
+        log = log.display(),
+        release = release.display()
+    )
 }
 
 /// `[tenants]` reloads on SIGHUP without a restart: a tenant added is served from then on, a

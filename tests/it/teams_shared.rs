@@ -37,11 +37,7 @@ impl Drop for Release {
 /// ends it, until the test releases it (a file).
 async fn agents(url: &str, s: &Subjects, log: &Path) -> (Vec<Background>, Release) {
     let release = log.with_file_name("release");
-    let exec = format!(
-        "trap 'echo \"$SLAQ_JOB $SLAQ_WORKER term $(date +%s.%N)\" >> {log}' TERM; echo \"$SLAQ_JOB $SLAQ_WORKER start $SLAQ_GENERATION $SLAQ_TERM $SLAQ_EPOCH $(date +%s.%N)\" >> {log}; while [ ! -e {release} ]; do sleep 0.05; done",
-        log = log.display(),
-        release = release.display()
-    );
+    let exec = crate::teams::saving_exec(log, &release);
     let mut agents = Vec::new();
     for id in ["w1", "w2"] {
         let config = AgentConfig {

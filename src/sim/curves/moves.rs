@@ -317,8 +317,8 @@ impl<'a> Teams<'a> {
     }
 
     /// Free workers to the jobs planned more than they hold, higher classes first, then in job
-    /// order, no tenant past its
-    /// quota (a tenant's jobs still draining hold workers its others were planned).
+    /// order, no tenant past its quota (a tenant's jobs still draining hold workers its others
+    /// were planned).
     fn grant(&mut self, now: f64, jobs: &mut [&mut ReplayJob<'_>]) {
         let mut held = vec![0u32; self.quota.len()];
         for (j, r) in jobs.iter().enumerate().filter(|(_, r)| r.active) {
