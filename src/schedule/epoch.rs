@@ -13,18 +13,19 @@
 //! Pure and deterministic: the same input gives the same plan (the LP rounding draws from a
 //! generator seeded by [`EpochInput::seed`]).
 
+mod types;
+
 use rand::SeedableRng;
 
 use crate::cluster::model::BatchChoice;
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 
 use super::batch::batch_to_run;
-use super::counts::{FloorLedger, PlanSettings, book, fair_shares, floors, honoured_minimums, plan, restrict_sizes};
+use super::counts::{FloorLedger, PlanSettings, honoured_minimums, plan, restrict_sizes};
 use super::job::{JobModel, ps_split};
 use super::place::{PlaceSettings, assign_workers, fewest_moves, layouts_of, place};
 use super::slowdown::Pace;
 use super::tenants::{Quotas, TenantShare, quotas_holding};
-use super::typed::{TypeGains, TypedAllocation, TypedJob, allocate_exact, best_gains, fair_by_fit};
 
 /// One job as the planner sees it.
 #[derive(Clone, Debug)]
@@ -122,7 +123,11 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
     let typed = input.types.filter(|t| t.type_of.iter().any(|&x| x != t.type_of[0]));
     let mut quotas = None;
     let (counts, next) = match typed {
-        Some(types) => typed_plan(input, &types, ledgers),
+        Some(types) => {
+            let (counts, next, q) = types::typed_plan(input, &types, ledgers);
+            quotas = q;
+            (counts, next)
+        }
         None => {
             let counts = match input.tenants {
                 Some(tenancy) => {
@@ -147,270 +152,6 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
     };
     batches_and_roles(input, &mut plan);
     plan
-}
-
-/// Steps 1 and 2 on several worker types: each job's type and count
-/// ([`typed_counts`]), then on each type its workers as step 2 does.
-fn typed_plan<G: GainFn>(
-    input: &EpochInput<'_, G>,
-    types: &Types<'_>,
-    ledgers: &mut [FloorLedger],
-) -> (Vec<u32>, Vec<Option<usize>>) {
-    let chosen = typed_counts(input, types, ledgers);
-    let counts: Vec<u32> = chosen.iter().map(|c| c.map_or(0, |x| x.1)).collect();
-    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
-    let mut next = vec![None; input.current.len()];
-    for t in 0..num_types {
-        let members: Vec<usize> = (0..types.type_of.len()).filter(|&w| types.type_of[w] == t).collect();
-        let counts_t: Vec<u32> = chosen.iter().map(|c| c.filter(|x| x.0 == t).map_or(0, |x| x.1)).collect();
-        let current_t: Vec<Option<usize>> = members.iter().map(|&w| input.current[w]).collect();
-        let machines_t: Option<Vec<usize>> = input.machine_of.map(|m| members.iter().map(|&w| m[w]).collect());
-        let sub = EpochInput {
-            policy: input.policy,
-            plan: input.plan,
-            place: input.place,
-            jobs: input.jobs,
-            machine_of: machines_t.as_deref(),
-            current: &current_t,
-            seed: input.seed,
-            types: None,
-            tenants: None,
-        };
-        for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
-            next[w] = job;
-        }
-    }
-    (counts, next)
-}
-
-/// The count step of `plan_epoch` on several worker types (`EpochInput::types`): each job's
-/// type and count, [`super::typed::allocate_exact`] on its gains at its speed on each type (a
-/// move to another type keeps `keep_on_move` of them); under the fair policy, fair counts put on
-/// the types by fit ([`super::typed::fair_by_fit`]).
-///
-/// The fairness floor and the finish-time bound hold here as on one type, in **equal-share
-/// workers** (Gavel's normalisation): a job's fair reference is its share of every type, so its
-/// one-worker speed is its mean speed over the cluster's workers, `e_j = Σ_t v_jt·n_t / N`. The
-/// bound's fair clock runs at `e_j` times its rates. A job owed a floor of `w` workers may then
-/// run only on options (a type and a size) at least as fast as `w` equal-share workers, and
-/// each is worth more than any gain ([`owe`]): the allocation serves it first, on whichever
-/// type suits the others best, and parking it on K80s does not meet it. What a job got is
-/// booked as `k·v_jt / e_j` equal-share workers. A job's own minimum is owed the same way.
-fn typed_counts<G: GainFn>(
-    input: &EpochInput<'_, G>,
-    types: &Types<'_>,
-    ledgers: &mut [FloorLedger],
-) -> TypedAllocation {
-    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
-    let mut capacity = vec![0u32; num_types];
-    for &t in types.type_of {
-        capacity[t] += 1;
-    }
-    let num_workers = u32::try_from(types.type_of.len()).unwrap_or(u32::MAX);
-    let now = held_types(input, types, num_types);
-    let speed = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0).max(0.0);
-    // Each job's equal-share speed: its speed on a worker drawn at random from the cluster.
-    let equal: Vec<f64> = (0..input.jobs.len())
-        .map(|j| {
-            let total: f64 = (0..num_types).map(|t| speed(j, t) * f64::from(capacity[t])).sum();
-            total / f64::from(num_workers.max(1))
-        })
-        .collect();
-    let bids = bids_of(input, num_workers);
-    let fair = fair_shares(num_workers, &bids);
-    let mut jobs: Vec<TypedJob> = input
-        .jobs
-        .iter()
-        .enumerate()
-        .map(|(j, job)| {
-            let options = (0..num_types)
-                .map(|t| {
-                    let moved = now[j].is_some_and(|(c, _)| c != t);
-                    let keep = if moved { types.keep_on_move } else { 1.0 };
-                    type_option(input.policy, job, speed(j, t), capacity[t], keep)
-                })
-                .collect();
-            TypedJob { options, grant: None, attained: job.bid.attained_service }
-        })
-        .collect();
-    let fair_policy = input.policy == PolicyKind::Fair;
-    let floors = if fair_policy || !input.plan.bounded() {
-        vec![0; jobs.len()]
-    } else {
-        equal_share_floors(input, &bids, &fair, &equal, num_workers, ledgers)
-    };
-    // A job's rate on `k` workers, relative to one: its time model's where it has a pace.
-    let rate = |j: usize, k: u32| match &input.jobs[j].pace {
-        Some(p) => p.rate(f64::from(k)) / p.rate(1.0).max(1e-12),
-        None => f64::from(k),
-    };
-    // A job owed workers (its floor, its own minimum) may run only where they meet it, and is
-    // worth more there than any gain: the allocation serves every such job it can, on whichever
-    // type suits the others best, then the gains decide.
-    let bonus = 1.0 + 2.0 * best_gains(&jobs);
-    for (j, job) in jobs.iter_mut().enumerate() {
-        let min = bids[j].min_workers;
-        let need = if floors[j] > 0 { equal[j] * rate(j, floors[j]) } else { 0.0 };
-        if min > 0 || need > 0.0 {
-            owe(job, min, need, bonus, |t, k| speed(j, t) * rate(j, k));
-        }
-    }
-    let chosen = if fair_policy {
-        let bounds: Vec<(u32, u32, f64)> =
-            input.jobs.iter().map(|j| (j.bid.min_workers, j.bid.max_workers, j.bid.attained_service)).collect();
-        fair_by_fit(&bounds, &jobs, &capacity, &now)
-    } else {
-        allocate_exact(&jobs, &capacity)
-    };
-    let chosen = explore(chosen, &jobs, &capacity, types.explore);
-    book(&input.plan, &fair, &in_equal_shares(&chosen, speed, &equal), ledgers);
-    chosen
-}
-
-/// What each job got, in equal-share workers: `k · v_jt / e_j`.
-fn in_equal_shares(chosen: &TypedAllocation, speed: impl Fn(usize, usize) -> f64, equal: &[f64]) -> Vec<f64> {
-    chosen
-        .iter()
-        .enumerate()
-        .map(|(j, c)| c.map_or(0.0, |(t, k)| f64::from(k) * speed(j, t) / equal[j].max(1e-12)))
-        .collect()
-}
-
-/// Exploration (issue #43, `quality::speeds::explorers`): each `(job, type)` in `explore` moves
-/// its job onto that type if workers of it are left idle by the allocation, at its size or
-/// what fits. It takes no worker another job was given; the job pays one restart, and every
-/// job's prior gains the type's ratio from its measurement there.
-fn explore(
-    mut chosen: TypedAllocation,
-    jobs: &[TypedJob],
-    capacity: &[u32],
-    pairs: &[(usize, usize)],
-) -> TypedAllocation {
-    let mut free = capacity.to_vec();
-    for &(t, k) in chosen.iter().flatten() {
-        free[t] = free[t].saturating_sub(k);
-    }
-    for &(j, u) in pairs {
-        let (Some(&Some((t, k))), Some(Some(g)), Some(&idle)) = (chosen.get(j), jobs[j].options.get(u), free.get(u))
-        else {
-            continue;
-        };
-        if t == u {
-            continue;
-        }
-        if let Some(&size) = g.sizes.iter().filter(|&&s| s <= idle && s <= k.max(1)).max() {
-            chosen[j] = Some((u, size));
-            free[u] -= size;
-            free[t] += k;
-        }
-    }
-    chosen
-}
-
-/// Each job's type now: the type most of its workers are of, and how many.
-fn held_types<G>(input: &EpochInput<'_, G>, types: &Types<'_>, num_types: usize) -> Vec<Option<(usize, u32)>> {
-    let mut held = vec![vec![0u32; num_types]; input.jobs.len()];
-    for (w, job) in input.current.iter().enumerate() {
-        if let Some(j) = job.filter(|&j| j < input.jobs.len()) {
-            held[j][types.type_of[w]] += 1;
-        }
-    }
-    held.iter()
-        .map(|h| {
-            h.iter()
-                .enumerate()
-                .max_by_key(|(t, c)| (**c, std::cmp::Reverse(*t)))
-                .filter(|x| *x.1 > 0)
-                .map(|(t, &c)| (t, c))
-        })
-        .collect()
-}
-
-/// A job's gains on one type where it runs `speed` times as fast as its gain curve assumes,
-/// at every size it may run at among `capacity` workers, `keep` of them kept (a move's cost).
-fn type_option<G: GainFn>(
-    policy: PolicyKind,
-    job: &EpochJob<'_, G>,
-    speed: f64,
-    capacity: u32,
-    keep: f64,
-) -> Option<TypeGains> {
-    let max = job.bid.max_workers.min(capacity);
-    if speed <= 0.0 || max == 0 {
-        return None;
-    }
-    let sizes: Vec<u32> = match job.sizes {
-        Some(s) => s.iter().copied().filter(|&k| k > 0 && k <= max).collect(),
-        None => (1..=max.min(crate::policy::table::DEFAULT_TABLE_LEN as u32)).collect(),
-    };
-    let gains = sizes
-        .iter()
-        .map(|&k| match (&job.bid.gain, policy) {
-            (Some(g), PolicyKind::Slaq) => g.gain_at_speed(k, speed) * keep,
-            // No prediction (or the fair policy): work done, at this speed.
-            _ => speed * f64::from(k).sqrt() * keep * 1e-9,
-        })
-        .collect();
-    (!sizes.is_empty()).then_some(TypeGains { sizes, gains })
-}
-
-/// The floors (the finish-time bound's, then the service floor's) in equal-share workers: each
-/// job's fair clock runs at its equal-share speed `equal[j]` times its rates.
-fn equal_share_floors<G>(
-    input: &EpochInput<'_, G>,
-    bids: &[JobBid<ByRef<'_, G>>],
-    fair: &[f64],
-    equal: &[f64],
-    num_workers: u32,
-    ledgers: &mut [FloorLedger],
-) -> Vec<u32> {
-    let scaled: Vec<Option<Vec<f64>>> = input
-        .jobs
-        .iter()
-        .zip(equal)
-        .map(|(job, &e)| job.pace.map(|p| p.rates.iter().map(|r| r * e).collect()))
-        .collect();
-    let paces: Vec<Option<Pace<'_>>> = if input.jobs.iter().any(|j| j.pace.is_some()) {
-        input
-            .jobs
-            .iter()
-            .zip(&scaled)
-            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates, ..p }))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    floors(&input.plan, num_workers, bids, fair, &paces, ledgers)
-}
-
-/// Restricts a job's options to those that give it at least `min` workers and a rate
-/// (`rate(type, k)`) of at least `need`, each worth `bonus` more; if none does, to its fastest
-/// option.
-fn owe(job: &mut TypedJob, min: u32, need: f64, bonus: f64, rate: impl Fn(usize, u32) -> f64) {
-    let meets = |t: usize, k: u32| k >= min.max(1) && rate(t, k) >= need * (1.0 - 1e-9);
-    let all: Vec<(usize, u32)> = job
-        .options
-        .iter()
-        .enumerate()
-        .flat_map(|(t, g)| g.iter().flat_map(move |g| g.sizes.iter().map(move |&k| (t, k))))
-        .collect();
-    let fastest = all.iter().copied().max_by(|a, b| rate(a.0, a.1).total_cmp(&rate(b.0, b.1)));
-    let any = all.iter().any(|&(t, k)| meets(t, k));
-    for (t, option) in job.options.iter_mut().enumerate() {
-        let Some(g) = option.as_mut() else { continue };
-        let kept: Vec<(u32, f64)> = g
-            .sizes
-            .iter()
-            .zip(&g.gains)
-            .filter(|&(&k, _)| if any { meets(t, k) } else { fastest == Some((t, k)) })
-            .map(|(&k, &gain)| (k, gain + bonus))
-            .collect();
-        if kept.is_empty() {
-            *option = None;
-        } else {
-            (g.sizes, g.gains) = kept.into_iter().unzip();
-        }
-    }
 }
 
 /// Step 2: each worker's next job. On machines with several slots jobs are placed with
@@ -563,19 +304,7 @@ fn counts_of<G: GainFn>(
     ledgers: &mut [FloorLedger],
     out: &mut [u32],
 ) {
-    let jobs: Vec<EpochJob<'_, ByRef<'_, G>>> = members
-        .iter()
-        .map(|&j| {
-            let job = &input.jobs[j];
-            EpochJob {
-                bid: job.bid.by_ref(),
-                own_minimum: job.own_minimum,
-                sizes: job.sizes,
-                model: job.model,
-                pace: job.pace,
-            }
-        })
-        .collect();
+    let jobs = sub_jobs(input, members);
     let own = EpochInput {
         policy: input.policy,
         plan: input.plan,
@@ -593,6 +322,23 @@ fn counts_of<G: GainFn>(
         out[j] = c;
         ledgers[j] = ledger;
     }
+}
+
+/// The jobs `members` alone, their gains borrowed.
+fn sub_jobs<'a, G>(input: &'a EpochInput<'_, G>, members: &[usize]) -> Vec<EpochJob<'a, ByRef<'a, G>>> {
+    members
+        .iter()
+        .map(|&j| {
+            let job = &input.jobs[j];
+            EpochJob {
+                bid: job.bid.by_ref(),
+                own_minimum: job.own_minimum,
+                sizes: job.sizes,
+                model: job.model,
+                pace: job.pace,
+            }
+        })
+        .collect()
 }
 
 /// Step 1: workers per job.
@@ -884,6 +630,78 @@ mod tests {
     }
 
     #[test]
+    fn on_typed_workers_tenants_hold_their_quotas_and_classes_and_weights_apply_inside() {
+        // 12 workers, 6 of each of two types; A and B guaranteed 6 each; every job gains on
+        // every worker, on either type.
+        let model = test_job(Layout::new());
+        let eager: Gain = |w| f64::from(w);
+        let meek: Gain = |w| 1e-3 * f64::from(w);
+        let type_of = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1];
+        let speeds: Vec<Vec<f64>> = Vec::new();
+        let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9, explore: &[] };
+        let shares = [TenantShare::new(6), TenantShare::new(6)];
+        let plan =
+            |jobs: &[EpochJob<'_, Gain>], tenant_of: &[usize], class_of: &[u8], current: &[Option<usize>], policy| {
+                let tenancy = Tenancy { shares: &shares, tenant_of, held: &[], class_of };
+                let input =
+                    EpochInput { policy, types: Some(types), tenants: Some(tenancy), ..input(jobs, None, current) };
+                let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
+                for (j, &c) in p.counts.iter().enumerate() {
+                    let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+                    assert_eq!(on.len() as u32, c);
+                    assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
+                }
+                p
+            };
+        let idle = [None; 12];
+        // B alone borrows A's idle guarantee: all 12.
+        let b = [up_to_8(eager, &model), up_to_8(eager, &model)];
+        let p = plan(&b, &[1, 1], &[], &idle, PolicyKind::Slaq);
+        assert_eq!(p.counts.iter().sum::<u32>(), 12);
+        assert_eq!(p.quotas.expect("quotas").lent, vec![6, 0]);
+        // A's job arrives while B's two hold a type each: A takes back its 6.
+        let all = [up_to_8(eager, &model), up_to_8(eager, &model), up_to_8(eager, &model)];
+        let held: Vec<Option<usize>> = type_of.iter().map(|&t| Some(t + 1)).collect();
+        let p = plan(&all, &[0, 1, 1], &[], &held, PolicyKind::Slaq);
+        assert_eq!(p.counts[0], 6);
+        assert_eq!(p.counts[1] + p.counts[2], 6);
+        assert_eq!(p.quotas.expect("quotas").workers, vec![6, 6]);
+        // Without tenants, the three split by gain alone and A gets no more than B's each.
+        let flat = EpochInput { types: Some(types), ..input(&all, None, &held) };
+        assert!(plan_epoch(&flat, &mut vec![FloorLedger::default(); 3]).counts[0] < 6);
+        // Inside A, its class-1 job (meek, at most 3) is served first; B is unaffected.
+        let mut high = up_to_8(meek, &model);
+        high.bid.max_workers = 3;
+        let keen: Gain = |w| 100.0 * f64::from(w);
+        let classed = [up_to_8(keen, &model), high, up_to_8(eager, &model), up_to_8(eager, &model)];
+        let unclassed = plan(&classed, &[0, 0, 1, 1], &[], &idle, PolicyKind::Slaq);
+        assert!(unclassed.counts[1] < 3, "by gain alone the meek job gets less: {:?}", unclassed.counts);
+        let p = plan(&classed, &[0, 0, 1, 1], &[0, 1, 0, 0], &idle, PolicyKind::Slaq);
+        assert_eq!((p.counts[0], p.counts[1], p.counts[2] + p.counts[3]), (3, 3, 6));
+        assert_eq!(p.counts[2] + p.counts[3], unclassed.counts[2] + unclassed.counts[3], "B is unaffected");
+        // Under fair too: A's class-1 job (at most 5) takes 5 of A's 6, where fair alone gives 3.
+        let mut high = up_to_8(meek, &model);
+        high.bid.max_workers = 5;
+        let classed = [up_to_8(eager, &model), high, up_to_8(eager, &model), up_to_8(eager, &model)];
+        let fair = |class_of: &[u8]| plan(&classed, &[0, 0, 1, 1], class_of, &idle, PolicyKind::Fair).counts;
+        assert_eq!((fair(&[]), fair(&[0, 1, 0, 0])), (vec![3, 3, 3, 3], vec![1, 5, 3, 3]));
+        // Weights inside a tenant, capped by it upstream: fair shares A's 6 as 3 to 1.
+        let mut heavy = up_to_8(eager, &model);
+        heavy.bid.weight = 3.0;
+        let weighted = [heavy, up_to_8(eager, &model), up_to_8(eager, &model), up_to_8(eager, &model)];
+        let p = plan(&weighted, &[0, 0, 1, 1], &[], &idle, PolicyKind::Fair);
+        assert_eq!(p.counts, vec![5, 1, 3, 3], "4.5 and 1.5, as on one type");
+        let tenancy = Tenancy { shares: &shares, tenant_of: &[0, 0, 1, 1], held: &[], class_of: &[] };
+        let one = EpochInput { policy: PolicyKind::Fair, tenants: Some(tenancy), ..input(&weighted, None, &idle) };
+        assert_eq!(plan_epoch(&one, &mut vec![FloorLedger::default(); 4]).counts, p.counts);
+        // And slaq values the heavy job's gains three times: it takes more of A's 6.
+        let p = plan(&weighted, &[0, 0, 1, 1], &[], &idle, PolicyKind::Slaq);
+        assert!(p.counts[0] > p.counts[1] && p.counts[0] + p.counts[1] == 6, "{:?}", p.counts);
+        // A job of no tenant gets nothing.
+        assert_eq!(plan(&all, &[0, 7, 1], &[], &idle, PolicyKind::Slaq).counts[1], 0);
+    }
+
+    #[test]
     fn with_tenants_a_quota_its_jobs_do_not_use_goes_to_a_tenant_that_wants_it() {
         // A and B guaranteed 4 of 8 each. A's one job slows down past 2 workers: the 2 it
         // leaves of its quota go to B, whose job gains on every worker.
@@ -1123,6 +941,84 @@ mod tests {
             for (j, &c) in p.counts.iter().enumerate() {
                 prop_assert!(tenant_of[j] < shares.len() || c == 0);
                 prop_assert_eq!(of_job(&p.next, j).len(), c as usize);
+            }
+        }
+
+        /// With tenants on several worker types (classes, weights, speeds, workers held now
+        /// drawn): no tenant's jobs above its quota, the quotas within the cluster, each job on
+        /// one type with exactly its count, and a tenant short of `min(demand, guarantee)`
+        /// only where no idle worker is one its jobs could use.
+        #[test]
+        fn on_typed_workers_with_tenants_no_tenant_s_jobs_exceed_its_quota(
+            jobs in prop::collection::vec((0usize..4, 1u32..10, 0u32..3, 0u8..3, 1u32..4, prop::collection::vec(0u32..4, 3)), 1..10),
+            shares in prop::collection::vec((0u32..12, 1u32..4, prop::option::of(0u32..8), prop::option::of(0u32..8)), 1..4),
+            per_type in prop::collection::vec(1usize..12, 2..4),
+            occupied in prop::collection::vec(prop::option::of(0usize..10), 0..30),
+            policy in prop::sample::select(vec![PolicyKind::Slaq, PolicyKind::Fair]),
+        ) {
+            let slopes: [Gain; 3] = [|w| f64::from(w).sqrt(), |w| f64::from(w.min(3)), |_| 0.0];
+            let model = test_job(Layout::new());
+            let epoch_jobs: Vec<EpochJob<'_, Gain>> = jobs.iter().map(|&(_, max, g, _, weight, _)| EpochJob {
+                bid: JobBid { max_workers: max, attained_service: f64::from(g), weight: f64::from(weight), ..JobBid::new(Some(slopes[g as usize])) },
+                own_minimum: true,
+                sizes: None,
+                model: &model,
+                pace: None,
+            }).collect();
+            let shares: Vec<TenantShare> = shares.iter().map(|&(guaranteed, weight, borrow_limit, lend_limit)| {
+                TenantShare { guaranteed, weight: f64::from(weight), borrow_limit, lend_limit }
+            }).collect();
+            let tenant_of: Vec<usize> = jobs.iter().map(|j| j.0).collect();
+            let class_of: Vec<u8> = jobs.iter().map(|j| j.3).collect();
+            let speeds: Vec<Vec<f64>> = jobs.iter().map(|j| j.5.iter().map(|&v| f64::from(v) / 2.0).collect()).collect();
+            let type_of: Vec<usize> = per_type.iter().enumerate().flat_map(|(t, &n)| std::iter::repeat_n(t, n)).collect();
+            let workers = type_of.len();
+            let current: Vec<Option<usize>> = (0..workers).map(|w| occupied.get(w).copied().flatten().filter(|&j| j < jobs.len())).collect();
+            let types = Types { type_of: &type_of, speeds: &speeds, keep_on_move: 0.9, explore: &[] };
+            let (_, place) = settings();
+            let input = EpochInput {
+                policy,
+                plan: PlanSettings { floor: 0.0, floor_window: 4, max_slowdown: 0.0 },
+                place,
+                jobs: &epoch_jobs,
+                machine_of: None,
+                current: &current,
+                seed: 1,
+                types: Some(types),
+                tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[], class_of: &class_of }),
+            };
+            let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
+            let q = p.quotas.clone().expect("quotas");
+            prop_assert!(q.workers.iter().sum::<u32>() as usize <= workers);
+            let mut idle = vec![0u32; per_type.len()];
+            for (w, job) in p.next.iter().enumerate() {
+                if job.is_none() {
+                    idle[type_of[w]] += 1;
+                }
+            }
+            for (j, &c) in p.counts.iter().enumerate() {
+                prop_assert!(tenant_of[j] < shares.len() || c == 0);
+                let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+                prop_assert_eq!(on.len(), c as usize);
+                prop_assert!(on.windows(2).all(|w| w[0] == w[1]), "job {} on {:?}", j, on);
+            }
+            for t in 0..shares.len() {
+                let mine: Vec<usize> = (0..jobs.len()).filter(|&j| tenant_of[j] == t).collect();
+                let held: u32 = mine.iter().map(|&j| p.counts[j]).sum();
+                let demand: u32 = mine.iter().map(|&j| jobs[j].1).sum::<u32>().min(workers as u32);
+                prop_assert!(held <= q.workers[t], "tenant {} holds {} of its {}", t, held, q.workers[t]);
+                if held < demand.min(q.guaranteed[t]) {
+                    // Each of its jobs is at its max, or no idle worker is one it could use.
+                    for &j in &mine {
+                        let ty = of_job(&p.next, j).first().map(|&w| type_of[w]);
+                        let usable = |u: usize| idle[u] > 0 && speeds[j][u] > 0.0;
+                        let could = match ty {
+                            Some(u) => p.counts[j] < jobs[j].1 && usable(u),
+                            None => (0..per_type.len()).any(usable),
+                        };
+                        prop_assert!(!could, "tenant {} holds {} < {}: job {} could grow, idle {:?}", t, held, demand.min(q.guaranteed[t]), j, idle);
+                    }
+                }
             }
         }
     }

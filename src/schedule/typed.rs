@@ -18,8 +18,6 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::policy::JobBid;
-
 /// A job's gains on one worker type, at the sizes it may run at there.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypeGains {
@@ -43,6 +41,60 @@ pub struct TypedJob {
 /// Each job's type and count (`None`: no workers).
 pub type TypedAllocation = Vec<Option<(usize, u32)>>;
 
+/// Caps on groups of jobs (tenants on a typed cluster, issue #43): job `j` is in group `of[j]`
+/// (out of range, or `of` empty: none), and a group's jobs together get at most `cap[g]`
+/// workers, of whatever types.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Groups<'a> {
+    pub of: &'a [usize],
+    pub cap: &'a [u32],
+}
+
+impl Groups<'_> {
+    /// No caps.
+    pub const NONE: Groups<'static> = Groups { of: &[], cap: &[] };
+
+    fn of(&self, j: usize) -> Option<usize> {
+        self.of.get(j).copied().filter(|&g| g < self.cap.len())
+    }
+
+    /// The most workers job `j` may get: its group's cap (none: no limit).
+    pub fn room_of(&self, j: usize) -> u32 {
+        self.of(j).map_or(u32::MAX, |g| self.cap[g])
+    }
+}
+
+/// What is left to hand out: workers per type, and per group.
+struct Room<'a> {
+    free: Vec<u32>,
+    left: Vec<u32>,
+    groups: Groups<'a>,
+}
+
+impl<'a> Room<'a> {
+    fn new(capacity: &[u32], groups: Groups<'a>) -> Room<'a> {
+        Room { free: capacity.to_vec(), left: groups.cap.to_vec(), groups }
+    }
+
+    /// The most workers job `j` may still add, of any type (its group's room).
+    fn limit(&self, j: usize) -> u32 {
+        self.groups.of(j).map_or(u32::MAX, |g| self.left[g])
+    }
+
+    /// Whether job `j` may add `n` workers of type `ty`.
+    fn fits(&self, j: usize, ty: usize, n: u32) -> bool {
+        self.free.get(ty).is_some_and(|&f| f >= n) && self.limit(j) >= n
+    }
+
+    /// Job `j` changes from `had` to `now` workers of type `ty` (`now >= had`).
+    fn take(&mut self, j: usize, ty: usize, had: u32, now: u32) {
+        self.free[ty] -= now - had;
+        if let Some(g) = self.groups.of(j) {
+            self.left[g] -= now - had;
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Step {
     key: f64,
@@ -64,12 +116,12 @@ impl Ord for Step {
     }
 }
 
-/// The best next step of `job` from `now` (its type and size, or none) within `free` workers.
-fn best_step(j: usize, job: &TypedJob, now: Option<(usize, u32)>, free: &[u32]) -> Option<Step> {
+/// The best next step of `job` from `now` (its type and size, or none) within the room left.
+fn best_step(j: usize, job: &TypedJob, now: Option<(usize, u32)>, room: &Room<'_>) -> Option<Step> {
     let mut best: Option<Step> = None;
     let mut consider = |ty: usize, g: &TypeGains, from: u32, base: f64| {
         for (&size, &gain) in g.sizes.iter().zip(&g.gains) {
-            if size <= from || size - from > free[ty] || !gain.is_finite() {
+            if size <= from || !room.fits(j, ty, size - from) || !gain.is_finite() {
                 continue;
             }
             let key = (gain - base) / f64::from(size - from);
@@ -97,53 +149,60 @@ fn best_step(j: usize, job: &TypedJob, now: Option<(usize, u32)>, free: &[u32]) 
     best
 }
 
-/// The jobs' grants, while capacity lasts (in job order), and the workers left per type.
-fn granted(jobs: &[TypedJob], capacity: &[u32]) -> (TypedAllocation, Vec<u32>) {
-    let mut free = capacity.to_vec();
+/// The jobs' grants, while capacity lasts (in job order), and the room left.
+fn granted<'a>(jobs: &[TypedJob], capacity: &[u32], groups: Groups<'a>) -> (TypedAllocation, Room<'a>) {
+    let mut room = Room::new(capacity, groups);
     let mut out: TypedAllocation = vec![None; jobs.len()];
     for (j, job) in jobs.iter().enumerate() {
         if let Some((ty, size)) = job.grant
-            && ty < free.len()
-            && free[ty] >= size
             && size > 0
+            && room.fits(j, ty, size)
         {
-            free[ty] -= size;
+            room.take(j, ty, 0, size);
             out[j] = Some((ty, size));
         }
     }
-    (out, free)
+    (out, room)
 }
 
 /// SLAQ's greedy by type; see the module documentation. Only steps with a positive gain are
 /// taken.
 pub fn allocate(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
-    let (mut out, mut free) = granted(jobs, capacity);
+    allocate_in(jobs, capacity, Groups::NONE)
+}
+
+/// [`allocate`] with each group's jobs held to its cap.
+pub fn allocate_in(jobs: &[TypedJob], capacity: &[u32], groups: Groups<'_>) -> TypedAllocation {
+    let (mut out, mut room) = granted(jobs, capacity, groups);
     let mut heap: BinaryHeap<Step> =
-        jobs.iter().enumerate().filter_map(|(j, job)| best_step(j, job, out[j], &free)).collect();
+        jobs.iter().enumerate().filter_map(|(j, job)| best_step(j, job, out[j], &room)).collect();
     while let Some(step) = heap.pop() {
         if step.key <= 0.0 {
             break;
         }
         let j = step.job;
         // Lazy: capacity may have shrunk since the step was computed.
-        let Some(fresh) = best_step(j, &jobs[j], out[j], &free) else { continue };
+        let Some(fresh) = best_step(j, &jobs[j], out[j], &room) else { continue };
         if fresh.key < step.key || fresh.ty != step.ty || fresh.size != step.size {
             heap.push(fresh);
             continue;
         }
-        let had = out[j].map_or(0, |(_, s)| s);
-        free[step.ty] -= step.size - had;
+        room.take(j, step.ty, out[j].map_or(0, |(_, s)| s), step.size);
         out[j] = Some((step.ty, step.size));
-        if let Some(next) = best_step(j, &jobs[j], out[j], &free) {
+        if let Some(next) = best_step(j, &jobs[j], out[j], &room) {
             heap.push(next);
         }
     }
-    leftovers(jobs, &mut out, &mut free);
+    leftovers(jobs, &mut out, &mut room);
     out
 }
 
 /// The most jobs [`allocate_exact`] solves as an LP.
 pub const EXACT_MAX_JOBS: usize = 512;
+
+/// The branch-and-bound nodes [`allocate_exact_in`] searches with groups before it settles for
+/// its best whole choice so far (or, without one, leaves it to the greedy).
+const MIP_NODE_LIMIT: u64 = 2_000;
 
 /// The same objective solved exactly for several types: maximise `Σ_j g_j(t_j, k_j)` over one
 /// (type, size) per job within each type's capacity, as an LP over every job's options (at most
@@ -156,25 +215,38 @@ pub const EXACT_MAX_JOBS: usize = 512;
 /// [`EXACT_MAX_JOBS`] jobs compete (the LP takes about 250 ms at 400 jobs on this machine, see
 /// `slaq bench alloc --types 3`), the greedy decides.
 pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
+    allocate_exact_in(jobs, capacity, Groups::NONE)
+}
+
+/// [`allocate_exact`] with each group's jobs held to its cap (a constraint of the LP, and of
+/// the rounding, the greedy and the leftovers).
+pub fn allocate_exact_in(jobs: &[TypedJob], capacity: &[u32], groups: Groups<'_>) -> TypedAllocation {
     use microlp::{ComparisonOp, OptimizationDirection, Problem};
     if jobs.len() > EXACT_MAX_JOBS {
-        return allocate(jobs, capacity);
+        return allocate_in(jobs, capacity, groups);
     }
-    let (mut out, mut free) = granted(jobs, capacity);
+    let (mut out, mut room) = granted(jobs, capacity, groups);
+    // With groups (tenants), whole options: a rounded LP can leave a group short of its cap
+    // where another choice of types fills every cap.
+    let whole = !groups.cap.is_empty();
     let mut lp = Problem::new(OptimizationDirection::Maximize);
-    let mut per_type: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); free.len()];
+    let mut per_type: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); room.free.len()];
+    let mut per_group: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); room.left.len()];
     let mut vars: Vec<(usize, usize, u32, f64, microlp::Variable)> = Vec::new();
     for (j, job) in jobs.iter().enumerate().filter(|(j, _)| out[*j].is_none()) {
         let mut one: Vec<(microlp::Variable, f64)> = Vec::new();
         for (ty, g) in job.options.iter().enumerate() {
             let Some(g) = g else { continue };
             for (&size, &gain) in g.sizes.iter().zip(&g.gains) {
-                if size > free[ty] || !(gain.is_finite() && gain > 0.0) {
+                if !(room.fits(j, ty, size) && gain.is_finite() && gain > 0.0) {
                     continue;
                 }
-                let v = lp.add_var(gain, (0.0, 1.0));
+                let v = if whole { lp.add_binary_var(gain) } else { lp.add_var(gain, (0.0, 1.0)) };
                 one.push((v, 1.0));
                 per_type[ty].push((v, f64::from(size)));
+                if let Some(g) = groups.of(j) {
+                    per_group[g].push((v, f64::from(size)));
+                }
                 vars.push((j, ty, size, gain, v));
             }
         }
@@ -182,13 +254,24 @@ pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
             lp.add_constraint(one.as_slice(), ComparisonOp::Le, 1.0);
         }
     }
-    for (ty, terms) in per_type.iter().enumerate() {
+    let limits = per_type.iter().zip(&room.free).chain(per_group.iter().zip(&room.left));
+    for (terms, &limit) in limits {
         if !terms.is_empty() {
-            lp.add_constraint(terms.as_slice(), ComparisonOp::Le, f64::from(free[ty]));
+            lp.add_constraint(terms.as_slice(), ComparisonOp::Le, f64::from(limit));
         }
     }
-    let solved = if vars.is_empty() { None } else { lp.solve().ok() };
-    let Some(solution) = solved.as_ref().and_then(|o| o.solution()) else { return allocate(jobs, capacity) };
+    let solved = if vars.is_empty() {
+        None
+    } else if whole {
+        let mut options = microlp::SolveOptions::default();
+        options.node_limit = Some(MIP_NODE_LIMIT);
+        lp.solve_with(options).ok()
+    } else {
+        lp.solve().ok()
+    };
+    let Some(solution) = solved.as_ref().and_then(|o| o.solution()) else {
+        return allocate_in(jobs, capacity, groups);
+    };
     // Per job, its options with their fractions.
     let mut by_job: Vec<Vec<(f64, f64, usize, u32)>> = vec![Vec::new(); jobs.len()];
     for &(j, ty, size, gain, v) in &vars {
@@ -205,12 +288,12 @@ pub fn allocate_exact(jobs: &[TypedJob], capacity: &[u32]) -> TypedAllocation {
     for (_, j) in order {
         let mut options = by_job[j].clone();
         options.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
-        if let Some(&(_, _, ty, size)) = options.iter().find(|o| o.0 > 1e-6 && free[o.2] >= o.3) {
-            free[ty] -= size;
+        if let Some(&(_, _, ty, size)) = options.iter().find(|o| o.0 > 1e-6 && room.fits(j, o.2, o.3)) {
+            room.take(j, ty, 0, size);
             out[j] = Some((ty, size));
         }
     }
-    leftovers(jobs, &mut out, &mut free);
+    leftovers(jobs, &mut out, &mut room);
     out
 }
 
@@ -271,7 +354,7 @@ pub fn allocate_sized(jobs: &[TypedJob], capacity: &[u32], work: &[Work]) -> Typ
 /// job predicted to have converged still runs and reports; then, round after round, each job
 /// (fewest workers first) grows to its next allowed size on its type where that gains no less
 /// than it has. Nothing is left idle that a job could use without losing.
-fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
+fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, room: &mut Room<'_>) {
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| out[j].is_none()).collect();
     order.sort_by(|&a, &b| jobs[a].attained.total_cmp(&jobs[b].attained).then(a.cmp(&b)));
     for j in order {
@@ -281,12 +364,12 @@ fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
             .enumerate()
             .filter_map(|(t, g)| {
                 let g = g.as_ref()?;
-                let i = g.sizes.iter().position(|&s| s <= free[t])?;
-                Some((g.gains[i] / f64::from(g.sizes[i]), free[t], t, g.sizes[i]))
+                let i = g.sizes.iter().position(|&s| room.fits(j, t, s))?;
+                Some((g.gains[i] / f64::from(g.sizes[i]), room.free[t], t, g.sizes[i]))
             })
             .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)));
         if let Some((_, _, t, size)) = pick {
-            free[t] -= size;
+            room.take(j, t, 0, size);
             out[j] = Some((t, size));
         }
     }
@@ -299,10 +382,10 @@ fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
             let Some(g) = &jobs[j].options[t] else { continue };
             let Some(i) = g.sizes.iter().position(|&s| s == size) else { continue };
             if let Some((&next, &gain)) = g.sizes.get(i + 1).zip(g.gains.get(i + 1))
-                && next - size <= free[t]
+                && room.fits(j, t, next - size)
                 && gain >= g.gains[i]
             {
-                free[t] -= next - size;
+                room.take(j, t, size, next);
                 out[j] = Some((t, next));
                 grew = true;
             }
@@ -313,54 +396,54 @@ fn leftovers(jobs: &[TypedJob], out: &mut TypedAllocation, free: &mut [u32]) {
     }
 }
 
-/// The fair policy on typed workers: heterogeneity-agnostic max-min counts (`policy::fair`
-/// over the whole cluster, from each job's (min, max, attained service) in `bounds`), each job then put on a type that holds its count (the one it runs
-/// on first, else the one with most room), shrunk to what fits where none does.
+/// The fair policy on typed workers: heterogeneity-agnostic max-min `counts` (`policy::fair`
+/// over the whole cluster, or over each group's cap), each job then put on a type that holds
+/// its count (the one it runs on first, else the one with most room); the jobs that fit
+/// nowhere whole then get the most that fits (where most is left); what the shrinking left idle goes, as [`allocate`]'s leftovers do, to jobs
+/// that can use it (within their group's cap), so no worker idles that a job could run on.
 pub fn fair_by_fit(
-    bounds: &[(u32, u32, f64)],
+    counts: &[u32],
     jobs: &[TypedJob],
     capacity: &[u32],
     now: &[Option<(usize, u32)>],
+    groups: Groups<'_>,
 ) -> TypedAllocation {
-    type NoGain = fn(u32) -> f64;
-    let bids: Vec<JobBid<NoGain>> = bounds
-        .iter()
-        .map(|&(min_workers, max_workers, attained_service)| JobBid {
-            min_workers,
-            max_workers,
-            attained_service,
-            gain: None,
-            weight: 1.0,
-        })
-        .collect();
-    let total: u32 = capacity.iter().sum();
-    let counts = crate::policy::fair::allocate(&crate::policy::Problem { num_workers: total, jobs: &bids }).workers;
-    let mut free = capacity.to_vec();
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    let mut room = Room::new(capacity, groups);
+    let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| counts[j] > 0).collect();
     order.sort_by_key(|&j| (std::cmp::Reverse(counts[j]), j));
     let mut out = vec![None; jobs.len()];
+    // Every job that fits whole first, then the others shrunk to what is left.
+    let mut shrunk = Vec::new();
     for j in order {
-        let want = counts[j];
-        let fits = |t: usize, k: u32, free: &[u32]| {
-            jobs[j].options[t].as_ref().is_some_and(|g| g.sizes.contains(&k)) && free[t] >= k
+        let fits = |t: usize, room: &Room<'_>| {
+            jobs[j].options[t].as_ref().is_some_and(|g| g.sizes.contains(&counts[j])) && room.fits(j, t, counts[j])
         };
-        let whole = now[j].map(|x| x.0).filter(|&t| fits(t, want, &free)).or_else(|| {
-            (0..free.len()).filter(|&t| fits(t, want, &free)).max_by_key(|&t| (free[t], std::cmp::Reverse(t)))
-        });
-        let pick = match whole {
-            Some(t) => Some((t, want)),
-            None => (0..free.len())
-                .filter_map(|t| {
-                    let g = jobs[j].options[t].as_ref()?;
-                    g.sizes.iter().copied().filter(|&k| k <= free[t] && k <= want).max().map(|k| (t, k))
-                })
-                .max_by_key(|&(t, k)| (k, std::cmp::Reverse(t))),
-        };
-        if let Some((t, k)) = pick.filter(|x| x.1 > 0) {
-            free[t] -= k;
+        let types = room.free.len();
+        let whole = now[j]
+            .map(|x| x.0)
+            .filter(|&t| fits(t, &room))
+            .or_else(|| (0..types).filter(|&t| fits(t, &room)).max_by_key(|&t| (room.free[t], std::cmp::Reverse(t))));
+        match whole {
+            Some(t) => {
+                room.take(j, t, 0, counts[j]);
+                out[j] = Some((t, counts[j]));
+            }
+            None => shrunk.push(j),
+        }
+    }
+    for j in shrunk {
+        let pick = (0..room.free.len())
+            .filter_map(|t| {
+                let g = jobs[j].options[t].as_ref()?;
+                g.sizes.iter().copied().filter(|&k| room.fits(j, t, k) && k <= counts[j]).max().map(|k| (t, k))
+            })
+            .max_by_key(|&(t, k)| (k, room.free[t], std::cmp::Reverse(t)));
+        if let Some((t, k)) = pick {
+            room.take(j, t, 0, k);
             out[j] = Some((t, k));
         }
     }
+    leftovers(jobs, &mut out, &mut room);
     out
 }
 

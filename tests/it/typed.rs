@@ -211,3 +211,73 @@ async fn a_job_measures_its_speed_on_each_type_it_runs_on() {
     assert!(mixed.lock().unwrap().is_empty());
     drop((job, v100_beats, scheduler));
 }
+
+/// Issue #43, tenants on a cluster of several types: team b's two jobs hold all six workers
+/// (a's guarantee idle, lent); a's job says hello and a takes back its 3, every world still one
+/// type and named so, each team then holding its guarantee with nothing borrowed.
+#[tokio::test]
+async fn on_typed_workers_a_team_takes_back_its_guarantee_and_every_world_stays_one_type() {
+    let nats = NatsServer::start();
+    let tenants = "[tenants.a]\nguaranteed = 3\ngrace_s = 1\n[tenants.b]\nguaranteed = 3\ngrace_s = 1\n";
+    let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(tenants));
+    let c = client(&nats.url).await;
+    let s = Subjects::new("slaq").unwrap();
+    wait_status(&c, &s).await;
+    let table = table();
+    let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
+    let mut type_of: HashMap<String, String> = HashMap::new();
+    for (id, kind) in [("v0", "v100"), ("v1", "v100"), ("k0", "k80"), ("k1", "k80"), ("k2", "k80"), ("k3", "k80")] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: Some(kind.into()), advertise: None };
+        let ack: Ack =
+            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+        type_of.insert(id.into(), kind.into());
+    }
+    let beats = beat(&c, &s, type_of.keys().cloned().collect());
+    let mixed = Arc::new(Mutex::new(Vec::new()));
+    let mut jobs = Vec::new();
+    let mut start = async |job: &str, name: &str| {
+        let j = table.job_types.iter().position(|t| t == name).unwrap();
+        let speeds: BTreeMap<String, f64> =
+            [("v100".to_string(), table.rate(v100, j, 1)), ("k80".to_string(), table.rate(k80, j, 1))].into();
+        let spec = JobSpec { speeds: Some(speeds.clone()), max_workers: Some(4), ..JobSpec::new(job) };
+        let ack: Ack =
+            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+        jobs.push(emulate_job(c.clone(), s.clone(), job.into(), speeds, type_of.clone(), mixed.clone()));
+        bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &LossReport::new(job, 1, 2.0, 1.0, 0)).await.unwrap();
+    };
+    start("b.resnet", "ResNet-50 (batch size 128)").await;
+    start("b.a3c", "A3C").await;
+    let held = |st: &slaq::protocol::StatusSnapshot, t: &str| st.tenants.get(t).map_or(0, |u| u.workers);
+    eventually(&c, &s, WAIT, "team b borrows a's idle guarantee", |st| {
+        held(st, "b") == 6 && st.tenants.get("a").is_some_and(|u| u.lent == 3)
+    })
+    .await;
+    start("a.resnet", "ResNet-50 (batch size 128)").await;
+    let st =
+        eventually(&c, &s, WAIT, "team a holds its guarantee again", |st| held(st, "a") == 3 && held(st, "b") == 3)
+            .await;
+    for t in ["a", "b"] {
+        let u = &st.tenants[t];
+        assert_eq!((u.guaranteed, u.quota, u.borrowed), (3, 3, 0), "{t}: {u:?}");
+    }
+    // It stays so for a while, every world one type.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let st = wait_status(&c, &s).await;
+        assert_eq!((held(&st, "a"), held(&st, "b")), (3, 3));
+        for job in ["a.resnet", "b.resnet", "b.a3c"] {
+            let kinds: Vec<&String> = st
+                .workers
+                .iter()
+                .filter(|w| w.job.as_deref() == Some(job))
+                .filter_map(|w| w.accelerator.as_ref())
+                .collect();
+            assert!(kinds.windows(2).all(|k| k[0] == k[1]), "{job} on one type: {kinds:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(mixed.lock().unwrap().is_empty(), "mixed or misnamed worlds sent: {:?}", mixed.lock().unwrap());
+    drop((jobs, beats, scheduler));
+}

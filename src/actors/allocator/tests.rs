@@ -564,3 +564,49 @@ fn a_jobs_weight_shares_its_tenants_quota_capped_by_the_tenant() {
         .collect();
     assert_eq!(held, expected);
 }
+
+/// Issue #43, tenants on a cluster of several worker types: a's job arrives while b's two jobs
+/// hold all six workers (two v100s, four k80s); a takes back its guarantee of 3 through b's
+/// `min_run_s`, every job on one type, b's taken workers told with a's grace.
+#[test]
+fn on_a_typed_cluster_a_tenant_takes_back_its_guarantee_and_each_job_keeps_one_type() {
+    let toml = r#"
+        a = { guaranteed = 3, grace_s = 5 }
+        b = { guaranteed = 3, min_run_s = 3600 }
+    "#;
+    let set = TenantSet::new(toml::from_str(toml).expect("tenants")).expect("valid tenants");
+    let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+    let kinds = [("w0", "v100"), ("w1", "v100"), ("w2", "k80"), ("w3", "k80"), ("w4", "k80"), ("w5", "k80")];
+    for (w, kind) in kinds {
+        a.handle(0.0, Input::WorkerHello(worker(w, Some(kind))));
+    }
+    let kind_of = |w: &str| kinds.iter().find(|k| k.0 == w).map_or("?", |k| k.1);
+    let start = |a: &mut Allocator, now_s: f64, job: &str| {
+        a.handle(now_s, Input::JobStarted { job: job.into(), local: true, command: None });
+        a.handle(now_s, Input::Bid { job: job.into(), bid: bid(job, None, 40) });
+    };
+    start(&mut a, 0.0, "b.x");
+    start(&mut a, 0.0, "b.y");
+    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for now_s in 1..=2 {
+        held.extend(members(&epoch(&mut a, f64::from(now_s), true)));
+    }
+    let of = |held: &BTreeMap<String, Vec<String>>, t: &str| -> usize {
+        held.iter().filter(|(j, _)| j.starts_with(t)).map(|(_, w)| w.len()).sum()
+    };
+    assert_eq!(of(&held, "b."), 6, "b borrows a's idle guarantee: {held:?}");
+    start(&mut a, 2.5, "a.z");
+    let out = a.epoch(3.0, true, &|| 0.0);
+    held.extend(members(&out.effects));
+    assert_eq!((of(&held, "a."), of(&held, "b.")), (3, 3), "{held:?}");
+    for (job, workers) in &held {
+        let on: HashSet<&str> = workers.iter().map(|w| kind_of(w)).collect();
+        assert!(on.len() <= 1, "{job} runs on {on:?}");
+    }
+    let taken: Vec<&WorkerAssignment> =
+        assigns(&out.effects).into_iter().filter(|w| w.job.as_deref() == Some("a.z")).collect();
+    assert_eq!(taken.len(), 3);
+    assert!(taken.iter().all(|w| w.reclaim_grace_ms == Some(5_000)), "{taken:?}");
+    let (ua, ub) = (&out.summary.tenants["a"], &out.summary.tenants["b"]);
+    assert_eq!((ua.quota, ua.workers, ub.quota, ub.workers, ub.borrowed), (3, 3, 3, 3, 0));
+}
