@@ -33,6 +33,8 @@ pub struct Bid {
     pub max_iters: Option<u64>,
     /// Seconds between its saves, if it declared them (`JobSpec::checkpoint_every_s`).
     pub checkpoint_every_s: Option<f64>,
+    /// It saves when asked (`JobSpec::save_on_request`).
+    pub save_on_request: bool,
     /// The priority it asked for (`JobSpec::priority`; its tenant caps it).
     pub priority: u8,
     /// The weight it asked for (`JobSpec::weight`; its tenant caps it).
@@ -66,6 +68,7 @@ impl Bid {
             checkpoint_age_s: None,
             max_iters: spec.max_iters,
             checkpoint_every_s: spec.checkpoint_every_s,
+            save_on_request: spec.save_on_request,
             priority: spec.priority,
             weight: spec.weight,
             speeds: spec.speeds.clone().map(Arc::new),
@@ -93,6 +96,7 @@ impl Bid {
             checkpoint_age_s: self.checkpoint_age_s,
             max_iters: self.max_iters,
             checkpoint_every_s: self.checkpoint_every_s,
+            save_on_request: self.save_on_request,
             priority: self.priority,
             weight: self.weight,
             speeds: self.speeds.as_deref().cloned(),
@@ -115,6 +119,7 @@ impl Bid {
             checkpoint_age_s: w.checkpoint_age_s,
             max_iters: w.max_iters,
             checkpoint_every_s: w.checkpoint_every_s,
+            save_on_request: w.save_on_request,
             priority: w.priority,
             weight: w.weight,
             speeds: w.speeds.map(Arc::new),

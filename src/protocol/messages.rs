@@ -84,6 +84,12 @@ pub struct JobSpec {
     /// a save, not between two, unless a guarantee needs them (`save_wait_max_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_every_s: Option<f64>,
+    /// It saves when asked (with `checkpoint_every_s`: it saves on a schedule, not at a stop):
+    /// before a change of its workers the scheduler asks it to save (its allocation's `save`)
+    /// and waits for the save its reports' `checkpoint_age_s` show, at most its tenant's grace
+    /// (the stop then gets what is left of it), so a move or a reclaim loses no work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save_on_request: bool,
     /// Its priority class inside its tenant, capped by the tenant's `max_priority` (with
     /// `[tenants]`; ignored without): a higher class is served first from its tenant's quota.
     #[serde(default, skip_serializing_if = "is_zero_u8")]
@@ -199,6 +205,7 @@ impl JobSpec {
             max_iters: None,
             speeds: None,
             checkpoint_every_s: None,
+            save_on_request: false,
             priority: 0,
             ended_before: None,
         }
@@ -248,6 +255,9 @@ impl JobSpec {
         }
         if self.checkpoint_every_s.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
             return invalid("checkpoint_every_s must be positive and finite");
+        }
+        if self.save_on_request && self.checkpoint_every_s.is_none() {
+            return invalid("save_on_request needs checkpoint_every_s (a job without it is taken to save at its stop)");
         }
         if let Some(speeds) = &self.speeds
             && (speeds.len() > 64 || speeds.iter().any(|(k, &v)| !(super::valid_id(k) && v.is_finite() && v > 0.0)))
@@ -430,6 +440,11 @@ pub struct JobAllocation {
     /// of the default type, or when the job has no workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<String>,
+    /// Save now (a job that said `save_on_request`): a change of its workers waits for the save
+    /// its next reports' `checkpoint_age_s` show, at most its tenant's grace. Its workers are
+    /// the ones it has.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save: bool,
 }
 
 /// A worker joins.
@@ -730,6 +745,10 @@ mod tests {
             assert_eq!(cause(spec), Some(RejectCause::InvalidSpec));
         }
         assert_eq!(cause(JobSpec { checkpoint_every_s: Some(600.0), ..spec.clone() }), None);
+        // Saving when asked is for a job that saves on a schedule (else it saves at its stop).
+        let asks = JobSpec { save_on_request: true, ..spec.clone() };
+        assert_eq!(cause(asks.clone()), Some(RejectCause::InvalidSpec));
+        assert_eq!(cause(JobSpec { checkpoint_every_s: Some(600.0), ..asks }), None);
         let speeds = |pairs: &[(&str, f64)]| Some(pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect());
         assert_eq!(cause(JobSpec { speeds: speeds(&[("v100", 2.5), ("k80", 0.35)]), ..spec.clone() }), None);
         for bad in [speeds(&[("v100", 0.0)]), speeds(&[("v100", f64::NAN)]), speeds(&[("a b", 1.0)])] {

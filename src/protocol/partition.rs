@@ -36,6 +36,8 @@ pub struct WireBid {
     pub max_iters: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_every_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save_on_request: bool,
     #[serde(default)]
     pub priority: u8,
     #[serde(default = "one", skip_serializing_if = "is_one")]
@@ -128,6 +130,7 @@ pub(crate) mod tests {
             checkpoint_age_s: None,
             max_iters: None,
             checkpoint_every_s: None,
+            save_on_request: false,
             priority: 0,
             speeds: None,
             weight: 1.0,

@@ -122,6 +122,20 @@ impl FloorLedger {
         }
     }
 
+    /// What the latest epoch recorded granted is set to `granted`: what the job got when it
+    /// was not what was planned (a change that waits for a save asked for).
+    pub fn regrant(&mut self, granted: f64) {
+        if let Some(last) = self.epochs.back_mut() {
+            self.granted += granted - last.1;
+            last.1 = granted;
+        }
+    }
+
+    /// What the latest epoch recorded granted (0 before any).
+    pub fn last_granted(&self) -> f64 {
+        self.epochs.back().map_or(0.0, |e| e.1)
+    }
+
     /// Worker-epochs granted over the window.
     pub fn granted(&self) -> f64 {
         self.granted

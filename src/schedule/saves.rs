@@ -67,6 +67,16 @@ impl Saves {
         self.fresh = false;
     }
 
+    /// Whether it saved (or restarted, which resumes from a save) at `t` or after.
+    pub fn saved_since(&self, t: f64) -> bool {
+        self.last_s.is_some_and(|last| last >= t)
+    }
+
+    /// Whether it said it saves on a schedule (and not at its stop).
+    pub fn on_schedule(&self) -> bool {
+        self.declared
+    }
+
     /// A decision that could have moved it was taken: a save seen before it no longer frees it.
     pub fn decided(&mut self) {
         self.fresh = false;

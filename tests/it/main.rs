@@ -1,6 +1,7 @@
 //! One integration-test binary (it links once): modules per area.
 
 mod agent;
+mod asks;
 mod cli;
 mod durable;
 mod harness;

@@ -224,6 +224,9 @@ mod wire_bids {
             parameter_server: j.ps,
             worker_counts: j.sizes.clone(),
             weight: j.weight,
+            // Saves on a schedule and when asked, for half the draws.
+            checkpoint_every_s: (j.held % 2 == 1).then_some(600.0),
+            save_on_request: j.held % 2 == 1,
             ..JobSpec::new("j")
         };
         let shapes: Vec<Observation> = j

@@ -3,12 +3,13 @@
 //! (`new_generations`, `launches`), an agent that runs another job than recorded told again
 //! (`reconcile`), and an unknown worker asked to say hello. Only workers that move cost anything.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{debug, warn};
 
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
+use super::asks::Asked;
 use super::state::{Allocator, Count, Effect, JobEntry};
 use crate::cluster::ranks::{self, PortBook};
 use crate::protocol::{JobAllocation, JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
@@ -33,6 +34,11 @@ pub(super) struct Moved {
     /// Workers taken from one tenant's job for another's: the process they ran gets the
     /// taker's grace at most (`WorkerAssignment::reclaim_grace_ms`).
     taken: HashSet<String>,
+    /// Workers whose job's change went without the save it was asked for: the grace left to
+    /// that job's processes there (ms).
+    cut: HashMap<String, u64>,
+    /// Each worker's job now: the plan's, but for moves that wait for a save asked for.
+    next: Vec<Option<usize>>,
 }
 
 /// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
@@ -55,6 +61,17 @@ fn assignment(term: Option<u64>, worker: &str, epoch: u64, job: Option<String>) 
         command: None,
         stop_grace_ms: None,
         reclaim_grace_ms: None,
+    }
+}
+
+impl Moved {
+    /// Workers per job, as moved.
+    pub(super) fn counts(&self) -> Vec<u32> {
+        let mut counts = vec![0u32; self.job_changed.len()];
+        for j in self.next.iter().flatten() {
+            counts[*j] += 1;
+        }
+        counts
     }
 }
 
@@ -110,7 +127,7 @@ impl Allocator {
         &mut self,
         epoch: u64,
         current: &[Option<usize>],
-        plan: &EpochPlan,
+        (plan, asked): (&EpochPlan, &Asked),
         lost: Vec<bool>,
         now_s: f64,
         fx: &mut Vec<Effect>,
@@ -124,13 +141,22 @@ impl Allocator {
         let mut job_changed = lost;
         let mut workers_moved = 0;
         let mut taken = HashSet::new();
+        let mut cut = HashMap::new();
+        let mut next = Vec::with_capacity(plan.next.len());
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
             self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
         {
-            // Same job and role, or no job and no stale name of a job that left.
+            // Same job and role, or no job and no stale name of a job that left; or a move that
+            // waits for a save asked for (the worker stays as it is).
+            let waits = before != after && asked.waits(before, after);
+            let (after, role) = if waits { (before, entry.role) } else { (after, role) };
             let same = before == after && role == entry.role && (after.is_some() || entry.job.is_none());
+            next.push(after);
+            if let Some(ms) = asked.cut(before) {
+                cut.insert(worker.clone(), ms);
+            }
             if same && tell_all {
                 // The first epoch of a term tells every worker what it serves, changed or not.
                 let message = WorkerAssignment {
@@ -168,11 +194,12 @@ impl Allocator {
                 entry.launch = None;
                 fx.push(Effect::Assign(WorkerAssignment {
                     role,
+                    reclaim_grace_ms: cut.get(worker).copied(),
                     ..assignment(self.settings.term, worker, epoch, None)
                 }));
             }
         }
-        Moved { job_changed, workers: workers_moved, taken }
+        Moved { job_changed, workers: workers_moved, taken, cut, next }
     }
 
     /// Every job takes its ledger back and books its service; a job whose membership changed
@@ -190,9 +217,9 @@ impl Allocator {
         typed: bool,
         fx: &mut Vec<Effect>,
     ) -> Vec<(String, u32)> {
-        let (job_changed, taken) = (&moved.job_changed, &moved.taken);
+        let (job_changed, taken, cut) = (&moved.job_changed, &moved.taken, &moved.cut);
         let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
-        let new_workers = self.new_members(plan, job_changed);
+        let new_workers = self.new_members(&moved.next, job_changed);
         let epoch_s = self.settings.epoch.as_secs_f64();
         let mut resized = Vec::new();
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
@@ -204,10 +231,12 @@ impl Allocator {
             ports: &mut self.ports,
             tenants: tenants.as_deref(),
             taken,
+            cut,
             term: self.settings.term,
             epoch,
             now_s,
         };
+        let ledgers = regranted(ledgers, plan, moved);
         for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
             entry.ledger = ledger;
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
@@ -242,16 +271,8 @@ impl Allocator {
             if (job_changed[j] && workers != entry.workers) || batch_changed {
                 let workers = if job_changed[j] { workers } else { entry.workers.clone() };
                 entry.batch = batches[j];
-                let accelerator =
-                    typed.then(|| types::world_type(generations.registry, &workers)).flatten().map(str::to_string);
-                let message = JobAllocation {
-                    job: id.clone(),
-                    epoch,
-                    workers,
-                    batch_size: batches[j],
-                    term: self.settings.term,
-                    accelerator,
-                };
+                let message =
+                    allocation(generations.registry, typed, (id, epoch, self.settings.term), workers, entry.batch);
                 entry.workers = message.workers.clone();
                 fx.push(Effect::Allocate(message));
             }
@@ -260,10 +281,10 @@ impl Allocator {
         resized
     }
 
-    /// The workers of each job whose membership changed, as planned (empty for the others).
-    fn new_members(&self, plan: &EpochPlan, job_changed: &[bool]) -> Vec<Vec<String>> {
+    /// The workers of each job whose membership changed, as moved (empty for the others).
+    fn new_members(&self, next: &[Option<usize>], job_changed: &[bool]) -> Vec<Vec<String>> {
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
-        for ((worker, _), &after) in self.registry.iter().zip(&plan.next) {
+        for ((worker, _), &after) in self.registry.iter().zip(next) {
             if let Some(j) = after.filter(|&j| job_changed[j]) {
                 new_workers[j].push(worker.clone());
             }
@@ -292,6 +313,31 @@ impl Allocator {
     }
 }
 
+/// Job `id`'s allocation at `epoch` under `term`: its workers (naming their type on a `typed`
+/// cluster) and batch.
+pub(super) fn allocation(
+    registry: &WorkerRegistry,
+    typed: bool,
+    (id, epoch, term): (&str, u64, Option<u64>),
+    workers: Vec<String>,
+    batch_size: Option<u32>,
+) -> JobAllocation {
+    let accelerator = typed.then(|| types::world_type(registry, &workers)).flatten().map(str::to_string);
+    JobAllocation { job: id.to_string(), epoch, workers, batch_size, term, accelerator, save: false }
+}
+
+/// The ledgers the plan booked, each job's latest grant set to what it got where a change
+/// that waits for a save asked for kept it from what was planned.
+fn regranted(mut ledgers: Vec<FloorLedger>, plan: &EpochPlan, moved: &Moved) -> Vec<FloorLedger> {
+    for ((ledger, &planned), got) in ledgers.iter_mut().zip(&plan.counts).zip(moved.counts()) {
+        if got != planned {
+            let per_worker = if planned > 0 { ledger.last_granted() / f64::from(planned) } else { 1.0 };
+            ledger.regrant(per_worker * f64::from(got));
+        }
+    }
+    ledgers
+}
+
 /// What a job's new generation needs of the epoch (`Generations::start`).
 struct Generations<'a> {
     registry: &'a mut WorkerRegistry,
@@ -299,6 +345,8 @@ struct Generations<'a> {
     tenants: Option<&'a schedule::tenants::TenantSet>,
     /// Workers taken from another tenant's job: their processes get the taker's grace.
     taken: &'a HashSet<String>,
+    /// Workers whose job's change went without the save asked for: what is left of its grace.
+    cut: &'a HashMap<String, u64>,
     term: Option<u64>,
     epoch: u64,
     now_s: f64,
@@ -332,8 +380,12 @@ impl Generations<'_> {
                 launch: w.launch.clone(),
                 command: w.launch.as_ref().and(entry.command.clone()),
                 stop_grace_ms: grace,
-                // Taken from another tenant's job: that process gets this job's terms.
-                reclaim_grace_ms: grace.filter(|_| self.taken.contains(worker)),
+                // Taken from another tenant's job: that process gets this job's terms; one whose
+                // job was asked to save and did not gets what is left of its grace.
+                reclaim_grace_ms: [grace.filter(|_| self.taken.contains(worker)), self.cut.get(worker).copied()]
+                    .into_iter()
+                    .flatten()
+                    .min(),
                 ..assignment(self.term, worker, self.epoch, Some(id.to_string()))
             }));
         }

@@ -195,7 +195,8 @@ impl Allocator {
         let plan = self.plan(&pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
-        let moved = self.move_workers(epoch, &current, &plan, lost_workers, now_s, &mut fx);
+        let asked = self.ask_saves(epoch, (&current, &plan), now_s, owed, names.is_some(), &mut fx);
+        let moved = self.move_workers(epoch, &current, (&plan, &asked), lost_workers, now_s, &mut fx);
         let resized = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
@@ -217,7 +218,7 @@ impl Allocator {
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
             tenants: match (&tenants, &tenancy, &plan.quotas) {
-                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &plan.counts),
+                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts()),
                 _ => Default::default(),
             },
         };

@@ -6,6 +6,7 @@
 //! core and its concerns (`supervision`, `planning`, `assignment`, `status`), tested there on a
 //! fake clock; the maths is `schedule::*`.
 
+mod asks;
 mod assignment;
 mod core;
 mod planning;

@@ -127,6 +127,9 @@ pub(super) struct JobEntry {
     pub(super) workers_since_s: f64,
     /// Its saves, from the checkpoint ages its bids carry.
     pub(super) saves: Saves,
+    /// When it was asked to save before a change of its workers (`JobSpec::save_on_request`),
+    /// while that change waits for the save.
+    pub(super) asked_s: Option<f64>,
     /// Its processes' generation: one more at every change of its membership.
     pub(super) generation: u64,
     /// A worker of it went silent and was removed: its membership changed at the next epoch.
@@ -164,6 +167,7 @@ impl JobEntry {
             quiet: false,
             workers_since_s: now_s,
             saves: Saves::default(),
+            asked_s: None,
             generation: 0,
             lost_workers: false,
             command: None,

@@ -610,3 +610,72 @@ fn on_a_typed_cluster_a_tenant_takes_back_its_guarantee_and_each_job_keeps_one_t
     let (ua, ub) = (&out.summary.tenants["a"], &out.summary.tenants["b"]);
     assert_eq!((ua.quota, ua.workers, ub.quota, ub.workers, ub.borrowed), (3, 3, 3, 3, 0));
 }
+
+/// Issue #43, saves asked for: b's job saves every 600 s, not at its stop, and says it saves
+/// when asked; it holds all 4 workers when a (guaranteed 2, grace 10 s) starts a job. It is
+/// asked to save (its allocation again, `save` set) and keeps its workers until its reports
+/// show the save; then a gets its 2 with the full grace. A job that never answers gives them
+/// up once its grace, less an epoch, has passed, its processes getting what is left; a job
+/// that did not say it saves when asked gives them up at once, as before.
+#[test]
+fn a_job_that_saves_when_asked_is_asked_before_a_reclaim_and_moves_after_its_save() {
+    let toml = "a = { guaranteed = 2, grace_s = 10 }\nb = { guaranteed = 2, grace_s = 10 }\n";
+    let bid_of = |asks: bool, age_s: f64| Bid {
+        checkpoint_every_s: Some(600.0),
+        checkpoint_age_s: Some(age_s),
+        save_on_request: asks,
+        ..bid("b.x", None, 40)
+    };
+    // Runs until a's job has its workers; `saves_at`: when b's job saves after being asked.
+    let run = |asks: bool, saves_at: Option<f64>| {
+        let set = TenantSet::new(toml::from_str(toml).expect("tenants")).expect("valid tenants");
+        let mut a = Allocator::new(AllocatorSettings { tenants: Tenants::new(Some(set)), ..settings() }, false);
+        for w in 0..4 {
+            a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+        }
+        a.handle(0.0, Input::JobStarted { job: "b.x".into(), local: true, command: None });
+        a.handle(0.0, Input::Bid { job: "b.x".into(), bid: bid_of(asks, 0.0) });
+        assert_eq!(members(&epoch(&mut a, 1.0, true)).get("b.x").map(Vec::len), Some(4));
+        for now_s in 2..=9 {
+            a.handle(f64::from(now_s), Input::Bid { job: "b.x".into(), bid: bid_of(asks, f64::from(now_s)) });
+            beating_epoch(&mut a, f64::from(now_s));
+        }
+        a.handle(9.5, Input::JobStarted { job: "a.z".into(), local: true, command: None });
+        a.handle(9.5, Input::Bid { job: "a.z".into(), bid: bid("a.z", None, 40) });
+        let (mut asked_at, mut moved) = (Vec::new(), None);
+        for now_s in 10..=40 {
+            let now_s = f64::from(now_s);
+            let age = match saves_at {
+                Some(at) if now_s >= at => now_s - at,
+                _ => now_s,
+            };
+            a.handle(now_s, Input::Bid { job: "b.x".into(), bid: bid_of(asks, age) });
+            let fx = beating_epoch(&mut a, now_s);
+            for e in &fx {
+                if let Effect::Allocate(alloc) = e
+                    && alloc.save
+                {
+                    assert_eq!((alloc.job.as_str(), alloc.workers.len()), ("b.x", 4), "asked with its workers");
+                    asked_at.push(now_s);
+                }
+            }
+            let to_a: Vec<&WorkerAssignment> =
+                assigns(&fx).into_iter().filter(|w| w.job.as_deref() == Some("a.z")).collect();
+            if !to_a.is_empty() {
+                assert_eq!(to_a.len(), 2, "a's guarantee");
+                moved = Some((now_s, to_a[0].reclaim_grace_ms));
+                break;
+            }
+        }
+        (asked_at, moved)
+    };
+    let (asked, moved) = run(true, Some(12.0));
+    assert_eq!(asked, vec![10.0], "asked once, when the reclaim was planned");
+    assert_eq!(moved, Some((12.0, Some(10_000))), "moved once its save shows, with the full grace");
+    let (asked, moved) = run(true, None);
+    assert_eq!(asked, vec![10.0]);
+    assert_eq!(moved, Some((19.0, Some(1_000))), "no save: moved at the grace less an epoch, with the rest");
+    let (asked, moved) = run(false, None);
+    assert!(asked.is_empty());
+    assert_eq!(moved, Some((10.0, Some(10_000))), "not asked: moved at once");
+}
