@@ -10,7 +10,8 @@ reaching the plan, fair's and slaq's weighted paths) and teams on replicas (a te
 partition, the leader's check of a tenant's job's bid; the bucket's filters are held by
 `tests/it/durable.rs`) and tenants on typed clusters (the quotas applied there, each tenant's
 cap, its classes under slaq and fair, the top-up of a short tenant from idle workers, job
-weights). Applies one mutation at a time, runs the module's unit
+weights) and saves asked for before a reclaim (the ask, the wait for the save, the grace's
+rest when none comes). Applies one mutation at a time, runs the module's unit
 tests, prints CAUGHT or MISSED, and restores the file. (The Python client's tenant is held by
 `clients/python/tests/test_offline.py` and `tests/it/python.rs`, the live hold by
 `tests/it/teams.rs`.)
@@ -42,6 +43,10 @@ muts = [
  ("src/schedule/epoch/types.rs", "        top_up(input, types, tenancy, &entitled, &mut out);\n", "", "schedule::epoch", "typed-top-up"),
  ("src/schedule/epoch/types.rs", "    if room.is_some() {\n        workers_first(&mut jobs, class_of);\n    }\n", "", "schedule::epoch", "typed-workers-first"),
  ("src/schedule/typed.rs", "    let whole = !groups.cap.is_empty();", "    let whole = false;", "schedule::epoch", "typed-whole"),
+ ("src/actors/allocator/asks.rs", "        if !owed || !self.jobs", "        if true || !owed || !self.jobs", "actors::allocator::tests", "ask"),
+ ("src/actors/allocator/asks.rs", "                Some(at) if e.saves.saved_since(at) => e.asked_s = None,\n", "", "actors::allocator::tests", "ask-saved"),
+ ("src/actors/allocator/asks.rs", "                    asked.cut_ms[j] = Some(", "                    let _ = Some(", "actors::allocator::tests", "ask-cut"),
+ ("src/actors/allocator/assignment.rs", "let waits = before != after && asked.waits(before, after);", "let waits = false && asked.waits(before, after);", "actors::allocator::tests", "ask-waits"),
  ("src/schedule/epoch/types.rs", "g.gain_at_speed(k, speed) * keep * job.bid.weight,", "g.gain_at_speed(k, speed) * keep,", "schedule::epoch", "typed-weight"),
 ]
 only = sys.argv[1:]

@@ -101,6 +101,10 @@ class Wire(unittest.TestCase):
         self.assertEqual(job_spec("j", checkpoint_every_s=600)["checkpoint_every_s"], 600.0)
         self.assertEqual(job_spec("j", priority=2)["priority"], 2)
         self.assertNotIn("priority", job_spec("j"))
+        self.assertTrue(job_spec("j", checkpoint_every_s=600, save_on_request=True)["save_on_request"])
+        self.assertNotIn("save_on_request", job_spec("j", checkpoint_every_s=600))
+        with self.assertRaises(SlaqError):
+            job_spec("j", save_on_request=True)
 
     def test_reports_carry_optional_statistics(self):
         report = loss_report("j", 1, 0.5, 0.2, 4, batch_size=64, machines=2, sync_seconds=0.05,
@@ -134,6 +138,32 @@ class Wire(unittest.TestCase):
         typed = Allocation.from_message({"epoch": 2, "workers": ["v0"], "accelerator": "v100"})
         self.assertEqual(typed.accelerator, "v100")
         self.assertIsNone(Allocation.from_message({"epoch": 1, "workers": []}).accelerator)
+        self.assertTrue(Allocation.from_message({"epoch": 3, "workers": ["w1"], "save": True}).save)
+        self.assertFalse(Allocation.from_message({"epoch": 1, "workers": []}).save)
+
+
+class SaveRequests(unittest.TestCase):
+    def test_an_allocation_that_asks_for_a_save_sets_save_requested_until_saved(self):
+        import asyncio
+        from types import SimpleNamespace
+
+        from slaq import AsyncJob
+
+        async def run():
+            job = AsyncJob("t.j", checkpoint_every_s=600, save_on_request=True)
+            self.assertTrue(job.spec["save_on_request"])
+            job._changed = asyncio.Condition()
+            seen = []
+            job.on_allocation(seen.append)
+            await job._on_alloc(SimpleNamespace(data=msgpack.packb({"job": "t.j", "epoch": 3, "workers": ["w1"]})))
+            self.assertFalse(job.save_requested)
+            asked = {"job": "t.j", "epoch": 4, "workers": ["w1"], "save": True}
+            await job._on_alloc(SimpleNamespace(data=msgpack.packb(asked)))
+            self.assertTrue(job.save_requested and seen[-1].save and seen[-1].workers == ["w1"])
+            job.saved()
+            self.assertFalse(job.save_requested)
+
+        asyncio.run(run())
 
 
 class Loops(unittest.TestCase):

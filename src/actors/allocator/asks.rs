@@ -15,34 +15,12 @@
 //!   ends within `R` = epoch + grace + restart.
 //! - A plan that no longer changes the job, or no guarantee owed, calls the ask off.
 
-use super::assignment::allocation;
-use super::state::{Allocator, Effect};
+use super::state::{Allocated, Allocator, Asked, Effect};
 use crate::protocol::JobAllocation;
 use crate::schedule::EpochPlan;
 
 /// How long a job without a tenant is waited for once asked (the tenants' default grace).
 const UNTENANTED_WAIT_S: f64 = 60.0;
-
-/// What the asks decided this epoch, per job index.
-#[derive(Debug, Default)]
-pub(super) struct Asked {
-    /// Its workers' changes wait: no worker moves into or out of it.
-    pub(super) wait: Vec<bool>,
-    /// Its change goes without the save asked for: its processes get at most this grace (ms).
-    pub(super) cut_ms: Vec<Option<u64>>,
-}
-
-impl Asked {
-    /// Whether a move of a worker from job `before` to job `after` waits.
-    pub(super) fn waits(&self, before: Option<usize>, after: Option<usize>) -> bool {
-        [before, after].into_iter().flatten().any(|j| self.wait.get(j).copied().unwrap_or(false))
-    }
-
-    /// The grace left to the processes of job `before` on a worker whose job changes.
-    pub(super) fn cut(&self, before: Option<usize>) -> Option<u64> {
-        before.and_then(|j| self.cut_ms.get(j).copied().flatten())
-    }
-}
 
 impl Allocator {
     /// While a tenant is `owed` its guarantee, asks the jobs that save when asked and whose
@@ -96,8 +74,8 @@ impl Allocator {
                 None => {
                     e.asked_s = Some(now_s);
                     asked.wait[j] = true;
-                    let at = (id.as_str(), epoch, self.settings.term);
-                    let ask = allocation(&self.registry, typed, at, e.workers.clone(), e.batch);
+                    let at = Allocated { typed, id, epoch, term: self.settings.term };
+                    let ask = at.of(&self.registry, e.workers.clone(), e.batch);
                     fx.push(Effect::Allocate(JobAllocation { save: true, ..ask }));
                 }
                 Some(at) if e.saves.saved_since(at) => e.asked_s = None,

@@ -8,11 +8,9 @@ use std::collections::{HashMap, HashSet};
 use tracing::{debug, warn};
 
 use super::super::registry::{JobRef, WorkerRegistry};
-use super::super::types;
-use super::asks::Asked;
-use super::state::{Allocator, Count, Effect, JobEntry};
+use super::state::{Allocated, Allocator, Asked, Count, Effect, JobEntry};
 use crate::cluster::ranks::{self, PortBook};
-use crate::protocol::{JobAllocation, JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
+use crate::protocol::{JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
 use crate::schedule::{self, EpochPlan, FloorLedger};
 
 /// Seconds between saves of a job's service and floor ledger.
@@ -271,8 +269,8 @@ impl Allocator {
             if (job_changed[j] && workers != entry.workers) || batch_changed {
                 let workers = if job_changed[j] { workers } else { entry.workers.clone() };
                 entry.batch = batches[j];
-                let message =
-                    allocation(generations.registry, typed, (id, epoch, self.settings.term), workers, entry.batch);
+                let at = Allocated { typed, id, epoch, term: self.settings.term };
+                let message = at.of(generations.registry, workers, entry.batch);
                 entry.workers = message.workers.clone();
                 fx.push(Effect::Allocate(message));
             }
@@ -311,19 +309,6 @@ impl Allocator {
             );
         }
     }
-}
-
-/// Job `id`'s allocation at `epoch` under `term`: its workers (naming their type on a `typed`
-/// cluster) and batch.
-pub(super) fn allocation(
-    registry: &WorkerRegistry,
-    typed: bool,
-    (id, epoch, term): (&str, u64, Option<u64>),
-    workers: Vec<String>,
-    batch_size: Option<u32>,
-) -> JobAllocation {
-    let accelerator = typed.then(|| types::world_type(registry, &workers)).flatten().map(str::to_string);
-    JobAllocation { job: id.to_string(), epoch, workers, batch_size, term, accelerator, save: false }
 }
 
 /// The ledgers the plan booked, each job's latest grant set to what it got where a change

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::super::bid::Bid;
 use super::super::registry::WorkerRegistry;
-use super::super::types::JobSpeeds;
+use super::super::types::{self, JobSpeeds};
 use crate::cluster::ranks::PortBook;
 use crate::policy::PolicyKind;
 use crate::protocol::{EndReason, EpochSummary, JobAllocation, JobCommand, JobOutcome, WorkerAssignment, WorkerSpec};
@@ -251,4 +251,43 @@ pub(super) struct PendingGain {
     pub(super) loss_at_start: f64,
     pub(super) scale: f64,
     pub(super) predicted: f64,
+}
+
+/// What the asks decided this epoch, per job index.
+#[derive(Debug, Default)]
+pub(super) struct Asked {
+    /// Its workers' changes wait: no worker moves into or out of it.
+    pub(super) wait: Vec<bool>,
+    /// Its change goes without the save asked for: its processes get at most this grace (ms).
+    pub(super) cut_ms: Vec<Option<u64>>,
+}
+
+impl Asked {
+    /// Whether a move of a worker from job `before` to job `after` waits.
+    pub(super) fn waits(&self, before: Option<usize>, after: Option<usize>) -> bool {
+        [before, after].into_iter().flatten().any(|j| self.wait.get(j).copied().unwrap_or(false))
+    }
+
+    /// The grace left to the processes of job `before` on a worker whose job changes.
+    pub(super) fn cut(&self, before: Option<usize>) -> Option<u64> {
+        before.and_then(|j| self.cut_ms.get(j).copied().flatten())
+    }
+}
+
+/// What a job's allocation is made for: job `id` at `epoch` under `term`, on a `typed` cluster
+/// or not.
+pub(super) struct Allocated<'a> {
+    pub(super) typed: bool,
+    pub(super) id: &'a str,
+    pub(super) epoch: u64,
+    pub(super) term: Option<u64>,
+}
+
+impl Allocated<'_> {
+    /// The allocation of `workers` (naming their type on a typed cluster) and `batch_size`.
+    pub(super) fn of(&self, registry: &WorkerRegistry, workers: Vec<String>, batch_size: Option<u32>) -> JobAllocation {
+        let accelerator = self.typed.then(|| types::world_type(registry, &workers)).flatten().map(str::to_string);
+        let (job, epoch, term) = (self.id.to_string(), self.epoch, self.term);
+        JobAllocation { job, epoch, workers, batch_size, term, accelerator, save: false }
+    }
 }

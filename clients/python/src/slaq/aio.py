@@ -51,6 +51,9 @@ class AsyncJob:
         self._callbacks: List[Callable[[Allocation], None]] = []
         self._changed: Optional[asyncio.Condition] = None
         self._said_bye = False
+        #: The scheduler asked this job to save (``save_on_request``): save, report
+        #: ``checkpoint_age_s=0``, and call ``saved()``.
+        self.save_requested = False
 
     @classmethod
     async def connect(cls, job: str, nats: str = "nats://127.0.0.1:4222", *, connection=None,
@@ -182,8 +185,13 @@ class AsyncJob:
             await self._nc.publish(self.subjects.bye, payload, headers=self.codec.headers)
             await self._nc.flush()
 
+    def saved(self):
+        """The save the scheduler asked for is done (report ``checkpoint_age_s=0`` next)."""
+        self.save_requested = False
+
     def on_allocation(self, callback: Callable[[Allocation], None]):
-        """Calls ``callback(allocation)`` (on the event loop) whenever the job's workers change."""
+        """Calls ``callback(allocation)`` (on the event loop) whenever the job's workers change,
+        or the scheduler asks it to save (``allocation.save``)."""
         self._callbacks.append(callback)
         return callback
 
@@ -226,6 +234,8 @@ class AsyncJob:
             if (allocation.term or 0) > self._confirmed_term:
                 return
         self.allocation = allocation
+        if allocation.save:
+            self.save_requested = True
         async with self._changed:
             self._changed.notify_all()
         for callback in self._callbacks:

@@ -55,6 +55,15 @@ class Job:
     def bye(self, reason: str = "finished"):
         self._run(self._job.bye(reason))
 
+    @property
+    def save_requested(self) -> bool:
+        """The scheduler asked this job to save (``save_on_request``): save, report
+        ``checkpoint_age_s=0``, and call ``saved()``."""
+        return self._job.save_requested
+
+    def saved(self):
+        self._job.saved()
+
     def on_allocation(self, callback: Callable[[Allocation], None]):
         return self._job.on_allocation(callback)
 

@@ -138,6 +138,9 @@ class Allocation:
     #: The workers' type (``slaq worker --accelerator``; a world is one type); None while every
     #: worker is of the default type, or without workers.
     accelerator: Optional[str] = None
+    #: Save now (a job with ``save_on_request``): a reclaim of its workers waits for the save
+    #: its next reports' ``checkpoint_age_s`` show, at most its tenant's grace.
+    save: bool = False
 
     @classmethod
     def from_message(cls, message: dict) -> "Allocation":
@@ -149,6 +152,7 @@ class Allocation:
             batch_size=message.get("batch_size"),
             term=None if term is None else int(term),
             accelerator=None if accelerator is None else str(accelerator),
+            save=bool(message.get("save", False)),
         )
 
     def order(self) -> tuple:
@@ -174,7 +178,7 @@ def job_command(argv, env=None, cwd=None, checkpoint_dir=None, max_restarts=3) -
 def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_workers=None,
              target_loss=None, slo_iter_seconds=None, batch_sizes=None, parameter_server=False,
              max_local_batch=None, command=None, worker_counts=None, max_iters=None,
-             checkpoint_every_s=None, priority=0) -> dict:
+             checkpoint_every_s=None, priority=0, save_on_request=False) -> dict:
     spec = {"job": job, "weight": float(weight), "min_workers": int(min_workers)}
     optional = {"family": family, "tenant": tenant, "max_workers": max_workers, "target_loss": target_loss,
                 "slo_iter_seconds": slo_iter_seconds, "batch_sizes": batch_sizes,
@@ -187,6 +191,12 @@ def job_spec(job: str, family=None, tenant=None, weight=1.0, min_workers=0, max_
         spec["parameter_server"] = True
     if priority:
         spec["priority"] = int(priority)
+    if save_on_request:
+        # Asked to save before a reclaim (``AsyncJob.save_requested``): for a job that saves on
+        # a schedule; one without it is taken to save at its stop.
+        if checkpoint_every_s is None:
+            raise SlaqError("save_on_request needs checkpoint_every_s")
+        spec["save_on_request"] = True
     return spec
 
 

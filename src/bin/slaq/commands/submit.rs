@@ -31,6 +31,11 @@ pub(crate) struct SubmitArgs {
     /// reports' `checkpoint_age_s` say when it last did): its workers change right after a save.
     #[arg(long)]
     pub(crate) checkpoint_every_s: Option<f64>,
+    /// The job saves when asked (with `--checkpoint-every-s`): before a reclaim changes its
+    /// workers, it is asked (its allocation's `save`) and the change waits for the save, at
+    /// most its tenant's grace.
+    #[arg(long, requires = "checkpoint_every_s")]
+    pub(crate) save_on_request: bool,
     /// Its priority class inside its tenant (capped by the tenant's `max_priority`): a higher
     /// class is served first from the tenant's quota.
     #[arg(long, default_value_t = 0)]
@@ -111,6 +116,7 @@ pub(crate) fn run(args: SubmitArgs) -> anyhow::Result<()> {
         worker_counts: args.worker_counts.clone(),
         max_iters: args.max_iters,
         checkpoint_every_s: args.checkpoint_every_s,
+        save_on_request: args.save_on_request,
         priority: args.priority,
         speeds: None,
         ..JobSpec::new(&args.job)
