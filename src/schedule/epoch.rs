@@ -847,6 +847,20 @@ mod tests {
         assert_eq!(p.next.iter().filter(|x| x.is_none()).count(), 1);
     }
 
+    /// Tenants' shares as the property tests draw them: (guaranteed, weight, borrow and lend
+    /// limits).
+    fn drawn_shares(drawn: &[(u32, u32, Option<u32>, Option<u32>)]) -> Vec<TenantShare> {
+        drawn
+            .iter()
+            .map(|&(guaranteed, weight, borrow_limit, lend_limit)| TenantShare {
+                guaranteed,
+                weight: f64::from(weight),
+                borrow_limit,
+                lend_limit,
+            })
+            .collect()
+    }
+
     proptest! {
         /// Whatever the bids and the cluster: counts within bounds and the cluster, the workers
         /// mapped exactly to the counts, on as many machines as the cluster's shape needs, and
@@ -913,9 +927,7 @@ mod tests {
                 model: &model,
                 pace: None,
             }).collect();
-            let shares: Vec<TenantShare> = shares.iter().map(|&(guaranteed, weight, borrow_limit, lend_limit)| {
-                TenantShare { guaranteed, weight: f64::from(weight), borrow_limit, lend_limit }
-            }).collect();
+            let shares = drawn_shares(&shares);
             let tenant_of: Vec<usize> = jobs.iter().map(|j| j.0).collect();
             let current = vec![None; workers];
             let (_, place) = settings();
@@ -965,9 +977,7 @@ mod tests {
                 model: &model,
                 pace: None,
             }).collect();
-            let shares: Vec<TenantShare> = shares.iter().map(|&(guaranteed, weight, borrow_limit, lend_limit)| {
-                TenantShare { guaranteed, weight: f64::from(weight), borrow_limit, lend_limit }
-            }).collect();
+            let shares = drawn_shares(&shares);
             let tenant_of: Vec<usize> = jobs.iter().map(|j| j.0).collect();
             let class_of: Vec<u8> = jobs.iter().map(|j| j.3).collect();
             let speeds: Vec<Vec<f64>> = jobs.iter().map(|j| j.5.iter().map(|&v| f64::from(v) / 2.0).collect()).collect();

@@ -48,6 +48,19 @@ fn table() -> Throughputs {
     .unwrap()
 }
 
+/// Two V100 workers and four K80s say hello; each worker's type.
+async fn two_v100s_four_k80s(c: &async_nats::Client, s: &Subjects) -> HashMap<String, String> {
+    let mut type_of: HashMap<String, String> = HashMap::new();
+    for (id, kind) in [("v0", "v100"), ("v1", "v100"), ("k0", "k80"), ("k1", "k80"), ("k2", "k80"), ("k3", "k80")] {
+        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: Some(kind.into()), advertise: None };
+        let ack: Ack =
+            bus::request(c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+        assert!(ack.ok, "{ack:?}");
+        type_of.insert(id.into(), kind.into());
+    }
+    type_of
+}
+
 /// Allocations a job saw that mix types or misname them: (workers, the type named).
 type Bad = Arc<Mutex<Vec<(Vec<String>, Option<String>)>>>;
 
@@ -104,14 +117,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
     let table = table();
     let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
     // Two V100s and four K80s.
-    let mut type_of: HashMap<String, String> = HashMap::new();
-    for (id, kind) in [("v0", "v100"), ("v1", "v100"), ("k0", "k80"), ("k1", "k80"), ("k2", "k80"), ("k3", "k80")] {
-        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: Some(kind.into()), advertise: None };
-        let ack: Ack =
-            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-        type_of.insert(id.into(), kind.into());
-    }
+    let type_of = two_v100s_four_k80s(&c, &s).await;
     let beats = beat(&c, &s, type_of.keys().cloned().collect());
     // ResNet-50 runs 7.2 times as fast on a V100 as on a K80; A3C 2.1 times.
     let mixed = Arc::new(Mutex::new(Vec::new()));
@@ -225,14 +231,7 @@ async fn on_typed_workers_a_team_takes_back_its_guarantee_and_every_world_stays_
     wait_status(&c, &s).await;
     let table = table();
     let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
-    let mut type_of: HashMap<String, String> = HashMap::new();
-    for (id, kind) in [("v0", "v100"), ("v1", "v100"), ("k0", "k80"), ("k1", "k80"), ("k2", "k80"), ("k3", "k80")] {
-        let spec = WorkerSpec { worker: id.into(), machine: None, slots: 1, kind: Some(kind.into()), advertise: None };
-        let ack: Ack =
-            bus::request(&c, s.worker_hello(id), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-        type_of.insert(id.into(), kind.into());
-    }
+    let type_of = two_v100s_four_k80s(&c, &s).await;
     let beats = beat(&c, &s, type_of.keys().cloned().collect());
     let mixed = Arc::new(Mutex::new(Vec::new()));
     let mut jobs = Vec::new();
