@@ -133,7 +133,7 @@ pub async fn run(
 /// other inputs again (its shutdown, sweep and ended jobs wait at most this many). A poll of
 /// every branch per message held `slaq bench ingest` at 0.56 of raw NATS; draining, 0.67
 /// (issue #44, `benches/runs/2026-11-27-issue44-ingest-drain.txt`).
-const DRAIN: usize = 255;
+pub(super) const DRAIN: usize = 255;
 
 /// How often the jobs are swept: a quarter of the shortest silence rule, within 50 ms to 5 s.
 fn sweep_every(config: &ServeConfig) -> Duration {

@@ -175,7 +175,14 @@ pub async fn run_owner(
             Some(done) = loaded.recv() => owner.loaded(done),
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
-            Some((p, message, seq, stored)) = from_stream.recv() => owner.read(p, message, seq, stored).await,
+            Some((p, message, seq, stored)) = from_stream.recv() => {
+                owner.read(p, message, seq, stored).await;
+                // Those already here next, as the leader's loop does (`leader::DRAIN`).
+                for _ in 0..super::leader::DRAIN {
+                    let Ok((p, message, seq, stored)) = from_stream.try_recv() else { break };
+                    owner.read(p, message, seq, stored).await;
+                }
+            }
             Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
