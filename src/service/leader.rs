@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures_util::{FutureExt, StreamExt};
+use async_nats::Message;
+use futures_util::{FutureExt, Stream, StreamExt};
 use tracing::info;
 
 use super::ingest::{self, Ingest};
@@ -96,24 +97,11 @@ pub async fn run(
             _ = sweep.tick() => ingest.sweep(),
             Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
             message = losses.next() => match message {
-                Some((message, seq)) => {
-                    ingest.stream_message(message, seq).await;
-                    // Those already here next, before the other branches are polled again.
-                    for _ in 0..DRAIN {
-                        let Some(Some((message, seq))) = losses.next().now_or_never() else { break };
-                        ingest.stream_message(message, seq).await;
-                    }
-                }
+                Some(first) => stream_messages(&mut ingest, first, &mut losses).await,
                 None => break,
             },
             message = messages.next() => match message {
-                Some(message) => {
-                    ingest.handle(message, None).await;
-                    for _ in 0..DRAIN {
-                        let Some(Some(message)) = messages.next().now_or_never() else { break };
-                        ingest.handle(message, None).await;
-                    }
-                }
+                Some(first) => core_messages(&mut ingest, first, &mut messages).await,
                 None => break,
             },
             Some(message) = owner_bids.next() => ingest.owner_bids(message),
@@ -134,6 +122,28 @@ pub async fn run(
 /// every branch per message held `slaq bench ingest` at 0.56 of raw NATS; draining, 0.67
 /// (issue #44, `benches/runs/2026-11-27-issue44-ingest-drain.txt`).
 pub(super) const DRAIN: usize = 255;
+
+/// Handles `first` of the reports stream, then those already received after it (at most
+/// `DRAIN`), before the loop polls its other branches again.
+async fn stream_messages<S>(ingest: &mut Ingest, first: (Message, Option<u64>), losses: &mut S)
+where
+    S: Stream<Item = (Message, Option<u64>)> + Unpin,
+{
+    ingest.stream_message(first.0, first.1).await;
+    for _ in 0..DRAIN {
+        let Some(Some((message, seq))) = losses.next().now_or_never() else { break };
+        ingest.stream_message(message, seq).await;
+    }
+}
+
+/// [`stream_messages`] for the core NATS subscriptions.
+async fn core_messages<S: Stream<Item = Message> + Unpin>(ingest: &mut Ingest, first: Message, messages: &mut S) {
+    ingest.handle(first, None).await;
+    for _ in 0..DRAIN {
+        let Some(Some(message)) = messages.next().now_or_never() else { break };
+        ingest.handle(message, None).await;
+    }
+}
 
 /// How often the jobs are swept: a quarter of the shortest silence rule, within 50 ms to 5 s.
 fn sweep_every(config: &ServeConfig) -> Duration {

@@ -175,14 +175,7 @@ pub async fn run_owner(
             Some(done) = loaded.recv() => owner.loaded(done),
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
-            Some((p, message, seq, stored)) = from_stream.recv() => {
-                owner.read(p, message, seq, stored).await;
-                // Those already here next, as the leader's loop does (`leader::DRAIN`).
-                for _ in 0..super::leader::DRAIN {
-                    let Ok((p, message, seq, stored)) = from_stream.try_recv() else { break };
-                    owner.read(p, message, seq, stored).await;
-                }
-            }
+            Some(first) = from_stream.recv() => owner.read_ready(first, &mut from_stream).await,
             Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
@@ -415,6 +408,17 @@ impl Owner {
         if self.jobs.contains(&update.job) {
             self.news.changed.insert(update.job.clone());
             self.news.latest.insert(update.job, update.bid);
+        }
+    }
+
+    /// `first` of the messages read from the partitions' streams, then those already received
+    /// after it (at most `leader::DRAIN`, as the leader's loop does).
+    async fn read_ready(&mut self, first: FromStream, from_stream: &mut mpsc::Receiver<FromStream>) {
+        let (p, message, seq, stored) = first;
+        self.read(p, message, seq, stored).await;
+        for _ in 0..super::leader::DRAIN {
+            let Ok((p, message, seq, stored)) = from_stream.try_recv() else { break };
+            self.read(p, message, seq, stored).await;
         }
     }
 
