@@ -63,8 +63,9 @@ pub struct EpochInput<'a, G> {
     /// workers are all of that type.
     pub types: Option<Types<'a>>,
     /// Teams (issue #32): each job's tenant and each tenant's share. The count step then runs
-    /// inside each tenant's quota ([`super::tenants::quotas`]) on the tenant's own jobs (not yet
-    /// on a cluster of several worker types, where tenants are ignored).
+    /// inside each tenant's quota ([`super::tenants::quotas`]) on the tenant's own jobs; on
+    /// several worker types, one allocation with each tenant's jobs capped by its quota
+    /// (issue #43, `epoch/types.rs`).
     pub tenants: Option<Tenancy<'a>>,
 }
 
