@@ -84,6 +84,66 @@ pub struct Tenancy<'a> {
     pub class_of: &'a [u8],
 }
 
+impl Tenancy<'_> {
+    /// Job `j`'s tenant, if it has one the shares know.
+    fn of(&self, j: usize) -> Option<usize> {
+        self.tenant_of.get(j).copied().filter(|&t| t < self.shares.len())
+    }
+
+    /// Each tenant's demand: what its jobs could use together (their `max_workers`, within the
+    /// cluster's `num_workers`).
+    fn demands<G>(&self, jobs: &[EpochJob<'_, G>], num_workers: u32) -> Vec<u32> {
+        let mut demand = vec![0u32; self.shares.len()];
+        for (j, job) in jobs.iter().enumerate() {
+            if let Some(t) = self.of(j) {
+                demand[t] = demand[t].saturating_add(job.bid.max_workers).min(num_workers);
+            }
+        }
+        demand
+    }
+
+    /// The tenants' quotas ([`quotas_holding`] on their `demand`) and what `plan` makes inside
+    /// them (`workers_of(made, j)`: job `j`'s workers in it). A tenant whose jobs use less than
+    /// its quota (they gain nothing from more, or on several types the types they run on are
+    /// full) wants only what they use: the quotas are computed again with that demand, so the
+    /// rest goes to tenants that want it (demands only fall: at most one pass per tenant). The
+    /// ledgers are as they came for every pass. A tenant's quota is at least what its jobs got.
+    fn within_quotas<T>(
+        &self,
+        num_workers: u32,
+        mut demand: Vec<u32>,
+        ledgers: &mut [FloorLedger],
+        mut plan: impl FnMut(&Quotas, &mut [FloorLedger]) -> T,
+        workers_of: impl Fn(&T, usize) -> u32,
+    ) -> (T, Quotas) {
+        let fresh = ledgers.to_vec();
+        loop {
+            ledgers.clone_from_slice(&fresh);
+            let mut q = quotas_holding(num_workers, self.shares, &demand, self.held);
+            let made = plan(&q, ledgers);
+            let mut used = vec![0u32; self.shares.len()];
+            for j in 0..self.tenant_of.len() {
+                if let Some(t) = self.of(j) {
+                    used[t] += workers_of(&made, j);
+                }
+            }
+            let mut lowered = false;
+            for t in 0..used.len() {
+                if used[t] < q.workers[t] && used[t] < demand[t] {
+                    demand[t] = used[t];
+                    lowered = true;
+                }
+            }
+            if !lowered {
+                for (w, &u) in q.workers.iter_mut().zip(&used) {
+                    *w = (*w).max(u);
+                }
+                return (made, q);
+            }
+        }
+    }
+}
+
 /// The worker types of a cluster and how fast each job runs on each.
 #[derive(Clone, Copy, Debug)]
 pub struct Types<'a> {
@@ -241,35 +301,20 @@ fn tenant_counts<G: GainFn>(
     num_workers: u32,
     ledgers: &mut [FloorLedger],
 ) -> (Vec<u32>, Quotas) {
-    let tenants = tenancy.shares.len();
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); tenants];
-    let mut demand = vec![0u32; tenants];
-    for (j, job) in input.jobs.iter().enumerate() {
-        if let Some(&t) = tenancy.tenant_of.get(j).filter(|&&t| t < tenants) {
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); tenancy.shares.len()];
+    for j in 0..input.jobs.len() {
+        if let Some(t) = tenancy.of(j) {
             members[t].push(j);
-            demand[t] = demand[t].saturating_add(job.bid.max_workers).min(num_workers);
         }
     }
-    // A tenant whose jobs use less than its quota (they gain nothing from more) wants only
-    // what they use: the quotas are computed again with that demand, so the rest goes to
-    // tenants that want it (demands only fall: at most one pass per tenant).
-    let fresh = ledgers.to_vec();
-    loop {
-        let q = quotas_holding(num_workers, tenancy.shares, &demand, tenancy.held);
-        ledgers.clone_from_slice(&fresh);
-        let out = counts_in_quotas(input, &members, tenancy.class_of, &q, ledgers);
-        let mut lowered = false;
-        for (t, members) in members.iter().enumerate() {
-            let used: u32 = members.iter().map(|&j| out[j]).sum();
-            if used < q.workers[t] && used < demand[t] {
-                demand[t] = used;
-                lowered = true;
-            }
-        }
-        if !lowered {
-            return (out, q);
-        }
-    }
+    let demand = tenancy.demands(input.jobs, num_workers);
+    tenancy.within_quotas(
+        num_workers,
+        demand,
+        ledgers,
+        |q, ledgers| counts_in_quotas(input, &members, tenancy.class_of, q, ledgers),
+        |out, j| out[j],
+    )
 }
 
 /// Step 1 inside each tenant's quota, on its own jobs: class by class from the highest, each

@@ -61,6 +61,29 @@ async fn two_v100s_four_k80s(c: &async_nats::Client, s: &Subjects) -> HashMap<St
     type_of
 }
 
+/// Job `job` of Gavel's type `name` (up to 4 workers) says hello with its speeds on V100s and
+/// K80s from the table and sends its first point, so that it bids; then runs emulated.
+async fn gavel_job(
+    c: &async_nats::Client,
+    s: &Subjects,
+    job: &str,
+    name: &str,
+    type_of: &HashMap<String, String>,
+    mixed: &Bad,
+) -> Background {
+    let table = table();
+    let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
+    let j = table.job_types.iter().position(|t| t == name).unwrap();
+    let speeds: BTreeMap<String, f64> =
+        [("v100".to_string(), table.rate(v100, j, 1)), ("k80".to_string(), table.rate(k80, j, 1))].into();
+    let spec = JobSpec { speeds: Some(speeds.clone()), max_workers: Some(4), ..JobSpec::new(job) };
+    let ack: Ack = bus::request(c, s.job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
+    assert!(ack.ok, "{ack:?}");
+    let running = emulate_job(c.clone(), s.clone(), job.into(), speeds, type_of.clone(), mixed.clone());
+    bus::publish(c, s.job_loss(job), Encoding::MsgPack, &LossReport::new(job, 1, 2.0, 1.0, 0)).await.unwrap();
+    running
+}
+
 /// Allocations a job saw that mix types or misname them: (workers, the type named).
 type Bad = Arc<Mutex<Vec<(Vec<String>, Option<String>)>>>;
 
@@ -114,8 +137,6 @@ fn emulate_job(
 #[tokio::test]
 async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_the_fast_type() {
     let (_nats, scheduler, c, s) = start().await;
-    let table = table();
-    let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
     // Two V100s and four K80s.
     let type_of = two_v100s_four_k80s(&c, &s).await;
     let beats = beat(&c, &s, type_of.keys().cloned().collect());
@@ -123,16 +144,7 @@ async fn each_job_runs_on_one_type_and_the_one_that_loses_most_elsewhere_gets_th
     let mixed = Arc::new(Mutex::new(Vec::new()));
     let mut jobs = Vec::new();
     for (job, name) in [("resnet", "ResNet-50 (batch size 128)"), ("a3c", "A3C")] {
-        let j = table.job_types.iter().position(|t| t == name).unwrap();
-        let speeds: BTreeMap<String, f64> =
-            [("v100".to_string(), table.rate(v100, j, 1)), ("k80".to_string(), table.rate(k80, j, 1))].into();
-        let spec = JobSpec { speeds: Some(speeds.clone()), max_workers: Some(4), ..JobSpec::new(job) };
-        let ack: Ack =
-            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-        jobs.push(emulate_job(c.clone(), s.clone(), job.into(), speeds, type_of.clone(), mixed.clone()));
-        // Its first point, so that it bids.
-        bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &LossReport::new(job, 1, 2.0, 1.0, 0)).await.unwrap();
+        jobs.push(gavel_job(&c, &s, job, name, &type_of, &mixed).await);
     }
     let on = |st: &slaq::protocol::StatusSnapshot, job: &str| -> Vec<String> {
         let mut kinds: Vec<String> =
@@ -229,31 +241,18 @@ async fn on_typed_workers_a_team_takes_back_its_guarantee_and_every_world_stays_
     let c = client(&nats.url).await;
     let s = Subjects::new("slaq").unwrap();
     wait_status(&c, &s).await;
-    let table = table();
-    let (v100, k80) = (table.worker("v100", "t").unwrap(), table.worker("k80", "t").unwrap());
     let type_of = two_v100s_four_k80s(&c, &s).await;
     let beats = beat(&c, &s, type_of.keys().cloned().collect());
     let mixed = Arc::new(Mutex::new(Vec::new()));
     let mut jobs = Vec::new();
-    let mut start = async |job: &str, name: &str| {
-        let j = table.job_types.iter().position(|t| t == name).unwrap();
-        let speeds: BTreeMap<String, f64> =
-            [("v100".to_string(), table.rate(v100, j, 1)), ("k80".to_string(), table.rate(k80, j, 1))].into();
-        let spec = JobSpec { speeds: Some(speeds.clone()), max_workers: Some(4), ..JobSpec::new(job) };
-        let ack: Ack =
-            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &spec, Duration::from_secs(5)).await.unwrap();
-        assert!(ack.ok, "{ack:?}");
-        jobs.push(emulate_job(c.clone(), s.clone(), job.into(), speeds, type_of.clone(), mixed.clone()));
-        bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &LossReport::new(job, 1, 2.0, 1.0, 0)).await.unwrap();
-    };
-    start("b.resnet", "ResNet-50 (batch size 128)").await;
-    start("b.a3c", "A3C").await;
+    jobs.push(gavel_job(&c, &s, "b.resnet", "ResNet-50 (batch size 128)", &type_of, &mixed).await);
+    jobs.push(gavel_job(&c, &s, "b.a3c", "A3C", &type_of, &mixed).await);
     let held = |st: &slaq::protocol::StatusSnapshot, t: &str| st.tenants.get(t).map_or(0, |u| u.workers);
     eventually(&c, &s, WAIT, "team b borrows a's idle guarantee", |st| {
         held(st, "b") == 6 && st.tenants.get("a").is_some_and(|u| u.lent == 3)
     })
     .await;
-    start("a.resnet", "ResNet-50 (batch size 128)").await;
+    jobs.push(gavel_job(&c, &s, "a.resnet", "ResNet-50 (batch size 128)", &type_of, &mixed).await);
     let st =
         eventually(&c, &s, WAIT, "team a holds its guarantee again", |st| held(st, "a") == 3 && held(st, "b") == 3)
             .await;

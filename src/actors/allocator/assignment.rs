@@ -37,6 +37,8 @@ pub(super) struct Moved {
     cut: HashMap<String, u64>,
     /// Each worker's job now: the plan's, but for moves that wait for a save asked for.
     next: Vec<Option<usize>>,
+    /// Workers per job now.
+    pub(super) counts: Vec<u32>,
 }
 
 /// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
@@ -59,17 +61,6 @@ fn assignment(term: Option<u64>, worker: &str, epoch: u64, job: Option<String>) 
         command: None,
         stop_grace_ms: None,
         reclaim_grace_ms: None,
-    }
-}
-
-impl Moved {
-    /// Workers per job, as moved.
-    pub(super) fn counts(&self) -> Vec<u32> {
-        let mut counts = vec![0u32; self.job_changed.len()];
-        for j in self.next.iter().flatten() {
-            counts[*j] += 1;
-        }
-        counts
     }
 }
 
@@ -197,7 +188,8 @@ impl Allocator {
                 }));
             }
         }
-        Moved { job_changed, workers: workers_moved, taken, cut, next }
+        let counts = per_job(&next, plan.counts.len());
+        Moved { job_changed, workers: workers_moved, taken, cut, next, counts }
     }
 
     /// Every job takes its ledger back and books its service; a job whose membership changed
@@ -311,10 +303,19 @@ impl Allocator {
     }
 }
 
+/// Workers per job of `jobs`, from each worker's job (`next`).
+fn per_job(next: &[Option<usize>], jobs: usize) -> Vec<u32> {
+    let mut counts = vec![0u32; jobs];
+    for &j in next.iter().flatten() {
+        counts[j] += 1;
+    }
+    counts
+}
+
 /// The ledgers the plan booked, each job's latest grant set to what it got where a change
 /// that waits for a save asked for kept it from what was planned.
 fn regranted(mut ledgers: Vec<FloorLedger>, plan: &EpochPlan, moved: &Moved) -> Vec<FloorLedger> {
-    for ((ledger, &planned), got) in ledgers.iter_mut().zip(&plan.counts).zip(moved.counts()) {
+    for ((ledger, &planned), &got) in ledgers.iter_mut().zip(&plan.counts).zip(&moved.counts) {
         if got != planned {
             let per_worker = if planned > 0 { ledger.last_granted() / f64::from(planned) } else { 1.0 };
             ledger.regrant(per_worker * f64::from(got));

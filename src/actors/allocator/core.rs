@@ -218,7 +218,7 @@ impl Allocator {
             slo_missed: plan.slo_missed,
             accelerators: types::accelerator_use(&self.registry),
             tenants: match (&tenants, &tenancy, &plan.quotas) {
-                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts()),
+                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts),
                 _ => Default::default(),
             },
         };

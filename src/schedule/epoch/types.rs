@@ -4,7 +4,7 @@
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind, Problem};
 use crate::schedule::counts::{FloorLedger, book, fair_shares, floors, honoured_minimums};
 use crate::schedule::slowdown::Pace;
-use crate::schedule::tenants::{Quotas, quotas_holding};
+use crate::schedule::tenants::{Quotas, scaled_guarantees};
 use crate::schedule::typed::{
     Groups, TypeGains, TypedAllocation, TypedJob, allocate_exact_in, best_gains, fair_by_fit,
 };
@@ -53,8 +53,8 @@ pub(super) fn typed_plan<G: GainFn>(
 }
 
 /// Step 1 with tenants on several worker types: each tenant's quota as on one type (a
-/// guarantee is workers, of whatever type), its demand lowered to what its jobs use as in
-/// [`tenant_counts`]; then [`typed_in_quotas`].
+/// guarantee is workers, of whatever type; `Tenancy::within_quotas`, shared with one type),
+/// [`typed_in_quotas`] inside them, then [`top_up`].
 fn typed_tenant_counts<G: GainFn>(
     input: &EpochInput<'_, G>,
     types: &Types<'_>,
@@ -62,42 +62,26 @@ fn typed_tenant_counts<G: GainFn>(
     ledgers: &mut [FloorLedger],
 ) -> (TypedAllocation, Quotas) {
     let num_workers = u32::try_from(types.type_of.len()).unwrap_or(u32::MAX);
-    let tenants = tenancy.shares.len();
-    let mut demand = vec![0u32; tenants];
-    for (j, job) in input.jobs.iter().enumerate() {
-        if let Some(&t) = tenancy.tenant_of.get(j).filter(|&&t| t < tenants) {
-            demand[t] = demand[t].saturating_add(job.bid.max_workers).min(num_workers);
-        }
-    }
-    let guaranteed = quotas_holding(num_workers, tenancy.shares, &demand, &[]).guaranteed;
-    let entitled: Vec<u32> = guaranteed.iter().zip(&demand).map(|(&g, &d)| g.min(d)).collect();
-    let fresh = ledgers.to_vec();
-    loop {
-        ledgers.clone_from_slice(&fresh);
-        let mut q = quotas_holding(num_workers, tenancy.shares, &demand, tenancy.held);
-        let mut out = typed_in_quotas(input, types, tenancy, &q, ledgers);
+    let demand = tenancy.demands(input.jobs, num_workers);
+    let promised: Vec<u32> = tenancy.shares.iter().map(|t| t.guaranteed).collect();
+    let entitled: Vec<u32> =
+        scaled_guarantees(num_workers, &promised).iter().zip(&demand).map(|(&g, &d)| g.min(d)).collect();
+    let plan = |q: &Quotas, ledgers: &mut [FloorLedger]| {
+        let mut out = typed_in_quotas(input, types, tenancy, q, ledgers);
         top_up(input, types, tenancy, &entitled, &mut out);
-        let mut used = vec![0u32; tenants];
-        for (j, c) in out.iter().enumerate() {
-            if let (Some(&t), Some((_, k))) = (tenancy.tenant_of.get(j).filter(|&&t| t < tenants), c) {
-                used[t] += k;
-            }
-        }
-        let mut lowered = false;
-        for t in 0..tenants {
-            if used[t] < q.workers[t] && used[t] < demand[t] {
-                demand[t] = used[t];
-                lowered = true;
-            }
-        }
-        if !lowered {
-            // What a short tenant took of the idle workers is its own (within its entitlement).
-            for (w, &u) in q.workers.iter_mut().zip(&used) {
-                *w = (*w).max(u);
-            }
-            return (out, q);
-        }
+        out
+    };
+    // What a short tenant took of the idle workers is its own (within its entitlement).
+    tenancy.within_quotas(num_workers, demand, ledgers, plan, |out, j| out[j].map_or(0, |x| x.1))
+}
+
+/// Workers of each type.
+fn per_type(types: &Types<'_>) -> Vec<u32> {
+    let mut count = vec![0u32; types.type_of.iter().max().map_or(0, |m| m + 1)];
+    for &t in types.type_of {
+        count[t] += 1;
     }
+    count
 }
 
 /// On types a tenant's jobs may use less than its quota where the types they run on are
@@ -112,27 +96,22 @@ fn top_up<G>(
     entitled: &[u32],
     out: &mut TypedAllocation,
 ) {
-    let tenants = tenancy.shares.len();
-    let tenant = |j: usize| tenancy.tenant_of.get(j).copied().filter(|&t| t < tenants);
-    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
-    let mut idle = vec![0u32; num_types];
-    for &t in types.type_of {
-        idle[t] += 1;
-    }
-    let mut held = vec![0u32; tenants];
+    let mut idle = per_type(types);
+    let num_types = idle.len();
+    let mut held = vec![0u32; tenancy.shares.len()];
     for (j, &(t, k)) in out.iter().enumerate().filter_map(|(j, c)| c.as_ref().map(|c| (j, c))) {
         idle[t] -= k;
-        if let Some(g) = tenant(j) {
+        if let Some(g) = tenancy.of(j) {
             held[g] += k;
         }
     }
-    let mut order: Vec<usize> = (0..input.jobs.len()).filter(|&j| tenant(j).is_some()).collect();
+    let mut order: Vec<usize> = (0..input.jobs.len()).filter(|&j| tenancy.of(j).is_some()).collect();
     order.sort_by(|&a, &b| {
         input.jobs[a].bid.attained_service.total_cmp(&input.jobs[b].bid.attained_service).then(a.cmp(&b))
     });
     let runs = |j: usize, t: usize| types.speeds.get(j).and_then(|s| s.get(t)).copied().unwrap_or(1.0) > 0.0;
     for j in order {
-        let Some(g) = tenant(j) else { continue };
+        let Some(g) = tenancy.of(j) else { continue };
         let short = entitled.get(g).copied().unwrap_or(0).saturating_sub(held[g]);
         let job = &input.jobs[j];
         let allowed = |k: u32| k <= job.bid.max_workers && job.sizes.is_none_or(|s| s.contains(&k));
@@ -169,16 +148,10 @@ fn typed_in_quotas<G: GainFn>(
     quotas: &Quotas,
     ledgers: &mut [FloorLedger],
 ) -> TypedAllocation {
-    let tenants = tenancy.shares.len();
-    let tenant = |j: usize| tenancy.tenant_of.get(j).copied().filter(|&t| t < tenants);
-    let round: Vec<usize> = (0..input.jobs.len()).filter(|&j| tenant(j).is_some()).collect();
-    let group_of: Vec<usize> = round.iter().filter_map(|&j| tenant(j)).collect();
+    let round: Vec<usize> = (0..input.jobs.len()).filter(|&j| tenancy.of(j).is_some()).collect();
+    let group_of: Vec<usize> = round.iter().filter_map(|&j| tenancy.of(j)).collect();
     let class_of: Vec<u8> = round.iter().map(|&j| tenancy.class_of.get(j).copied().unwrap_or(0)).collect();
-    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
-    let mut capacity = vec![0u32; num_types];
-    for &t in types.type_of {
-        capacity[t] += 1;
-    }
+    let capacity = per_type(types);
     let room =
         TypedRoom { capacity: &capacity, groups: Groups { of: &group_of, cap: &quotas.workers }, class_of: &class_of };
     let mut out: TypedAllocation = vec![None; input.jobs.len()];
@@ -255,11 +228,8 @@ fn typed_counts<G: GainFn>(
     ledgers: &mut [FloorLedger],
     room: Option<TypedRoom<'_>>,
 ) -> TypedAllocation {
-    let num_types = types.type_of.iter().max().map_or(0, |m| m + 1);
-    let mut capacity = vec![0u32; num_types];
-    for &t in types.type_of {
-        capacity[t] += 1;
-    }
+    let capacity = per_type(types);
+    let num_types = capacity.len();
     let num_workers = u32::try_from(types.type_of.len()).unwrap_or(u32::MAX);
     let (free, groups, class_of) =
         room.map_or((capacity.as_slice(), Groups::NONE, &[][..]), |r| (r.capacity, r.groups, r.class_of));
