@@ -97,15 +97,16 @@ pub async fn run(
             _ = sweep.tick() => ingest.sweep(),
             Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
             message = losses.next() => match message {
-                Some(first) => stream_messages(&mut ingest, first, &mut losses).await,
+                Some((message, seq)) => ingest.stream_message(message, seq).await,
                 None => break,
             },
             message = messages.next() => match message {
-                Some(first) => core_messages(&mut ingest, first, &mut messages).await,
+                Some(message) => ingest.handle(message, None).await,
                 None => break,
             },
             Some(message) = owner_bids.next() => ingest.owner_bids(message),
         }
+        drain(&mut ingest, &mut losses, &mut messages).await;
     }
     info!("slaq scheduler stopping");
     allocator.do_send(StopAllocator);
@@ -123,25 +124,22 @@ pub async fn run(
 /// (issue #44, `benches/runs/2026-11-27-issue44-ingest-drain.txt`).
 pub(super) const DRAIN: usize = 255;
 
-/// Handles `first` of the reports stream, then those already received after it (at most
-/// `DRAIN`), before the loop polls its other branches again.
-async fn stream_messages<S>(ingest: &mut Ingest, first: (Message, Option<u64>), losses: &mut S)
+/// Handles the messages already received (at most `DRAIN`) before the loop polls its other
+/// branches again, in the loop's order: the reports stream's first, then the core
+/// subscriptions' (so a bye kept by the stream is read before a hello that follows it).
+async fn drain<L, M>(ingest: &mut Ingest, losses: &mut L, messages: &mut M)
 where
-    S: Stream<Item = (Message, Option<u64>)> + Unpin,
+    L: Stream<Item = (Message, Option<u64>)> + Unpin,
+    M: Stream<Item = Message> + Unpin,
 {
-    ingest.stream_message(first.0, first.1).await;
     for _ in 0..DRAIN {
-        let Some(Some((message, seq))) = losses.next().now_or_never() else { break };
-        ingest.stream_message(message, seq).await;
-    }
-}
-
-/// [`stream_messages`] for the core NATS subscriptions.
-async fn core_messages<S: Stream<Item = Message> + Unpin>(ingest: &mut Ingest, first: Message, messages: &mut S) {
-    ingest.handle(first, None).await;
-    for _ in 0..DRAIN {
-        let Some(Some(message)) = messages.next().now_or_never() else { break };
-        ingest.handle(message, None).await;
+        if let Some(Some((message, seq))) = losses.next().now_or_never() {
+            ingest.stream_message(message, seq).await;
+        } else if let Some(Some(message)) = messages.next().now_or_never() {
+            ingest.handle(message, None).await;
+        } else {
+            break;
+        }
     }
 }
 
