@@ -351,9 +351,24 @@ pub async fn eventually(
         if check(&s) {
             return s;
         }
-        assert!(Instant::now() < deadline, "{what}: never happened; last status {s:#?}");
+        assert!(Instant::now() < deadline, "{what}: never happened; {}; last status {s:#?}", summary(&s));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A status in one line (a failed wait's message leads with it: a CI log keeps its ends).
+fn summary(s: &StatusSnapshot) -> String {
+    let points = s.jobs.iter().map(|j| j.points);
+    let assigned = s.workers.iter().filter(|w| w.job.is_some()).count();
+    format!(
+        "epoch {}, {} jobs (points {:?}..{:?}), {} workers ({assigned} assigned), truncated {}",
+        s.epoch,
+        s.num_jobs,
+        points.clone().min(),
+        points.max(),
+        s.num_workers,
+        s.truncated
+    )
 }
 
 /// Settings for a fast test scheduler.
