@@ -282,10 +282,18 @@ pub async fn owners(
     Ok(owners)
 }
 
+/// How long listing the bucket's keys may take. The listing is an ordered consumer that ends
+/// when the server says nothing is pending, and such listings are known never to end in some
+/// states of a bucket (nats-server#3481, nats.net#1046; a test that lists a bucket so hung for
+/// 16 minutes on 2.9.10): bounded, a round that cannot read the bucket fails and the next one
+/// tries again.
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The bucket's view: live members (sorted) and the owner of each of `count` partitions.
 pub async fn read_view(kv: &kv::Store, count: u32) -> Result<View, BusError> {
     let err = js_err("partition bucket");
-    let keys: Vec<String> = kv.keys().await.map_err(|e| err(&e))?.try_collect().await.map_err(|e| err(&e))?;
+    let list = async { kv.keys().await.map_err(|e| err(&e))?.try_collect::<Vec<String>>().await.map_err(|e| err(&e)) };
+    let keys = tokio::time::timeout(LIST_TIMEOUT, list).await.map_err(|_| err(&"listing the keys timed out"))??;
     let mut view = View { members: Vec::new(), owners: vec![None; count as usize] };
     let mut parts = Vec::new();
     for key in keys {

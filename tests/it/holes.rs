@@ -108,14 +108,30 @@ where
 }
 
 /// Every key of a bucket with its value.
+/// A listing of the keys is an ordered consumer that can fail to end (it hung a CI run for 16
+/// minutes on 2.9.10): each try is bounded, and a few are made.
 async fn bucket(js: &async_nats::jetstream::Context, name: &str) -> BTreeMap<String, bytes::Bytes> {
     let kv = js.get_key_value(name).await.expect("bucket");
-    let mut keys: Vec<String> = Vec::new();
-    if let Ok(mut list) = kv.keys().await {
-        while let Some(Ok(k)) = list.next().await {
-            keys.push(k);
+    let list = || async {
+        let mut keys: Vec<String> = Vec::new();
+        if let Ok(mut list) = kv.keys().await {
+            while let Some(Ok(k)) = list.next().await {
+                keys.push(k);
+            }
         }
-    }
+        keys
+    };
+    let mut tries = 0;
+    let keys = loop {
+        tries += 1;
+        match tokio::time::timeout(Duration::from_secs(5), list()).await {
+            Ok(keys) => break keys,
+            Err(_) => {
+                eprintln!("listing the keys of {name} did not end within 5 s (try {tries})");
+                assert!(tries < 5, "listing the keys of {name} never ended, {tries} tries");
+            }
+        }
+    };
     let mut out = BTreeMap::new();
     for k in keys {
         if let Ok(Some(v)) = kv.get(&k).await {
@@ -129,7 +145,8 @@ async fn bucket(js: &async_nats::jetstream::Context, name: &str) -> BTreeMap<Str
 async fn stream_count(js: &async_nats::jetstream::Context, subject: &str) -> u64 {
     let stream = js.get_stream("slaq_reports").await.expect("the reports stream");
     let info = stream.info_with_subjects(subject).await.expect("stream info");
-    let subjects: std::collections::HashMap<String, usize> = info.filter_map(|r| async move { r.ok() }).collect().await;
+    let read = info.filter_map(|r| async move { r.ok() }).collect::<std::collections::HashMap<String, usize>>();
+    let subjects = tokio::time::timeout(Duration::from_secs(10), read).await.expect("the stream's subjects are read");
     subjects.get(subject).copied().unwrap_or(0) as u64
 }
 
