@@ -29,22 +29,38 @@ pub struct JobRef {
     pub id: String,
 }
 
+/// The type of a worker that names none.
+pub const DEFAULT_ACCELERATOR: &str = "default";
+
+/// A worker's type: its `kind` (`slaq worker --accelerator`), `default` without one.
+pub fn accelerator(spec: &WorkerSpec) -> &str {
+    spec.kind.as_deref().unwrap_or(DEFAULT_ACCELERATOR)
+}
+
 /// Workers by id, in id order (the worker order of placements).
 ///
-/// Two figures are kept as the workers change, so that an epoch need not scan every worker for
-/// them: a lower bound on the workers' `last_seen_s` (a worker can expire only once the bound
-/// is older than the timeout) and how many workers name a machine.
+/// Three figures are kept as the workers change, so that an epoch need not scan every worker
+/// for them: a lower bound on the workers' `last_seen_s` (a worker can expire only once the
+/// bound is older than the timeout), how many workers name a machine, and how many are of
+/// each type.
 #[derive(Clone, Debug)]
 pub struct WorkerRegistry {
     workers: BTreeMap<String, WorkerEntry>,
     /// At most every worker's `last_seen_s` (`+inf` with no worker).
     seen_bound_s: f64,
     with_machine: usize,
+    /// Workers per type (`accelerator`), types with none removed.
+    per_type: BTreeMap<String, usize>,
 }
 
 impl Default for WorkerRegistry {
     fn default() -> Self {
-        WorkerRegistry { workers: BTreeMap::new(), seen_bound_s: f64::INFINITY, with_machine: 0 }
+        WorkerRegistry {
+            workers: BTreeMap::new(),
+            seen_bound_s: f64::INFINITY,
+            with_machine: 0,
+            per_type: BTreeMap::new(),
+        }
     }
 }
 
@@ -77,12 +93,20 @@ impl WorkerRegistry {
     fn insert(&mut self, entry: WorkerEntry) {
         self.seen_bound_s = self.seen_bound_s.min(entry.last_seen_s);
         self.with_machine += usize::from(entry.spec.machine.is_some());
+        *self.per_type.entry(accelerator(&entry.spec).to_string()).or_default() += 1;
         self.workers.insert(entry.spec.worker.clone(), entry);
     }
 
     fn remove(&mut self, worker: &str) -> Option<WorkerEntry> {
         let entry = self.workers.remove(worker)?;
         self.with_machine -= usize::from(entry.spec.machine.is_some());
+        let kind = accelerator(&entry.spec);
+        if let Some(n) = self.per_type.get_mut(kind) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_type.remove(kind);
+            }
+        }
         Some(entry)
     }
 
@@ -128,6 +152,11 @@ impl WorkerRegistry {
     /// Whether any worker names its machine (kept as they come and go, not scanned).
     pub fn any_machine(&self) -> bool {
         self.with_machine > 0
+    }
+
+    /// The types of the workers, sorted, with how many workers each (kept, not scanned).
+    pub fn per_type(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.per_type.iter().map(|(k, &n)| (k.as_str(), n))
     }
 
     pub fn get(&self, worker: &str) -> Option<&WorkerEntry> {
@@ -183,7 +212,7 @@ mod tests {
 
     /// The registry against a plain model (every worker's last hello or beat, expired by a scan
     /// at every call): the bound must never skip a scan that would have found someone, and the
-    /// machine count must follow hellos, restores and expiries.
+    /// machine count and the counts per type must follow hellos, restores and expiries.
     #[test]
     fn expiring_by_the_bound_forgets_exactly_whom_a_full_scan_forgets() {
         use proptest::prelude::*;
@@ -211,8 +240,14 @@ mod tests {
                 let mut now = 0.0;
                 for (op, dt) in ops {
                     now += f64::from(dt);
-                    let with =
-                        |w: u8, m: bool| WorkerSpec { machine: m.then(|| "m".to_string()), ..spec(&format!("w{w}")) };
+                    // A hello again may change a worker's type as well as its machine.
+                    let with = |w: u8, m: bool| WorkerSpec {
+                        machine: m.then(|| "m".to_string()),
+                        kind: [None, Some("k80".to_string()), Some("v100".to_string())]
+                            [(w as usize + usize::from(m)) % 3]
+                            .clone(),
+                        ..spec(&format!("w{w}"))
+                    };
                     match op {
                         Op::Hello(w, m) => {
                             r.hello(with(w, m), now);
@@ -240,6 +275,9 @@ mod tests {
                     }
                     prop_assert_eq!(r.len(), model.len());
                     prop_assert_eq!(r.any_machine(), model.values().any(|e| e.1));
+                    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+                    r.iter().for_each(|(_, w)| *kinds.entry(accelerator(&w.spec)).or_default() += 1);
+                    prop_assert_eq!(r.per_type().collect::<BTreeMap<_, _>>(), kinds);
                 }
                 Ok(())
             })

@@ -4,25 +4,17 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::{AcceleratorUse, WorkerSpec};
+use crate::protocol::AcceleratorUse;
 use crate::quality::TimeCurve;
 use crate::quality::speeds::{Declared, TypeRatios, TypeSpeeds};
 
 use super::registry::WorkerRegistry;
-
-/// The type of a worker that names none.
-pub const DEFAULT_ACCELERATOR: &str = "default";
-
-/// A worker's type: its `kind` (`slaq worker --accelerator`), `default` without one.
-pub fn accelerator(spec: &WorkerSpec) -> &str {
-    spec.kind.as_deref().unwrap_or(DEFAULT_ACCELERATOR)
-}
+pub use super::registry::{DEFAULT_ACCELERATOR, accelerator};
 
 /// The types in use, sorted (`None`: every worker is of the default type, nothing to do).
+/// From the registry's counts: no pass over the workers.
 pub fn names(registry: &WorkerRegistry) -> Option<Vec<String>> {
-    let mut names: Vec<&str> = registry.iter().map(|(_, w)| accelerator(&w.spec)).collect();
-    names.sort_unstable();
-    names.dedup();
+    let names: Vec<&str> = registry.per_type().map(|(name, _)| name).collect();
     (names != [DEFAULT_ACCELERATOR]).then(|| names.into_iter().map(str::to_string).collect())
 }
 

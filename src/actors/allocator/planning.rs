@@ -5,7 +5,7 @@
 
 use super::super::bid::Bid;
 use super::super::types;
-use super::state::{Allocator, Count, Effect, PendingGain};
+use super::state::{Allocator, AllocatorSettings, Count, Effect, PendingGain};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
@@ -35,6 +35,15 @@ fn remaining_iters(bid: &Bid, curve: &GainCurve, epoch_s: f64) -> f64 {
             schedule::predicted_remaining(Some(curve), last as f64, one_epoch)
         }
     }
+}
+
+/// A job's completion term (`schedule::finish`): none under fair sharing or with weight 0.
+fn finish_of(settings: &AllocatorSettings, curve: &GainCurve, remaining_iters: f64) -> Option<schedule::Finish> {
+    let weight = settings.completion_weight;
+    if weight <= 0.0 || settings.policy == PolicyKind::Fair {
+        return None;
+    }
+    Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: settings.bid_horizon_s, weight })
 }
 
 /// What a job bids this epoch: its own gains, or (a submitted job, which every change
@@ -111,6 +120,9 @@ impl Allocator {
             if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
+            let finish =
+                bid.gain.as_ref().and_then(|g| Some((g, finish_of(&self.settings, g.curve(), entry.remaining_iters)?)));
+            entry.finish_terms = finish.map_or_else(Vec::new, |(g, f)| f.terms(g.table().len()));
             entry.saves.declare(bid.checkpoint_every_s);
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
@@ -385,7 +397,8 @@ impl Allocator {
                                 )),
                                 None => BidGain::Curve(ByRef(g)),
                             };
-                            schedule::Finishing::tabled(gain, self.finish_of(g.curve(), entry.remaining_iters))
+                            let finish = finish_of(&self.settings, g.curve(), entry.remaining_iters);
+                            schedule::Finishing::tabled_with(gain, finish, &entry.finish_terms)
                         }),
                         weight: weight_of(id, b),
                     },
@@ -412,15 +425,6 @@ impl Allocator {
                 }
             })
             .collect()
-    }
-
-    /// A job's completion term (`schedule::finish`): none under fair sharing or with weight 0.
-    fn finish_of(&self, curve: &GainCurve, remaining_iters: f64) -> Option<schedule::Finish> {
-        let weight = self.settings.completion_weight;
-        if weight <= 0.0 || self.settings.policy == PolicyKind::Fair {
-            return None;
-        }
-        Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: self.settings.bid_horizon_s, weight })
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and

@@ -147,6 +147,9 @@ pub(super) struct JobEntry {
     /// search on the curve, done once per bid, not per epoch); read by the bound and the
     /// completion term.
     pub(super) remaining_iters: f64,
+    /// Its completion term's values at 0, 1, … workers (`schedule::Finish::terms`, the length
+    /// of its bid's gain table), computed once per bid; empty without the term.
+    pub(super) finish_terms: Vec<f64>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
 }
@@ -175,6 +178,7 @@ impl JobEntry {
             since_s: now_s,
             pace_rates: Vec::new(),
             remaining_iters: 0.0,
+            finish_terms: Vec::new(),
             speeds: JobSpeeds::default(),
         }
     }
