@@ -9,6 +9,8 @@
 //! is worth less under a sublinear speed-up (heSRPT, Berg et al.; AFS in CoDDL, NSDI 2021).
 //! `weight` 0 is SLAQ's objective; sweeping it traces the frontier towards a size-based one.
 
+use std::sync::Arc;
+
 use crate::policy::GainFn;
 use crate::quality::{GainCurve, TimeCurve};
 
@@ -74,12 +76,25 @@ impl Finish {
 pub struct Finishing<G> {
     pub gain: G,
     pub finish: Option<Finish>,
-    table: Vec<f64>,
+    /// Shared: a caller may keep it from one epoch to the next ([`Finishing::with_table`]).
+    table: Arc<[f64]>,
 }
 
 impl<G: GainFn> Finishing<G> {
     pub fn new(gain: G, finish: Option<Finish>) -> Self {
-        Finishing { gain, finish, table: Vec::new() }
+        Finishing { gain, finish, table: Arc::from([]) }
+    }
+
+    /// The same with the sum's table made before, by [`Finishing::tabled`] or
+    /// [`Finishing::tabled_with`] of the same gain and term ([`Finishing::shared_table`]): a
+    /// caller that keeps it builds each job's table once per bid, not once per epoch.
+    pub fn with_table(gain: G, finish: Option<Finish>, table: Arc<[f64]>) -> Self {
+        Finishing { gain, finish, table }
+    }
+
+    /// The sum's table, to keep (see [`Finishing::with_table`]).
+    pub fn shared_table(&self) -> Arc<[f64]> {
+        self.table.clone()
     }
 
     /// The same, with the sum's values precomputed where the inner gain keeps a table (the
@@ -96,7 +111,7 @@ impl<G: GainFn> Finishing<G> {
         let mut f = Finishing::new(gain, finish);
         if let Some(term) = f.finish {
             let value = |w: usize| terms.get(w).copied().unwrap_or_else(|| term.value(w as u32, 1.0));
-            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + value(w)).collect();
+            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + value(w)).collect::<Vec<_>>().into();
         }
         f
     }
@@ -197,6 +212,10 @@ mod tests {
             let kept = Finishing::tabled_with(inner.clone(), Some(f), &f.terms(len));
             let bits = |t: &[f64]| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(kept.table()), bits(tabled.table()), "{len} terms kept");
+        }
+        let shared = Finishing::with_table(inner.clone(), Some(f), tabled.shared_table());
+        for w in 0..30 {
+            assert_eq!(shared.gain(w).to_bits(), tabled.gain(w).to_bits(), "w = {w}");
         }
     }
 

@@ -25,3 +25,4 @@ pub use connections::Connections;
 pub use error::ServiceError;
 pub use leader::{ServiceHandle, run};
 pub use replica::run_replica;
+pub use start::allocator_settings;

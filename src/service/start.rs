@@ -69,7 +69,8 @@ async fn serve_http(
     Ok((bound, stop_tx))
 }
 
-fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSettings {
+/// What the allocator needs of the configuration, with the term its assignments carry.
+pub fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorSettings {
     AllocatorSettings {
         epoch: config.epoch,
         policy: config.policy,

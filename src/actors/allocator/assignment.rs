@@ -36,7 +36,7 @@ pub(super) struct Moved {
     /// that job's processes there (ms).
     cut: HashMap<String, u64>,
     /// Each worker's job now: the plan's, but for moves that wait for a save asked for.
-    next: Vec<Option<usize>>,
+    pub(super) next: Vec<Option<usize>>,
     /// Workers per job now.
     pub(super) counts: Vec<u32>,
 }

@@ -201,6 +201,9 @@ impl Allocator {
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
         let gains = self.check_predictions(self.settings.epoch.as_secs_f64());
+        let accelerators =
+            types::accelerator_use_after(&self.registry, &moved.next, typed.as_ref().map(|t| &t.type_of[..]));
+        debug_assert_eq!(accelerators, types::accelerator_use(&self.registry), "the counts kept are the registry's");
         let summary = EpochSummary {
             epoch,
             num_jobs: self.jobs.len(),
@@ -216,7 +219,7 @@ impl Allocator {
             gains,
             slo_jobs: plan.slo_jobs,
             slo_missed: plan.slo_missed,
-            accelerators: types::accelerator_use(&self.registry),
+            accelerators,
             tenants: match (&tenants, &tenancy, &plan.quotas) {
                 (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts),
                 _ => Default::default(),

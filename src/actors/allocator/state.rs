@@ -147,9 +147,12 @@ pub(super) struct JobEntry {
     /// search on the curve, done once per bid, not per epoch); read by the bound and the
     /// completion term.
     pub(super) remaining_iters: f64,
-    /// Its completion term's values at 0, 1, … workers (`schedule::Finish::terms`, the length
-    /// of its bid's gain table), computed once per bid; empty without the term.
+    /// Its completion term's values at 0, 1, … workers (`schedule::Finish::terms`, as many as
+    /// its gain table can have), computed once per bid; empty without the term.
     pub(super) finish_terms: Vec<f64>,
+    /// Its bid's gains with the term, tabled once per bid (`schedule::Finishing::with_table`);
+    /// `None` without the term.
+    pub(super) finish_table: Option<std::sync::Arc<[f64]>>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
 }
@@ -179,6 +182,7 @@ impl JobEntry {
             pace_rates: Vec::new(),
             remaining_iters: 0.0,
             finish_terms: Vec::new(),
+            finish_table: None,
             speeds: JobSpeeds::default(),
         }
     }

@@ -1,0 +1,37 @@
+//! What the allocator keeps from one epoch to the next for a job's bid (issue #44): it must be
+//! the latest bid's.
+
+use std::collections::BTreeMap;
+
+use super::{bid, epoch, members, settings, worker};
+use crate::actors::allocator::core::Input;
+use crate::actors::allocator::state::{Allocator, AllocatorSettings};
+
+/// The completion term an allocator keeps between epochs (computed once per bid) is always its
+/// latest bid's: when two jobs' remaining work swaps, the worker follows the shorter one.
+#[test]
+fn the_completion_term_kept_between_epochs_is_the_latest_bids() {
+    let mut a = Allocator::new(AllocatorSettings { completion_weight: 100.0, ..settings() }, false);
+    a.handle(0.0, Input::WorkerHello(worker("w", None)));
+    let with_left = |job: &str, left: u64| {
+        let mut b = bid(job, None, 40);
+        b.max_iters = Some(b.last_iter.unwrap_or(0) + left);
+        Input::Bid { job: job.into(), bid: b }
+    };
+    for job in ["long", "short"] {
+        a.handle(0.0, Input::JobStarted { job: job.into(), local: true, command: None });
+    }
+    a.handle(0.0, with_left("long", 1_000_000));
+    a.handle(0.0, with_left("short", 10));
+    let mut held = BTreeMap::new();
+    for now_s in 1..=3 {
+        held.extend(members(&epoch(&mut a, f64::from(now_s), true)));
+    }
+    assert_eq!(held.get("short").map(Vec::len), Some(1), "{held:?}");
+    a.handle(4.0, with_left("long", 10));
+    a.handle(4.0, with_left("short", 1_000_000));
+    for now_s in 5..=7 {
+        held.extend(members(&epoch(&mut a, f64::from(now_s), true)));
+    }
+    assert_eq!(held.get("long").map(Vec::len), Some(1), "{held:?}");
+}
