@@ -9,8 +9,6 @@
 //! is worth less under a sublinear speed-up (heSRPT, Berg et al.; AFS in CoDDL, NSDI 2021).
 //! `weight` 0 is SLAQ's objective; sweeping it traces the frontier towards a size-based one.
 
-use std::sync::Arc;
-
 use crate::policy::GainFn;
 use crate::quality::{GainCurve, TimeCurve};
 
@@ -62,8 +60,7 @@ impl Finish {
         self.weight * self.done(workers, speed)
     }
 
-    /// Its values at 0, 1, …, `len - 1` workers at speed 1 (what [`Finishing::tabled_with`]
-    /// reads).
+    /// Its values at 0, 1, …, `len - 1` workers at speed 1 (what [`Finishing::tabled`] reads).
     pub fn terms(&self, len: usize) -> Vec<f64> {
         (0..len).map(|w| self.value(w as u32, 1.0)).collect()
     }
@@ -76,42 +73,25 @@ impl Finish {
 pub struct Finishing<G> {
     pub gain: G,
     pub finish: Option<Finish>,
-    /// Shared: a caller may keep it from one epoch to the next ([`Finishing::with_table`]).
-    table: Arc<[f64]>,
+    table: Vec<f64>,
 }
 
 impl<G: GainFn> Finishing<G> {
     pub fn new(gain: G, finish: Option<Finish>) -> Self {
-        Finishing { gain, finish, table: Arc::from([]) }
-    }
-
-    /// The same with the sum's table made before, by [`Finishing::tabled`] or
-    /// [`Finishing::tabled_with`] of the same gain and term ([`Finishing::shared_table`]): a
-    /// caller that keeps it builds each job's table once per bid, not once per epoch.
-    pub fn with_table(gain: G, finish: Option<Finish>, table: Arc<[f64]>) -> Self {
-        Finishing { gain, finish, table }
-    }
-
-    /// The sum's table, to keep (see [`Finishing::with_table`]).
-    pub fn shared_table(&self) -> Arc<[f64]> {
-        self.table.clone()
+        Finishing { gain, finish, table: Vec::new() }
     }
 
     /// The same, with the sum's values precomputed where the inner gain keeps a table (the
     /// term costs a few operations; evaluating a curve where the inner table ends costs far
-    /// more, and is left to the allocation, which may never read that far).
-    pub fn tabled(gain: G, finish: Option<Finish>) -> Self {
-        Self::tabled_with(gain, finish, &[])
-    }
-
-    /// [`Finishing::tabled`] with the term's first values already known (`terms[w]`, as
-    /// [`Finish::terms`] makes them): a caller that keeps them from one epoch to the next
-    /// computes a job's term once per bid, not per epoch (at 4,000 jobs, 256,000 powers).
-    pub fn tabled_with(gain: G, finish: Option<Finish>, terms: &[f64]) -> Self {
+    /// more, and is left to the allocation, which may never read that far). The term's first
+    /// values may be known already (`terms[w]`, as [`Finish::terms`] makes them; the rest are
+    /// computed): a caller that keeps them from one epoch to the next computes a job's term
+    /// once per bid, not per epoch (at 4,000 jobs, 256,000 powers).
+    pub fn tabled(gain: G, finish: Option<Finish>, terms: &[f64]) -> Self {
         let mut f = Finishing::new(gain, finish);
         if let Some(term) = f.finish {
             let value = |w: usize| terms.get(w).copied().unwrap_or_else(|| term.value(w as u32, 1.0));
-            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + value(w)).collect::<Vec<_>>().into();
+            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + value(w)).collect();
         }
         f
     }
@@ -200,22 +180,18 @@ mod tests {
         // The table holds the sum where the inner gain keeps one, equal to it wherever both
         // answer; past it the sum answers.
         let inner = crate::policy::table::Tabled::new(|w: u32| 0.01 * f64::from(w), 2, 64);
-        let tabled = Finishing::tabled(inner.clone(), Some(f));
+        let tabled = Finishing::tabled(inner.clone(), Some(f), &[]);
         assert_eq!(tabled.table().len(), 3);
         for w in 0..30 {
             assert!((tabled.gain(w) - g.gain(w)).abs() < 1e-12, "w = {w}");
         }
-        assert_eq!(Finishing::tabled(inner.clone(), None).table().len(), 3, "no term: the inner table");
+        assert_eq!(Finishing::tabled(inner.clone(), None, &[]).table().len(), 3, "no term: the inner table");
         // Terms kept from an earlier call give the same table to the bit, whether they cover
         // it, fall short of it, or run past it.
         for len in [0, 2, 3, 10] {
-            let kept = Finishing::tabled_with(inner.clone(), Some(f), &f.terms(len));
+            let kept = Finishing::tabled(inner.clone(), Some(f), &f.terms(len));
             let bits = |t: &[f64]| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(kept.table()), bits(tabled.table()), "{len} terms kept");
-        }
-        let shared = Finishing::with_table(inner.clone(), Some(f), tabled.shared_table());
-        for w in 0..30 {
-            assert_eq!(shared.gain(w).to_bits(), tabled.gain(w).to_bits(), "w = {w}");
         }
     }
 

@@ -120,16 +120,14 @@ impl Allocator {
             if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
-            // The term and the table with it, once per bid (a submitted job's table is priced
-            // each epoch: its terms are kept as far as that table can reach).
+            // The term once per bid (a submitted job's table is priced each epoch: its terms are
+            // kept as far as that table can reach).
             let finish =
                 bid.gain.as_ref().and_then(|g| Some((g, finish_of(&self.settings, g.curve(), entry.remaining_iters)?)));
             let priced_len = (bid.max_workers as usize + 1).min(PRICED_TABLE_LEN);
             entry.finish_terms = finish.map_or_else(Vec::new, |(g, f)| {
                 f.terms(if entry.command.is_some() { priced_len } else { g.table().len() })
             });
-            entry.finish_table = finish
-                .map(|(g, f)| schedule::Finishing::tabled_with(ByRef(g), Some(f), &entry.finish_terms).shared_table());
             entry.saves.declare(bid.checkpoint_every_s);
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
@@ -405,12 +403,7 @@ impl Allocator {
                                 None => BidGain::Curve(ByRef(g)),
                             };
                             let finish = finish_of(&self.settings, g.curve(), entry.remaining_iters);
-                            match (&gain, &entry.finish_table) {
-                                (BidGain::Curve(_), Some(table)) => {
-                                    schedule::Finishing::with_table(gain, finish, table.clone())
-                                }
-                                _ => schedule::Finishing::tabled_with(gain, finish, &entry.finish_terms),
-                            }
+                            schedule::Finishing::tabled(gain, finish, &entry.finish_terms)
                         }),
                         weight: weight_of(id, b),
                     },

@@ -150,9 +150,6 @@ pub(super) struct JobEntry {
     /// Its completion term's values at 0, 1, … workers (`schedule::Finish::terms`, as many as
     /// its gain table can have), computed once per bid; empty without the term.
     pub(super) finish_terms: Vec<f64>,
-    /// Its bid's gains with the term, tabled once per bid (`schedule::Finishing::with_table`);
-    /// `None` without the term.
-    pub(super) finish_table: Option<std::sync::Arc<[f64]>>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
 }
@@ -182,7 +179,6 @@ impl JobEntry {
             pace_rates: Vec::new(),
             remaining_iters: 0.0,
             finish_terms: Vec::new(),
-            finish_table: None,
             speeds: JobSpeeds::default(),
         }
     }
