@@ -9,6 +9,8 @@
 //! is worth less under a sublinear speed-up (heSRPT, Berg et al.; AFS in CoDDL, NSDI 2021).
 //! `weight` 0 is SLAQ's objective; sweeping it traces the frontier towards a size-based one.
 
+use std::borrow::Cow;
+
 use crate::policy::GainFn;
 use crate::quality::{GainCurve, TimeCurve};
 
@@ -64,21 +66,31 @@ impl Finish {
     pub fn terms(&self, len: usize) -> Vec<f64> {
         (0..len).map(|w| self.value(w as u32, 1.0)).collect()
     }
+
+    /// A gain's `table` with the term added, the term's first values taken from `terms` (the
+    /// rest computed): the table [`Finishing`] reads.
+    pub fn summed(&self, table: &[f64], terms: &[f64]) -> Vec<f64> {
+        let value = |w: usize| terms.get(w).copied().unwrap_or_else(|| self.value(w as u32, 1.0));
+        table.iter().enumerate().map(|(w, g)| g + value(w)).collect()
+    }
 }
 
 /// A job's gain with its completion term (none: the gain alone). With the term, the inner
-/// gain's table no longer answers for the sum: [`Finishing::tabled`] keeps the sum's first
-/// values, which allocations read in a tight loop (`policy::table`).
+/// gain's table no longer answers for the sum: the sum's first values are kept
+/// ([`Finishing::tabled`] computes them, [`Finishing::kept`] borrows them from a caller that
+/// keeps them per bid), which allocations read in a tight loop (`policy::table`). The term and
+/// the table are borrowed where the caller keeps them: an epoch of 4,000 jobs built each from
+/// a copy (the term holds a job's time curve, about 330 bytes) and summed a table per job.
 #[derive(Clone, Debug)]
-pub struct Finishing<G> {
+pub struct Finishing<'t, G> {
     pub gain: G,
-    pub finish: Option<Finish>,
-    table: Vec<f64>,
+    pub finish: Option<&'t Finish>,
+    table: Cow<'t, [f64]>,
 }
 
-impl<G: GainFn> Finishing<G> {
-    pub fn new(gain: G, finish: Option<Finish>) -> Self {
-        Finishing { gain, finish, table: Vec::new() }
+impl<'t, G: GainFn> Finishing<'t, G> {
+    pub fn new(gain: G, finish: Option<&'t Finish>) -> Self {
+        Finishing { gain, finish, table: Cow::Borrowed(&[]) }
     }
 
     /// The same, with the sum's values precomputed where the inner gain keeps a table (the
@@ -87,17 +99,24 @@ impl<G: GainFn> Finishing<G> {
     /// values may be known already (`terms[w]`, as [`Finish::terms`] makes them; the rest are
     /// computed): a caller that keeps them from one epoch to the next computes a job's term
     /// once per bid, not per epoch (at 4,000 jobs, 256,000 powers).
-    pub fn tabled(gain: G, finish: Option<Finish>, terms: &[f64]) -> Self {
-        let mut f = Finishing::new(gain, finish);
-        if let Some(term) = f.finish {
-            let value = |w: usize| terms.get(w).copied().unwrap_or_else(|| term.value(w as u32, 1.0));
-            f.table = f.gain.table().iter().enumerate().map(|(w, g)| g + value(w)).collect();
-        }
-        f
+    pub fn tabled(gain: G, finish: Option<&'t Finish>, terms: &[f64]) -> Self {
+        let table = match finish {
+            Some(term) => Cow::Owned(term.summed(gain.table(), terms)),
+            None => Cow::Borrowed(&[][..]),
+        };
+        Finishing { gain, finish, table }
+    }
+
+    /// The same, with the sum's values kept by the caller (`table`, as [`Finish::summed`] makes
+    /// them from the gain's table): a gain that does not change between bids is summed once per
+    /// bid.
+    pub fn kept(gain: G, finish: Option<&'t Finish>, table: &'t [f64]) -> Self {
+        let table = if finish.is_some() { table } else { &[][..] };
+        Finishing { gain, finish, table: Cow::Borrowed(table) }
     }
 }
 
-impl<G: GainFn> GainFn for Finishing<G> {
+impl<G: GainFn> GainFn for Finishing<'_, G> {
     fn gain(&self, workers: u32) -> f64 {
         if let Some(&g) = self.table.get(workers as usize) {
             return g;
@@ -173,14 +192,14 @@ mod tests {
         assert!((f.done(4, 1.0) - 0.4).abs() < 1e-9);
         assert_eq!(f.done(20, 1.0), 1.0, "done within the horizon: no more is worth anything");
         assert!((f.done(1, 2.0) - 0.2).abs() < 1e-9, "twice as fast workers");
-        let g = Finishing::new(|w: u32| 0.01 * f64::from(w), Some(f));
+        let g = Finishing::new(|w: u32| 0.01 * f64::from(w), Some(&f));
         assert!((g.gain(4) - (0.04 + 2.0 * 0.4)).abs() < 1e-9);
         let without = Finishing::new(|w: u32| 0.01 * f64::from(w), None);
         assert_eq!(without.gain(4), 0.04);
         // The table holds the sum where the inner gain keeps one, equal to it wherever both
         // answer; past it the sum answers.
         let inner = crate::policy::table::Tabled::new(|w: u32| 0.01 * f64::from(w), 2, 64);
-        let tabled = Finishing::tabled(inner.clone(), Some(f), &[]);
+        let tabled = Finishing::tabled(inner.clone(), Some(&f), &[]);
         assert_eq!(tabled.table().len(), 3);
         for w in 0..30 {
             assert!((tabled.gain(w) - g.gain(w)).abs() < 1e-12, "w = {w}");
@@ -189,10 +208,18 @@ mod tests {
         // Terms kept from an earlier call give the same table to the bit, whether they cover
         // it, fall short of it, or run past it.
         for len in [0, 2, 3, 10] {
-            let kept = Finishing::tabled(inner.clone(), Some(f), &f.terms(len));
+            let kept = Finishing::tabled(inner.clone(), Some(&f), &f.terms(len));
             let bits = |t: &[f64]| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(kept.table()), bits(tabled.table()), "{len} terms kept");
+            // A table summed once and kept answers as the one summed each time.
+            let summed = f.summed(inner.table(), &f.terms(len));
+            let borrowed = Finishing::kept(inner.clone(), Some(&f), &summed);
+            assert_eq!(bits(borrowed.table()), bits(tabled.table()), "{len} terms, summed once");
+            for w in 0..30 {
+                assert_eq!(borrowed.gain(w).to_bits(), tabled.gain(w).to_bits(), "w = {w}");
+            }
         }
+        assert_eq!(Finishing::kept(inner.clone(), None, &[1.0]).table().len(), 3, "no term: the inner table");
     }
 
     #[test]
@@ -235,11 +262,17 @@ mod tests {
         let case = (proptest::collection::vec((1u32..10_000, 0.0f64..1e-9), 2..20), 1u32..10);
         TestRunner::new(Config { cases: 500, ..Config::default() })
             .run(&case, |(jobs, capacity)| {
+                let finishes: Vec<Finish> = jobs
+                    .iter()
+                    .map(|&(remaining, _)| {
+                        let remaining_iters = f64::from(remaining);
+                        Finish { time: linear(), remaining_iters, horizon_s: 1.0, weight: 1e6 }
+                    })
+                    .collect();
                 let bids: Vec<JobBid<Finishing<Gains>>> = jobs
                     .iter()
-                    .map(|&(remaining, quality)| {
-                        let remaining_iters = f64::from(remaining);
-                        let finish = Finish { time: linear(), remaining_iters, horizon_s: 1.0, weight: 1e6 };
+                    .zip(&finishes)
+                    .map(|(&(_, quality), finish)| {
                         let gain = Finishing::new(Gains(vec![0.0, quality]), Some(finish));
                         JobBid { min_workers: 0, max_workers: 1, attained_service: 0.0, gain: Some(gain), weight: 1.0 }
                     })

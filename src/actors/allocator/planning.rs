@@ -121,13 +121,15 @@ impl Allocator {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
             // The term once per bid (a submitted job's table is priced each epoch: its terms are
-            // kept as far as that table can reach).
-            let finish =
-                bid.gain.as_ref().and_then(|g| Some((g, finish_of(&self.settings, g.curve(), entry.remaining_iters)?)));
-            let priced_len = (bid.max_workers as usize + 1).min(PRICED_TABLE_LEN);
-            entry.finish_terms = finish.map_or_else(Vec::new, |(g, f)| {
-                f.terms(if entry.command.is_some() { priced_len } else { g.table().len() })
-            });
+            // kept as far as that table can reach; another's table is summed here).
+            entry.finish = bid.gain.as_ref().and_then(|g| finish_of(&self.settings, g.curve(), entry.remaining_iters));
+            entry.finish_table = match (&entry.finish, &bid.gain) {
+                (Some(f), Some(_)) if entry.command.is_some() => {
+                    f.terms((bid.max_workers as usize + 1).min(PRICED_TABLE_LEN))
+                }
+                (Some(f), Some(g)) => f.summed(g.table(), &[]),
+                _ => Vec::new(),
+            };
             entry.saves.declare(bid.checkpoint_every_s);
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
@@ -361,7 +363,7 @@ impl Allocator {
         pinned: &[bool],
         held: &[Hold],
         now_s: f64,
-    ) -> Vec<EpochJob<'_, schedule::Finishing<BidGain<'_>>>> {
+    ) -> Vec<EpochJob<'_, schedule::Finishing<'_, BidGain<'_>>>> {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len() as u32;
         // A job's weight counts where its tenant allows (`max_weight`); without tenants, none.
@@ -402,8 +404,14 @@ impl Allocator {
                                 )),
                                 None => BidGain::Curve(ByRef(g)),
                             };
-                            let finish = finish_of(&self.settings, g.curve(), entry.remaining_iters);
-                            schedule::Finishing::tabled(gain, finish, &entry.finish_terms)
+                            match gain {
+                                BidGain::Priced(_) => {
+                                    schedule::Finishing::tabled(gain, entry.finish.as_ref(), &entry.finish_table)
+                                }
+                                BidGain::Curve(_) => {
+                                    schedule::Finishing::kept(gain, entry.finish.as_ref(), &entry.finish_table)
+                                }
+                            }
                         }),
                         weight: weight_of(id, b),
                     },

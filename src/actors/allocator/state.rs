@@ -147,9 +147,13 @@ pub(super) struct JobEntry {
     /// search on the curve, done once per bid, not per epoch); read by the bound and the
     /// completion term.
     pub(super) remaining_iters: f64,
-    /// Its completion term's values at 0, 1, … workers (`schedule::Finish::terms`, as many as
-    /// its gain table can have), computed once per bid; empty without the term.
-    pub(super) finish_terms: Vec<f64>,
+    /// Its completion term as of its latest bid (none under fair sharing, with weight 0 or
+    /// without a gain), and what is kept of it, computed once per bid, not per epoch: for a
+    /// submitted job, whose gains are priced each epoch, the term's values at 0, 1, … workers
+    /// as far as its priced table reaches (`schedule::Finish::terms`); for any other, its gain
+    /// table with the term added (`schedule::Finish::summed`). Empty without the term.
+    pub(super) finish: Option<crate::schedule::Finish>,
+    pub(super) finish_table: Vec<f64>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
 }
@@ -178,7 +182,8 @@ impl JobEntry {
             since_s: now_s,
             pace_rates: Vec::new(),
             remaining_iters: 0.0,
-            finish_terms: Vec::new(),
+            finish: None,
+            finish_table: Vec::new(),
             speeds: JobSpeeds::default(),
         }
     }

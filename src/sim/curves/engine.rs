@@ -563,12 +563,16 @@ fn reallocate(
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut peer_gains = peer_tables(states, active, config, policy, now);
     let view = teams.as_deref_mut().map(|t| TeamView::new(t, states, active, now)).unwrap_or_default();
-    let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<SimGain<'_>>>> = Vec::with_capacity(active.len());
+    // Each job's completion term, which its gain borrows.
+    let finishes: Vec<Option<schedule::Finish>> =
+        if needs_gains { active.iter().map(|&j| finish_of(&states[j], config, policy)).collect() } else { Vec::new() };
+    let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<'_, SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
         let cost_s = teams.as_deref().map_or(0.0, |t| t.stop_cost_s(j, now));
         let peer = peer_gains.get_mut(i).map(|(t, _, _)| std::mem::take(t));
-        let gain = needs_gains.then(|| job_gain(s, peer, policy, config, (horizon_s, cost_s, table))).flatten();
+        let finish = finishes.get(i).and_then(Option::as_ref);
+        let gain = needs_gains.then(|| job_gain(s, peer, policy, (horizon_s, cost_s, table), finish)).flatten();
         let (mut min_workers, mut max_workers) = peer_gains
             .get(i)
             .map_or((config.min_workers_per_job, config.max_workers_per_job), |&(_, min, max)| (min, max));
@@ -612,19 +616,19 @@ fn reallocate(
 }
 
 /// A job's gains as it bids them: a peer's table, or its own curve priced for a stop of
-/// `cost_s` (`horizon_s`, `table`), with its completion term.
+/// `cost_s` (`horizon_s`, `table`), with its completion term (`finish_of`).
 fn job_gain<'s>(
     s: &'s JobState<'_>,
     peer: Option<Gains>,
     policy: PolicySpec,
-    config: &SimConfig,
     (horizon_s, cost_s, table): (f64, f64, u32),
-) -> Option<schedule::Finishing<SimGain<'s>>> {
+    finish: Option<&'s schedule::Finish>,
+) -> Option<schedule::Finishing<'s, SimGain<'s>>> {
     let gain = match peer {
         Some(t) => Some(SimGain::Peer(t)),
         None => sim_gain(s, policy, horizon_s, cost_s, table),
     };
-    gain.map(|gain| schedule::Finishing::new(gain, finish_of(s, config, policy)))
+    gain.map(|gain| schedule::Finishing::new(gain, finish))
 }
 
 /// Themis: a job whose count changed holds it for a lease.
