@@ -7,7 +7,7 @@ use crate::protocol::{Launch, Role, WorkerSpec};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerEntry {
-    pub spec: WorkerSpec,
+    pub spec: Box<WorkerSpec>,
     /// Seconds (on the caller's monotonic clock) of the last hello or heartbeat.
     pub last_seen_s: f64,
     pub job: Option<JobRef>,
@@ -16,7 +16,7 @@ pub struct WorkerEntry {
     /// When its assignment was last published (seconds on the caller's clock); `-inf`: never.
     pub told_s: f64,
     /// Its place in its job's current generation, as last published.
-    pub launch: Option<Launch>,
+    pub launch: Option<Box<Launch>>,
     /// Assignments and commands its agent says it refused.
     pub refused: u64,
 }
@@ -72,13 +72,13 @@ impl WorkerRegistry {
             self.remove(&id).map_or((None, Role::Worker, f64::NEG_INFINITY, None, 0), |w| {
                 (w.job, w.role, w.told_s, w.launch, w.refused)
             });
-        self.insert(WorkerEntry { spec, last_seen_s: now_s, job, role, told_s, launch, refused });
+        self.insert(WorkerEntry { spec: Box::new(spec), last_seen_s: now_s, job, role, told_s, launch, refused });
     }
 
     /// A worker known from saved state, with the job it served.
     pub fn restore(&mut self, spec: WorkerSpec, job: Option<JobRef>, now_s: f64) {
         let entry = WorkerEntry {
-            spec,
+            spec: Box::new(spec),
             last_seen_s: now_s,
             job,
             role: Role::Worker,

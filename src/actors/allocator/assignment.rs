@@ -86,7 +86,7 @@ impl Allocator {
         debug!(worker, recorded = ?recorded, runs = ?running.job, "an agent runs another job than recorded: told again");
         let message = WorkerAssignment {
             role: entry.role,
-            launch: entry.launch.clone(),
+            launch: entry.launch.as_deref().cloned(),
             command: entry.launch.as_ref().and(recorded).and_then(|j| self.jobs.get(j)).and_then(|e| e.command.clone()),
             stop_grace_ms: recorded.and_then(|j| grace_ms(self.settings.tenants.get().as_deref(), j)),
             ..assignment(self.settings.term, worker, self.epoch.max(1), recorded.map(str::to_string))
@@ -150,7 +150,7 @@ impl Allocator {
                 // The first epoch of a term tells every worker what it serves, changed or not.
                 let message = WorkerAssignment {
                     role,
-                    launch: entry.launch.clone(),
+                    launch: entry.launch.as_deref().cloned(),
                     command: entry.launch.as_ref().and(after).and_then(|j| commands.get(j).cloned().flatten()),
                     stop_grace_ms: after.and_then(|j| grace_ms(tenants.as_deref(), ids[j])),
                     ..assignment(self.settings.term, worker, epoch, after.map(|j| ids[j].to_string()))
@@ -359,11 +359,11 @@ impl Generations<'_> {
         let grace = grace_ms(self.tenants, id);
         for (worker, launch) in workers.iter().zip(launches) {
             let Some(w) = self.registry.get_mut(worker) else { continue };
-            w.launch = launch;
+            w.launch = launch.map(Box::new);
             w.told_s = now_s;
             fx.push(Effect::Assign(WorkerAssignment {
                 role: w.role,
-                launch: w.launch.clone(),
+                launch: w.launch.as_deref().cloned(),
                 command: w.launch.as_ref().and(entry.command.clone()),
                 stop_grace_ms: grace,
                 // Taken from another tenant's job: that process gets this job's terms; one whose
@@ -391,7 +391,7 @@ fn launches(
     batch_size: Option<u32>,
     now_s: f64,
 ) -> Vec<Option<Launch>> {
-    let specs: Vec<Option<&WorkerSpec>> = workers.iter().map(|w| registry.get(w).map(|e| &e.spec)).collect();
+    let specs: Vec<Option<&WorkerSpec>> = workers.iter().map(|w| registry.get(w).map(|e| &*e.spec)).collect();
     let members: Vec<(&str, &str)> = workers
         .iter()
         .zip(&specs)

@@ -122,7 +122,11 @@ impl Allocator {
             }
             // The term once per bid (a submitted job's table is priced each epoch: its terms are
             // kept as far as that table can reach; another's table is summed here).
-            entry.finish = bid.gain.as_ref().and_then(|g| finish_of(&self.settings, g.curve(), entry.remaining_iters));
+            entry.finish = bid
+                .gain
+                .as_ref()
+                .and_then(|g| finish_of(&self.settings, g.curve(), entry.remaining_iters))
+                .map(Box::new);
             entry.finish_table = match (&entry.finish, &bid.gain) {
                 (Some(f), Some(_)) if entry.command.is_some() => {
                     f.terms((bid.max_workers as usize + 1).min(PRICED_TABLE_LEN))
@@ -134,7 +138,7 @@ impl Allocator {
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
             }
-            entry.bid = Some(bid);
+            entry.bid = Some(Box::new(bid));
             entry.pending_for = None;
         }
     }
@@ -406,10 +410,10 @@ impl Allocator {
                             };
                             match gain {
                                 BidGain::Priced(_) => {
-                                    schedule::Finishing::tabled(gain, entry.finish.as_ref(), &entry.finish_table)
+                                    schedule::Finishing::tabled(gain, entry.finish.as_deref(), &entry.finish_table)
                                 }
                                 BidGain::Curve(_) => {
-                                    schedule::Finishing::kept(gain, entry.finish.as_ref(), &entry.finish_table)
+                                    schedule::Finishing::kept(gain, entry.finish.as_deref(), &entry.finish_table)
                                 }
                             }
                         }),

@@ -111,7 +111,7 @@ pub(super) struct JobEntry {
     pub(super) workers: Vec<String>,
     pub(super) attained_service: f64,
     pub(super) ledger: FloorLedger,
-    pub(super) bid: Option<Bid>,
+    pub(super) bid: Option<Box<Bid>>,
     /// What the last epoch predicted for this job, checked against its reports at the next.
     pub(super) pending: Option<PendingGain>,
     /// The worker count `pending` was predicted at, with the current bid (`None`: a new bid
@@ -152,7 +152,7 @@ pub(super) struct JobEntry {
     /// submitted job, whose gains are priced each epoch, the term's values at 0, 1, … workers
     /// as far as its priced table reaches (`schedule::Finish::terms`); for any other, its gain
     /// table with the term added (`schedule::Finish::summed`). Empty without the term.
-    pub(super) finish: Option<crate::schedule::Finish>,
+    pub(super) finish: Option<Box<crate::schedule::Finish>>,
     pub(super) finish_table: Vec<f64>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
