@@ -338,4 +338,26 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     let alloc = json(&["bench", "alloc", "--jobs", "50", "--workers", "200", "--runs", "1", "--types", "2"]);
     assert_eq!((alloc["jobs"].as_u64(), alloc["identical_to_heap"].as_bool()), (Some(50), Some(true)), "{alloc}");
     assert!(alloc["typed"].is_object(), "{alloc}");
+    let plot = crate::harness::temp_dir("bench-scale").join("scale.svg");
+    let curves = crate::curve_file("curves-public.jsonl");
+    let scale = json(&[
+        "bench",
+        "scale",
+        "--workers",
+        "800,400,1200",
+        "--epochs",
+        "2",
+        "--churn",
+        "5",
+        "--curves",
+        &curves.to_string_lossy(),
+        "--plot",
+        &plot.to_string_lossy(),
+    ]);
+    let sizes: Vec<_> = scale["sizes"].as_array().map_or(Vec::new(), |s| s.iter().map(|r| r["jobs"].clone()).collect());
+    assert_eq!(sizes, [100, 200, 300], "smallest first, a job per 4 workers: {scale}");
+    // The chart holds a line through the three sizes (its legend's marks have two points).
+    let svg = std::fs::read_to_string(&plot).unwrap_or_default();
+    let through_all = svg.lines().filter_map(|l| l.split("points=\"").nth(1)).filter(|p| p.split(' ').count() == 4);
+    assert!(through_all.count() >= 3, "three lines of three points: {svg:.300}");
 }

@@ -184,7 +184,7 @@ impl AllocatorActor {
 
 /// CPU time this thread has used (Linux: `CLOCK_THREAD_CPUTIME_ID`): an epoch's work, apart
 /// from the time it waited for a core.
-fn thread_cpu() -> Option<Duration> {
+pub fn thread_cpu() -> Option<Duration> {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `t` is a valid timespec for the call to fill.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;

@@ -366,7 +366,7 @@ pub fn write_files(dir: &Path, all: &[ClusterRuns]) -> std::io::Result<()> {
 }
 
 type SampleField = fn(&super::metrics::Sample) -> f64;
-pub(crate) type PlotResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub type PlotResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const COLOURS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -377,7 +377,8 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
-pub(crate) fn plot_lines(
+/// Lines of points on one chart (SVG), each named in the legend.
+pub fn plot_lines(
     path: &Path,
     title: &str,
     x_label: &str,

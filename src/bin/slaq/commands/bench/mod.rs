@@ -9,6 +9,7 @@ mod idle;
 mod ingest;
 mod merge;
 mod placement;
+mod scale;
 mod soak;
 mod support;
 mod typed;
@@ -37,6 +38,9 @@ pub(crate) enum BenchCommand {
     /// CPU per report, and a replica killed (-9). Needs a NATS server whose account maps the
     /// reports to the partitions (deploy/bench-cluster.sh starts a three-node cluster so).
     Cluster(cluster::BenchClusterArgs),
+    /// The allocator's epoch alone (no bus) as the cluster grows at a fixed churn (issue
+    /// #44): time, CPU and memory per size, and a plot of the time against the workers.
+    Scale(scale::BenchScaleArgs),
 }
 
 pub(crate) fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -49,5 +53,6 @@ pub(crate) fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Placement(args) => placement::run(args),
         BenchCommand::Merge(args) => merge::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
+        BenchCommand::Scale(args) => scale::run(args),
     }
 }
