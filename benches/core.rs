@@ -77,11 +77,19 @@ fn allocator_epoch(c: &mut Criterion) {
         let bid = Bid::new(&spec, std::sync::Arc::new(job_model(&spec, &[], None)), &p, gain, 0);
         a.handle(0.0, Input::Bid { job: spec.job.clone(), bid });
     }
-    let mut now_s = 1.0;
-    for _ in 0..5 {
-        a.epoch(now_s, true, &|| 0.0);
-        now_s += 1.0;
+    // Epochs a configured epoch apart until one moves no worker (the first ones reshuffle as
+    // the fair clocks and ledgers fill): then nothing is new. Five epochs 1 s apart, as before,
+    // left it moving workers at every measured epoch.
+    let epoch_s = a.settings().epoch.as_secs_f64();
+    let mut now_s = epoch_s;
+    for settle in 0..200 {
+        let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
+        now_s += epoch_s;
+        if moved == 0 && settle > 0 {
+            break;
+        }
     }
+    assert_eq!(a.epoch(now_s, true, &|| 0.0).summary.workers_moved, 0, "settled");
     let mut group = c.benchmark_group("allocator");
     group.sample_size(20);
     group.bench_function("epoch 4000 jobs 16000 workers, nothing new", |b| {

@@ -5,7 +5,7 @@
 
 use super::super::bid::Bid;
 use super::super::types;
-use super::state::{Allocator, AllocatorSettings, Count, Effect, PendingGain};
+use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, PendingGain};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
@@ -393,30 +393,7 @@ impl Allocator {
                         min_workers: if held == Hold::None { b.min_workers } else { have.min(b.max_workers) },
                         max_workers: if held == Hold::Save { have.min(b.max_workers) } else { b.max_workers },
                         attained_service,
-                        gain: b.gain.as_ref().map(|g| {
-                            let gain = match &entry.command {
-                                // Every change restarts it: the measured cost once known, else the
-                                // configured one (the prior), plus the work since its checkpoint.
-                                Some(_) => BidGain::Priced(schedule::restart_priced(
-                                    g,
-                                    have,
-                                    entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s)
-                                        + b.checkpoint_age_s.unwrap_or(0.0),
-                                    self.settings.bid_horizon_s,
-                                    b.max_workers.min(num_workers),
-                                    PRICED_TABLE_LEN,
-                                )),
-                                None => BidGain::Curve(ByRef(g)),
-                            };
-                            match gain {
-                                BidGain::Priced(_) => {
-                                    schedule::Finishing::tabled(gain, entry.finish.as_deref(), &entry.finish_table)
-                                }
-                                BidGain::Curve(_) => {
-                                    schedule::Finishing::kept(gain, entry.finish.as_deref(), &entry.finish_table)
-                                }
-                            }
-                        }),
+                        gain: b.gain.as_ref().map(|g| self.finishing(entry, b, g, have, num_workers)),
                         weight: weight_of(id, b),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 },
@@ -442,6 +419,34 @@ impl Allocator {
                 }
             })
             .collect()
+    }
+
+    /// A job's gains this epoch with its completion term: a submitted job's priced for the
+    /// restart that any change costs it (the measured cost once known, else the configured one,
+    /// the prior, plus the work since its checkpoint), the term's kept values added; another's
+    /// as bid, with the table summed at its bid.
+    fn finishing<'a>(
+        &'a self,
+        entry: &'a JobEntry,
+        b: &Bid,
+        g: &'a Tabled<GainCurve>,
+        have: u32,
+        num_workers: u32,
+    ) -> schedule::Finishing<'a, BidGain<'a>> {
+        let finish = entry.finish.as_deref();
+        if entry.command.is_none() {
+            return schedule::Finishing::kept(BidGain::Curve(ByRef(g)), finish, &entry.finish_table);
+        }
+        let restart_s = entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s);
+        let priced = schedule::restart_priced(
+            g,
+            have,
+            restart_s + b.checkpoint_age_s.unwrap_or(0.0),
+            self.settings.bid_horizon_s,
+            b.max_workers.min(num_workers),
+            PRICED_TABLE_LEN,
+        );
+        schedule::Finishing::tabled(BidGain::Priced(priced), finish, &entry.finish_table)
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and

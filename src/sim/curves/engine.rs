@@ -563,9 +563,7 @@ fn reallocate(
     let restart_s = teams.as_deref().map_or(0.0, |t| t.restart_s);
     let mut peer_gains = peer_tables(states, active, config, policy, now);
     let view = teams.as_deref_mut().map(|t| TeamView::new(t, states, active, now)).unwrap_or_default();
-    // Each job's completion term, which its gain borrows.
-    let finishes: Vec<Option<schedule::Finish>> =
-        if needs_gains { active.iter().map(|&j| finish_of(&states[j], config, policy)).collect() } else { Vec::new() };
+    let finishes = finishes(states, active, config, policy, needs_gains);
     let mut epoch_jobs: Vec<EpochJob<'_, schedule::Finishing<'_, SimGain<'_>>>> = Vec::with_capacity(active.len());
     for (i, &j) in active.iter().enumerate() {
         let s = &states[j];
@@ -613,6 +611,18 @@ fn reallocate(
         leases(states, active, &planned.counts, now);
     }
     apply(states, active, &planned, now, teams);
+}
+
+/// Each active job's completion term (`finish_of`), which its gain borrows; none without gains.
+fn finishes(
+    states: &[JobState<'_>],
+    active: &[usize],
+    config: &SimConfig,
+    policy: PolicySpec,
+    needs_gains: bool,
+) -> Vec<Option<schedule::Finish>> {
+    let of = |&j: &usize| finish_of(&states[j], config, policy);
+    if needs_gains { active.iter().map(of).collect() } else { Vec::new() }
 }
 
 /// A job's gains as it bids them: a peer's table, or its own curve priced for a stop of

@@ -18,6 +18,9 @@ use slaq::sim::curves::fixtures;
 
 use super::support::{BenchOutput, resident_bytes};
 
+/// Epochs at most before measuring, if the layout never stops moving.
+const MAX_SETTLE: usize = 200;
+
 #[derive(clap::Args)]
 pub(crate) struct BenchScaleArgs {
     /// Cluster sizes in workers, comma-separated (each run in turn, smallest first).
@@ -30,7 +33,8 @@ pub(crate) struct BenchScaleArgs {
     /// Jobs that send a new bid before each epoch, the same at every size.
     #[arg(long, default_value_t = 40)]
     pub(crate) churn: usize,
-    /// Epochs measured per size (after five that settle the layout).
+    /// Epochs measured per size (after those that settle the layout: until one moves no
+    /// worker, at most 200).
     #[arg(long, default_value_t = 20)]
     pub(crate) epochs: usize,
     /// JSON-lines curves the bids' predictors are fitted on.
@@ -73,8 +77,8 @@ pub(crate) fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One size: workers say hello, jobs bid, five epochs settle, then `epochs` epochs each after
-/// `churn` new bids.
+/// One size: workers say hello, jobs bid, the layout settles, then `epochs` epochs, each after
+/// `churn` new bids, a configured epoch apart.
 fn measure(
     args: &BenchScaleArgs,
     templates: &[JobPredictor],
@@ -103,10 +107,18 @@ fn measure(
         a.handle(0.0, Input::Bid { job, bid: b });
     }
     let rss_jobs = resident_bytes();
-    let mut now_s = 1.0;
-    for _ in 0..5 {
-        a.epoch(now_s, true, &|| 0.0);
-        now_s += 1.0;
+    // Epochs a configured epoch apart, until one moves no worker: the first ones reshuffle
+    // (the fair clocks and ledgers start empty), which is not the steady state measured.
+    let epoch_s = a.settings().epoch.as_secs_f64();
+    let mut now_s = epoch_s;
+    let mut settle = 0;
+    while settle < MAX_SETTLE {
+        settle += 1;
+        let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
+        now_s += epoch_s;
+        if moved == 0 && settle > 1 {
+            break;
+        }
     }
     let (mut wall, mut cpu, mut moved) = (Vec::new(), Vec::new(), Vec::new());
     let mut next = 0;
@@ -121,13 +133,14 @@ fn measure(
         wall.push(started.elapsed().as_secs_f64() * 1e3);
         cpu.extend(cpu_started.zip(thread_cpu()).map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e3));
         moved.push(out.summary.workers_moved as f64);
-        now_s += 1.0;
+        now_s += epoch_s;
     }
     let rss_end = resident_bytes();
     let per = |a: Option<u64>, b: Option<u64>, n: usize| a.zip(b).map(|(a, b)| b.saturating_sub(a) / n.max(1) as u64);
     serde_json::json!({
         "workers": workers,
         "jobs": jobs,
+        "settle_epochs": settle,
         "epoch_p50_ms": pct(&wall, 0.5),
         "epoch_p99_ms": pct(&wall, 0.99),
         "epoch_cpu_p50_ms": pct(&cpu, 0.5),
