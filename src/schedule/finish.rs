@@ -73,6 +73,24 @@ impl Finish {
         let value = |w: usize| terms.get(w).copied().unwrap_or_else(|| self.value(w as u32, 1.0));
         table.iter().enumerate().map(|(w, g)| g + value(w)).collect()
     }
+
+    /// [`Finish::summed`] over `gain`'s own table, then on past it while the sum does not fall,
+    /// as the allocation would read it there (`gain(w)` plus the term), up to `max_len` entries.
+    /// A gain's table stops where the gain stops rising, but the term may rise further, or the
+    /// sum stay level: the greedy then read it past the table from the curve every epoch, and
+    /// the leftover pass, which gives a worker wherever it costs nothing, once per worker (a
+    /// flattened job's table is a few entries long).
+    pub fn summed_past<G: GainFn>(&self, gain: &G, max_len: usize) -> Vec<f64> {
+        let mut sum = self.summed(gain.table(), &[]);
+        while let (Some(&last), true) = (sum.last(), sum.len() < max_len) {
+            if !last.is_finite() || sum.len() >= 2 && last < sum[sum.len() - 2] {
+                break;
+            }
+            let w = sum.len() as u32;
+            sum.push(gain.gain(w) + self.value(w, 1.0));
+        }
+        sum
+    }
 }
 
 /// A job's gain with its completion term (none: the gain alone). With the term, the inner
@@ -220,6 +238,25 @@ mod tests {
             }
         }
         assert_eq!(Finishing::kept(inner.clone(), None, &[1.0]).table().len(), 3, "no term: the inner table");
+        // A gain that stops rising at 2 workers, its table ending there, and a term that rises
+        // on to 10, then stays: the sum is kept past the gain's table while it does not fall,
+        // each value as the allocation reads it.
+        let flat = crate::policy::table::Tabled::new(|w: u32| 0.01 * f64::from(w.min(2)), 100, 64);
+        assert_eq!(flat.table().len(), 4);
+        let past = f.summed_past(&flat, 64);
+        assert_eq!(past.len(), 64, "level from 10 workers on: {past:?}");
+        let reads = Finishing::new(flat.clone(), Some(&f));
+        for (w, v) in past.iter().enumerate() {
+            assert_eq!(v.to_bits(), reads.gain(w as u32).to_bits(), "w = {w}");
+        }
+        assert!(past[..11].windows(2).all(|p| p[1] > p[0]) && past[10..].windows(2).all(|p| p[1] == p[0]));
+        let falling = crate::policy::table::Tabled::new(|w: u32| -0.5 * f64::from(w.saturating_sub(3)), 100, 64);
+        let stops = f.summed_past(&falling, 64);
+        assert!(
+            stops.len() < 64 && stops[stops.len() - 1] < stops[stops.len() - 2],
+            "ends at its first fall: {stops:?}"
+        );
+        assert_eq!(f.summed_past(&flat, 6).len(), 6, "at most max_len");
     }
 
     #[test]

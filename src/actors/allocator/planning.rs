@@ -121,7 +121,8 @@ impl Allocator {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
             // The term once per bid (a submitted job's table is priced each epoch: its terms are
-            // kept as far as that table can reach; another's table is summed here).
+            // kept as far as that table can reach; another's gains are summed here, past their own table
+            // while the sum does not fall).
             entry.finish = bid
                 .gain
                 .as_ref()
@@ -131,7 +132,7 @@ impl Allocator {
                 (Some(f), Some(_)) if entry.command.is_some() => {
                     f.terms((bid.max_workers as usize + 1).min(PRICED_TABLE_LEN))
                 }
-                (Some(f), Some(g)) => f.summed(g.table(), &[]),
+                (Some(f), Some(g)) => f.summed_past(g, (bid.max_workers as usize + 1).min(DEFAULT_TABLE_LEN)),
                 _ => Vec::new(),
             };
             entry.saves.declare(bid.checkpoint_every_s);

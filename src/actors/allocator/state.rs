@@ -151,7 +151,7 @@ pub(super) struct JobEntry {
     /// without a gain), and what is kept of it, computed once per bid, not per epoch: for a
     /// submitted job, whose gains are priced each epoch, the term's values at 0, 1, … workers
     /// as far as its priced table reaches (`schedule::Finish::terms`); for any other, its gain
-    /// table with the term added (`schedule::Finish::summed`). Empty without the term.
+    /// table with the term added (`schedule::Finish::summed_past`). Empty without the term.
     pub(super) finish: Option<Box<crate::schedule::Finish>>,
     pub(super) finish_table: Vec<f64>,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
