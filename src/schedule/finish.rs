@@ -81,11 +81,13 @@ impl Finish {
     /// the leftover pass, which gives a worker wherever it costs nothing, once per worker (a
     /// flattened job's table is a few entries long).
     pub fn summed_past<G: GainFn>(&self, gain: &G, max_len: usize) -> Vec<f64> {
+        let goes_on = |sum: &[f64]| match sum {
+            [.., before, last] => last.is_finite() && last >= before,
+            [last] => last.is_finite(),
+            [] => false,
+        };
         let mut sum = self.summed(gain.table(), &[]);
-        while let (Some(&last), true) = (sum.last(), sum.len() < max_len) {
-            if !last.is_finite() || sum.len() >= 2 && last < sum[sum.len() - 2] {
-                break;
-            }
+        while sum.len() < max_len && goes_on(&sum) {
             let w = sum.len() as u32;
             sum.push(gain.gain(w) + self.value(w, 1.0));
         }
@@ -125,8 +127,8 @@ impl<'t, G: GainFn> Finishing<'t, G> {
         Finishing { gain, finish, table }
     }
 
-    /// The same, with the sum's values kept by the caller (`table`, as [`Finish::summed`] makes
-    /// them from the gain's table): a gain that does not change between bids is summed once per
+    /// The same, with the sum's values kept by the caller (`table`, as [`Finish::summed_past`]
+    /// makes them from the gain): a gain that does not change between bids is summed once per
     /// bid.
     pub fn kept(gain: G, finish: Option<&'t Finish>, table: &'t [f64]) -> Self {
         let table = if finish.is_some() { table } else { &[][..] };

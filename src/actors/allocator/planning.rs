@@ -5,7 +5,7 @@
 
 use super::super::bid::Bid;
 use super::super::types;
-use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, PendingGain};
+use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, KeptTerm, PendingGain};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
@@ -121,19 +121,17 @@ impl Allocator {
                 entry.remaining_iters = remaining_iters(&bid, g.curve(), self.settings.epoch.as_secs_f64());
             }
             // The term once per bid (a submitted job's table is priced each epoch: its terms are
-            // kept as far as that table can reach; another's gains are summed here, past their own table
-            // while the sum does not fall).
+            // kept as far as that table can reach; another's gains are summed here).
             entry.finish = bid
                 .gain
                 .as_ref()
                 .and_then(|g| finish_of(&self.settings, g.curve(), entry.remaining_iters))
                 .map(Box::new);
-            entry.finish_table = match (&entry.finish, &bid.gain) {
-                (Some(f), Some(_)) if entry.command.is_some() => {
-                    f.terms((bid.max_workers as usize + 1).min(PRICED_TABLE_LEN))
-                }
-                (Some(f), Some(g)) => f.summed_past(g, (bid.max_workers as usize + 1).min(DEFAULT_TABLE_LEN)),
-                _ => Vec::new(),
+            let len = bid.max_workers as usize + 1;
+            entry.kept_term = match (&entry.finish, &bid.gain) {
+                (Some(f), Some(_)) if entry.command.is_some() => KeptTerm::Terms(f.terms(len.min(PRICED_TABLE_LEN))),
+                (Some(f), Some(g)) => KeptTerm::Summed(f.summed_past(g, len.min(DEFAULT_TABLE_LEN))),
+                _ => KeptTerm::None,
             };
             entry.saves.declare(bid.checkpoint_every_s);
             if let Some(age) = bid.checkpoint_age_s {
@@ -424,9 +422,9 @@ impl Allocator {
 
     /// A job's gains this epoch with its completion term: a submitted job's priced for the
     /// restart that any change costs it (the measured cost once known, else the configured one,
-    /// the prior, plus the work since its checkpoint), the term's kept values added; another's
-    /// as bid, with the table summed at its bid.
-    fn finishing<'a>(
+    /// the prior, plus the work since its checkpoint); another's as bid. What was kept at its
+    /// bid is used where it fits the job as it is now (`KeptTerm`).
+    pub(super) fn finishing<'a>(
         &'a self,
         entry: &'a JobEntry,
         b: &Bid,
@@ -435,8 +433,15 @@ impl Allocator {
         num_workers: u32,
     ) -> schedule::Finishing<'a, BidGain<'a>> {
         let finish = entry.finish.as_deref();
+        let terms: &[f64] = match &entry.kept_term {
+            KeptTerm::Terms(terms) => terms,
+            _ => &[],
+        };
         if entry.command.is_none() {
-            return schedule::Finishing::kept(BidGain::Curve(ByRef(g)), finish, &entry.finish_table);
+            return match &entry.kept_term {
+                KeptTerm::Summed(table) => schedule::Finishing::kept(BidGain::Curve(ByRef(g)), finish, table),
+                _ => schedule::Finishing::tabled(BidGain::Curve(ByRef(g)), finish, terms),
+            };
         }
         let restart_s = entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s);
         let priced = schedule::restart_priced(
@@ -447,7 +452,7 @@ impl Allocator {
             b.max_workers.min(num_workers),
             PRICED_TABLE_LEN,
         );
-        schedule::Finishing::tabled(BidGain::Priced(priced), finish, &entry.finish_table)
+        schedule::Finishing::tabled(BidGain::Priced(priced), finish, terms)
     }
 
     /// Compares each job's prediction for the epoch that just ended with its reports, and

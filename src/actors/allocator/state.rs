@@ -101,6 +101,20 @@ pub enum Count {
     RendezvousPortsBusy(usize),
 }
 
+/// What is kept of a job's completion term between its bids, as its bid found the job. It says
+/// what it holds: a job's command can come or go between two bids (a hello that changes it), and
+/// then the epoch computes what the kept values do not give.
+#[derive(Debug, Default)]
+pub(super) enum KeptTerm {
+    #[default]
+    None,
+    /// A submitted job, whose gains are priced each epoch: the term's values at 0, 1, …
+    /// workers as far as its priced table reaches (`schedule::Finish::terms`).
+    Terms(Vec<f64>),
+    /// Any other: its gain table with the term added (`schedule::Finish::summed_past`).
+    Summed(Vec<f64>),
+}
+
 pub(super) struct JobEntry {
     /// Unique per job for the life of the process (a job that leaves and returns gets a new
     /// one): workers name their job by it in the registry.
@@ -148,12 +162,9 @@ pub(super) struct JobEntry {
     /// completion term.
     pub(super) remaining_iters: f64,
     /// Its completion term as of its latest bid (none under fair sharing, with weight 0 or
-    /// without a gain), and what is kept of it, computed once per bid, not per epoch: for a
-    /// submitted job, whose gains are priced each epoch, the term's values at 0, 1, … workers
-    /// as far as its priced table reaches (`schedule::Finish::terms`); for any other, its gain
-    /// table with the term added (`schedule::Finish::summed_past`). Empty without the term.
+    /// without a gain), and what is kept of it, computed once per bid, not per epoch.
     pub(super) finish: Option<Box<crate::schedule::Finish>>,
-    pub(super) finish_table: Vec<f64>,
+    pub(super) kept_term: KeptTerm,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
     pub(super) speeds: JobSpeeds,
 }
@@ -183,7 +194,7 @@ impl JobEntry {
             pace_rates: Vec::new(),
             remaining_iters: 0.0,
             finish: None,
-            finish_table: Vec::new(),
+            kept_term: KeptTerm::None,
             speeds: JobSpeeds::default(),
         }
     }

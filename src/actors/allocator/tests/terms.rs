@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{bid, epoch, members, settings, worker};
+use super::{bid, command, epoch, members, settings, worker};
 use crate::actors::allocator::core::Input;
 use crate::actors::allocator::state::{Allocator, AllocatorSettings};
+use crate::policy::GainFn;
 
 /// The completion term an allocator keeps between epochs (computed once per bid) is always its
 /// latest bid's: when two jobs' remaining work swaps, the worker follows the shorter one.
@@ -34,4 +35,25 @@ fn the_completion_term_kept_between_epochs_is_the_latest_bids() {
         held.extend(members(&epoch(&mut a, f64::from(now_s), true)));
     }
     assert_eq!(held.get("long").map(Vec::len), Some(1), "{held:?}");
+}
+
+/// What is kept of a job's term at its bid fits the job as it was then: when a hello gives a
+/// job a command before its next bid, its gains this epoch are what its next bid gives, not the
+/// kept sum read as the term's values.
+#[test]
+fn a_command_given_after_a_bid_gets_the_gains_its_next_bid_would_give() {
+    let mut a = Allocator::new(AllocatorSettings { completion_weight: 1.0, ..settings() }, false);
+    a.handle(0.0, Input::WorkerHello(worker("w", None)));
+    let table = |a: &Allocator| -> Vec<u64> {
+        let entry = &a.jobs["j"];
+        let b = entry.bid.as_deref().expect("a bid");
+        let g = b.gain.as_ref().expect("a gain");
+        a.finishing(entry, b, g, 0, 1).table().iter().map(|v| v.to_bits()).collect()
+    };
+    a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "j".into(), bid: bid("j", Some(8), 40) });
+    a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: Some(command(1)) });
+    let read = table(&a);
+    a.handle(0.0, Input::Bid { job: "j".into(), bid: bid("j", Some(8), 40) });
+    assert_eq!(read, table(&a));
 }
