@@ -559,7 +559,7 @@ mod tests {
                         age_s: f64::from(t - jobs[j].arrive),
                         done: done[j],
                         remaining: jobs[j].work - done[j],
-                        rates: &rates,
+                        rates: crate::schedule::slowdown::Rates::new(&rates),
                         wait_s: 1.0,
                     })
                 })

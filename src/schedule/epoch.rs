@@ -504,7 +504,13 @@ mod tests {
         let eager: Gain = |w| f64::from(w);
         let done: Gain = |_| 0.0;
         let rates: Vec<f64> = (0..=8u32).map(f64::from).collect();
-        let pace = Pace { age_s: 0.0, done: 0.0, remaining: 1000.0, rates: &rates, wait_s: 5.0 };
+        let pace = Pace {
+            age_s: 0.0,
+            done: 0.0,
+            remaining: 1000.0,
+            rates: crate::schedule::slowdown::Rates::new(&rates),
+            wait_s: 5.0,
+        };
         fn job<'a>(model: &'a JobModel, g: Gain, pace: Option<Pace<'a>>) -> EpochJob<'a, Gain> {
             EpochJob {
                 bid: JobBid { max_workers: 8, ..JobBid::new(Some(g)) },

@@ -22,6 +22,7 @@ pub mod saves;
 pub mod slowdown;
 pub mod tenants;
 pub mod typed;
+pub mod water;
 
 pub use batch::{batch_for, batch_to_run};
 pub use bid::{GainTable, bid_horizon, concave_hull, gains, make_bid, rates, restart_factor, restart_priced};

@@ -28,6 +28,8 @@
 use crate::policy::{JobBid, Problem, fair};
 use crate::quality::TimeCurve;
 
+pub use super::water::water_level;
+
 /// Most workers a job's rate table covers (its rate is taken flat beyond).
 pub const RATE_TABLE_LEN: u32 = 256;
 
@@ -46,6 +48,54 @@ pub(super) fn grant_in_order(want: &[u32], order: &[usize], mut left: u32, floor
     }
 }
 
+/// Rates kept inline in a [`Rates`]: those at `0..RATE_HEAD` workers.
+pub const RATE_HEAD: usize = 8;
+
+/// A job's work per second at `0, 1, …, n` workers, the first [`RATE_HEAD`] also kept inline.
+/// At thousands of jobs the bound reads each job's rates at its few workers every epoch; read
+/// from each job's table, that was a cache miss per job (perf: the load of the rate was most of
+/// the fair clocks' time), read from here it comes with the job's other figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Rates<'a> {
+    head: [f64; RATE_HEAD],
+    all: &'a [f64],
+}
+
+impl<'a> Rates<'a> {
+    pub fn new(all: &'a [f64]) -> Self {
+        Rates { head: rate_head(all), all }
+    }
+
+    /// With `head` kept beside the table: it must be [`rate_head`] of `all`.
+    pub fn with_head(head: [f64; RATE_HEAD], all: &'a [f64]) -> Self {
+        debug_assert_eq!(head, rate_head(all), "the head is the table's");
+        Rates { head, all }
+    }
+
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'a, f64> {
+        self.all.iter()
+    }
+
+    fn at(&self, i: usize) -> f64 {
+        if i < RATE_HEAD { self.head[i] } else { self.all[i] }
+    }
+}
+
+/// The first [`RATE_HEAD`] rates of `all` (zeros past its end).
+pub fn rate_head(all: &[f64]) -> [f64; RATE_HEAD] {
+    let mut head = [0.0; RATE_HEAD];
+    head.iter_mut().zip(all).for_each(|(h, &r)| *h = r);
+    head
+}
+
 /// What the finish-time bound needs of one job this epoch. Work is in any unit the caller likes
 /// (iterations, progress), as long as `done`, `remaining` and `rates` agree.
 #[derive(Clone, Copy, Debug)]
@@ -58,7 +108,7 @@ pub struct Pace<'a> {
     /// Work predicted left (declared, or predicted from its curve: never read if unknown).
     pub remaining: f64,
     /// Work per second at `0, 1, …, n` workers (`rates[0]` = 0); flat past `n`.
-    pub rates: &'a [f64],
+    pub rates: Rates<'a>,
     /// Seconds until the next decision (the epoch).
     pub wait_s: f64,
 }
@@ -75,7 +125,7 @@ impl Pace<'_> {
         let lo = w.floor() as usize;
         let hi = (lo + 1).min(n - 1);
         let t = w - lo as f64;
-        let r = self.rates[lo] * (1.0 - t) + self.rates[hi] * t;
+        let r = self.rates.at(lo) * (1.0 - t) + self.rates.at(hi) * t;
         if r.is_finite() { r.max(0.0) } else { 0.0 }
     }
 
@@ -191,18 +241,6 @@ impl AsMut<PaceLedger> for PaceLedger {
     fn as_mut(&mut self) -> &mut PaceLedger {
         self
     }
-}
-
-/// The max-min fair shares of `capacity` among jobs bounded by `[min, max]` each: a common level
-/// clamped to each job's bounds, chosen so the shares sum to the capacity (or all are at max).
-pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
-    let total = |level: f64| bounds.iter().map(|&(lo, hi)| level.clamp(lo, hi)).sum::<f64>();
-    let (mut lo, mut hi) = (0.0, capacity.max(1.0));
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if total(mid) <= capacity { lo = mid } else { hi = mid }
-    }
-    bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
 }
 
 /// The workers each job must get this epoch to keep its predicted finish within
@@ -361,7 +399,7 @@ mod tests {
     #[test]
     fn rates_interpolate_and_are_flat_past_the_table() {
         let rates = [0.0, 1.0, 2.0, 2.5];
-        let p = Pace { age_s: 0.0, done: 0.0, remaining: 10.0, rates: &rates, wait_s: 0.0 };
+        let p = Pace { age_s: 0.0, done: 0.0, remaining: 10.0, rates: Rates::new(&rates), wait_s: 0.0 };
         assert_eq!(p.rate(0.0), 0.0);
         assert!((p.rate(1.5) - 1.5).abs() < 1e-12);
         assert!((p.rate(2.5) - 2.25).abs() < 1e-12);
@@ -375,7 +413,13 @@ mod tests {
         let rates = [0.0, 1.0, 2.0, 3.0, 4.0];
         let mut l = PaceLedger::default();
         // 100 units of work; fair share 2 workers (rate 2) for 10 s, then 1 worker.
-        let at = |age: f64, done: f64| Pace { age_s: age, done, remaining: 100.0 - done, rates: &rates, wait_s: 0.0 };
+        let at = |age: f64, done: f64| Pace {
+            age_s: age,
+            done,
+            remaining: 100.0 - done,
+            rates: Rates::new(&rates),
+            wait_s: 0.0,
+        };
         assert_eq!(l.fair_finish(&at(0.0, 0.0), 2.0), 50.0);
         assert_eq!(l.fair_finish(&at(10.0, 5.0), 1.0), 10.0 + 80.0);
         assert!((l.fair_seconds() - 20.0).abs() < 1e-12);
@@ -385,7 +429,7 @@ mod tests {
         // Its speed turns out twice what was thought: the clock's 130 one-worker seconds are
         // 260 units, past its work since age 50.
         let fast = [0.0, 2.0, 4.0, 6.0, 8.0];
-        let p = Pace { age_s: 140.0, done: 80.0, remaining: 20.0, rates: &fast, wait_s: 0.0 };
+        let p = Pace { age_s: 140.0, done: 80.0, remaining: 20.0, rates: Rates::new(&fast), wait_s: 0.0 };
         assert!(l.fair_finish(&p, 1.0) <= 140.0);
     }
 
@@ -396,7 +440,7 @@ mod tests {
         let rates = [0.0, 1.0, 2.0, 3.0, 4.0];
         let mut l = vec![PaceLedger::default()];
         let pace = |age: f64, done: f64| {
-            [Some(Pace { age_s: age, done, remaining: 100.0 - done, rates: &rates, wait_s: 5.0 })]
+            [Some(Pace { age_s: age, done, remaining: 100.0 - done, rates: Rates::new(&rates), wait_s: 5.0 })]
         };
         assert_eq!(slowdown_floors(2.0, 2, &[8], &[2.0], &pace(0.0, 0.0), &mut l), vec![1]);
         // Ahead of its pace it may wait: at 20 s with 50 done, 50 left take 50 s on one worker.
@@ -420,7 +464,9 @@ mod tests {
         // the two furthest past it, in ratio, are served.
         let rates = [0.0, 1.0, 2.0];
         let mut l = vec![PaceLedger::default(); 3];
-        let p = |age: f64, rem: f64| Some(Pace { age_s: age, done: 10.0, remaining: rem, rates: &rates, wait_s: 5.0 });
+        let p = |age: f64, rem: f64| {
+            Some(Pace { age_s: age, done: 10.0, remaining: rem, rates: Rates::new(&rates), wait_s: 5.0 })
+        };
         slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &[p(0.0, 5.0), p(0.0, 6.0), p(0.0, 9.0)], &mut l);
         let now = [p(1000.0, 5.0), p(1000.0, 6.0), p(1000.0, 9.0)];
         assert_eq!(slowdown_floors(1.0, 2, &[2; 3], &[1.0; 3], &now, &mut l), vec![1, 1, 0]);
@@ -436,7 +482,7 @@ mod tests {
         let rates = [0.0, 1.0, 2.0];
         let mut l = vec![PaceLedger::default(); 2];
         let p = |age: f64, done: f64, total: f64| {
-            Some(Pace { age_s: age, done, remaining: total - done, rates: &rates, wait_s: 1.0 })
+            Some(Pace { age_s: age, done, remaining: total - done, rates: Rates::new(&rates), wait_s: 1.0 })
         };
         slowdown_floors(1.0, 2, &[2; 2], &[1.0, 1.0], &[p(0.0, 0.0, 10.0), None], &mut l);
         assert_eq!(
@@ -454,8 +500,9 @@ mod tests {
         // cannot: 20 + 5 worker-seconds are due by 30 s and two workers give 22 after the wait.
         // So they are owed now; job 0, the further behind, first.
         let rates = [0.0, 1.0, 2.0];
-        let p =
-            |age: f64, done: f64| Some(Pace { age_s: age, done, remaining: 20.0 - done, rates: &rates, wait_s: 5.0 });
+        let p = |age: f64, done: f64| {
+            Some(Pace { age_s: age, done, remaining: 20.0 - done, rates: Rates::new(&rates), wait_s: 5.0 })
+        };
         let floors = |second_done: f64| {
             let mut l = vec![PaceLedger::default(); 2];
             slowdown_floors(1.5, 2, &[2; 2], &[1.0; 2], &[p(0.0, 0.0), p(0.0, 0.0)], &mut l);
@@ -485,7 +532,7 @@ mod tests {
             let paces: Vec<Option<Pace<'_>>> = jobs
                 .iter()
                 .zip(&tables)
-                .map(|(&(age, done, remaining, _, _), rates)| Some(Pace { age_s: age, done, remaining, rates, wait_s: 5.0 }))
+                .map(|(&(age, done, remaining, _, _), rates)| Some(Pace { age_s: age, done, remaining, rates: Rates::new(rates), wait_s: 5.0 }))
                 .collect();
             let n = jobs.len() as u32;
             let max = vec![16u32; jobs.len()];

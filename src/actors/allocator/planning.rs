@@ -115,6 +115,7 @@ impl Allocator {
             let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
             if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
                 entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
+                entry.pace_head = schedule::slowdown::rate_head(&entry.pace_rates);
             }
             // Read by the bound and the completion term, which fair sharing has neither of.
             if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
@@ -404,7 +405,7 @@ impl Allocator {
                         age_s: now_s - entry.since_s,
                         done: last as f64,
                         remaining: entry.remaining_iters,
-                        rates: &entry.pace_rates,
+                        rates: schedule::slowdown::Rates::with_head(entry.pace_head, &entry.pace_rates),
                         wait_s: self.settings.epoch.as_secs_f64(),
                     })
                 });

@@ -12,7 +12,7 @@ use super::super::types::{self, JobSpeeds};
 use crate::cluster::ranks::PortBook;
 use crate::policy::PolicyKind;
 use crate::protocol::{EndReason, EpochSummary, JobAllocation, JobCommand, JobOutcome, WorkerAssignment, WorkerSpec};
-use crate::schedule::{FloorLedger, JobModel, PlaceSettings, PlanSettings, Saves};
+use crate::schedule::{self, FloorLedger, JobModel, PlaceSettings, PlanSettings, Saves};
 
 /// What the allocator needs of the configuration.
 #[derive(Clone, Debug)]
@@ -157,6 +157,8 @@ pub(super) struct JobEntry {
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
     /// finish-time bound is on; else empty (no `Pace`).
     pub(super) pace_rates: Vec<f64>,
+    /// Its first rates, read every epoch, kept here rather than read from the table.
+    pub(super) pace_head: [f64; schedule::slowdown::RATE_HEAD],
     /// Its iterations left as of its latest bid (declared, or predicted from its curve: a
     /// search on the curve, done once per bid, not per epoch); read by the bound and the
     /// completion term.
@@ -192,6 +194,7 @@ impl JobEntry {
             supervision: Supervision { progress_s: now_s, ..Supervision::default() },
             since_s: now_s,
             pace_rates: Vec::new(),
+            pace_head: [0.0; schedule::slowdown::RATE_HEAD],
             remaining_iters: 0.0,
             finish: None,
             kept_term: KeptTerm::None,

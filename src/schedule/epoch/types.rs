@@ -3,7 +3,7 @@
 
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind, Problem};
 use crate::schedule::counts::{FloorLedger, book, fair_shares, floors, honoured_minimums};
-use crate::schedule::slowdown::Pace;
+use crate::schedule::slowdown::{Pace, Rates};
 use crate::schedule::tenants::{Quotas, scaled_guarantees};
 use crate::schedule::typed::{
     Groups, TypeGains, TypedAllocation, TypedJob, allocate_exact_in, best_gains, fair_by_fit,
@@ -509,7 +509,7 @@ fn equal_share_floors<G>(
             .jobs
             .iter()
             .zip(&scaled)
-            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates, ..p }))
+            .map(|(job, r)| job.pace.zip(r.as_deref()).map(|(p, rates)| Pace { rates: Rates::new(rates), ..p }))
             .collect()
     } else {
         Vec::new()

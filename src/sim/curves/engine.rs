@@ -423,7 +423,13 @@ fn pace_of<'s>(s: &JobState<'_>, rates: &'s [f64], config: &SimConfig, now: f64)
     let r = &s.replay;
     let done = (r.next - r.job.offset) as f64 + r.progress;
     let remaining = remaining_of(s, config, rates.get(1).copied().unwrap_or(0.0) * config.epoch_s);
-    schedule::Pace { age_s: now - r.job.arrival_s, done, remaining, rates, wait_s: config.epoch_s }
+    schedule::Pace {
+        age_s: now - r.job.arrival_s,
+        done,
+        remaining,
+        rates: schedule::slowdown::Rates::new(rates),
+        wait_s: config.epoch_s,
+    }
 }
 
 /// The iterations a job has left as the scheduler sees them: its declared length (the curve's

@@ -327,7 +327,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
                 age_s: now - jobs[j].spec.submit_s,
                 done: jobs[j].progress,
                 remaining: *remaining,
-                rates,
+                rates: schedule::slowdown::Rates::new(rates),
                 wait_s: config.epoch_s,
             });
         }
