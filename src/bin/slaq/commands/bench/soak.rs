@@ -29,6 +29,10 @@ pub(crate) struct BenchSoakArgs {
     pub(crate) warm_up_s: u64,
     #[arg(long, default_value_t = 1000)]
     pub(crate) epoch_ms: u64,
+    /// Jobs that end (a bye) per second, each replaced at once by a new job with a new id
+    /// (reporting from its first iteration): the population stays at `--jobs`.
+    #[arg(long, default_value_t = 4.0)]
+    pub(crate) churn_per_s: f64,
     #[command(flatten)]
     pub(crate) out: BenchOutput,
 }
@@ -39,20 +43,27 @@ pub(crate) struct BenchSoakArgs {
 pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.size.jobs > 0 && args.size.workers > 0 && args.reports_per_s > 0.0, "sizes must be positive");
     anyhow::ensure!(args.warm_up_s < args.duration_s, "--warm-up-s must be shorter than --duration-s");
+    anyhow::ensure!(args.churn_per_s >= 0.0, "--churn-per-s must not be negative");
     let json = args.out.json;
     let report = actix::System::new().block_on(async move {
         let (handle, stop) = start_in_process(&args.server.nats, "benchsoak", args.epoch_ms).await?;
         let running = Arc::new(AtomicBool::new(true));
         let sent = Arc::new(AtomicU64::new(0));
-        let load = steady_load(&args, running.clone(), sent.clone());
+        let ended = Arc::new(AtomicU64::new(0));
+        let load = steady_load(&args, running.clone(), (sent.clone(), ended.clone()));
         let started = std::time::Instant::now();
         let mut samples: Vec<(f64, u64)> = Vec::new();
+        let mut jobs_seen: Vec<(f64, usize)> = Vec::new();
         while started.elapsed() < Duration::from_secs(args.duration_s) {
             tokio::time::sleep(Duration::from_secs(5)).await;
             if let Some(rss) = resident_bytes() {
                 samples.push((started.elapsed().as_secs_f64(), rss));
             }
+            if let Some(e) = handle.epochs().await.last() {
+                jobs_seen.push((started.elapsed().as_secs_f64(), e.num_jobs));
+            }
         }
+        let jobs_max = jobs_seen.iter().map(|j| j.1).max().unwrap_or(0);
         running.store(false, Ordering::Relaxed);
         let _ = load.join();
         let epochs = handle.epochs().await;
@@ -72,6 +83,10 @@ pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
             "reports_per_s_per_job": args.reports_per_s,
             "duration_s": args.duration_s,
             "warm_up_s": args.warm_up_s,
+            "churn_per_s": args.churn_per_s,
+            "jobs_ended": ended.load(Ordering::Relaxed),
+            "jobs_in_scheduler_max": jobs_max,
+            "jobs_in_scheduler_last": jobs_seen.last().map(|j| j.1),
             "messages_sent": sent.load(Ordering::Relaxed),
             "accepted": accepted,
             "rejected": rejected,
@@ -93,15 +108,15 @@ pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
 }
 
 /// The load, from a thread of its own until `running` is cleared: every worker says hello,
-/// then beats every 2 s, and every job reports `reports_per_s` times a second; `sent` counts
-/// the messages.
+/// then beats every 2 s, and every job reports `reports_per_s` times a second; `churn_per_s`
+/// jobs a second end and are replaced by new ones. Counts the messages sent and the jobs ended.
 fn steady_load(
     args: &BenchSoakArgs,
     running: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
+    (sent, ended): (Arc<AtomicU64>, Arc<AtomicU64>),
 ) -> std::thread::JoinHandle<anyhow::Result<()>> {
     let urls = args.server.nats.clone();
-    let (jobs, workers, rate) = (args.size.jobs, args.size.workers, args.reports_per_s);
+    let (jobs, workers, rate, churn) = (args.size.jobs, args.size.workers, args.reports_per_s, args.churn_per_s);
     std::thread::spawn(move || -> anyhow::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async move {
@@ -114,10 +129,25 @@ fn steady_load(
             let tick = Duration::from_millis(100);
             let per_tick = rate * tick.as_secs_f64();
             let (mut owed, mut iter, mut next_job, mut ticks) = (0.0, vec![0u64; jobs], 0usize, 0u64);
+            // Each slot's job is `job<slot>` at first, then `job<slot>r<n>` after its n-th end.
+            let (mut round, mut owed_ends, mut next_end) = (vec![0u64; jobs], 0.0, 0usize);
+            let id =
+                |slot: usize, round: u64| if round == 0 { format!("job{slot}") } else { format!("job{slot}r{round}") };
             let mut interval = tokio::time::interval(tick);
             while running.load(Ordering::Relaxed) {
                 interval.tick().await;
                 ticks += 1;
+                owed_ends += churn * tick.as_secs_f64();
+                while owed_ends >= 1.0 {
+                    owed_ends -= 1.0;
+                    let slot = next_end;
+                    next_end = (next_end + 1) % jobs;
+                    let job = id(slot, round[slot]);
+                    let end = protocol::JobEnd { job: job.clone(), reason: protocol::EndReason::Finished };
+                    bus::publish(&client, subjects.job_bye(&job), Encoding::MsgPack, &end).await?;
+                    (round[slot], iter[slot]) = (round[slot] + 1, 0);
+                    ended.fetch_add(1, Ordering::Relaxed);
+                }
                 // Reports: `rate` per job per second, spread over the ticks.
                 owed += per_tick * jobs as f64;
                 while owed >= 1.0 {
@@ -127,7 +157,7 @@ fn steady_load(
                     iter[j] += 1;
                     let k = iter[j] as f64;
                     let r = protocol::LossReport::new(
-                        format!("job{j}"),
+                        id(j, round[j]),
                         iter[j],
                         0.2 + (1.0 + (j % 7) as f64) / k.powf(0.5 + (j % 5) as f64 * 0.2),
                         1.0 / rate,
