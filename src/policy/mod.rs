@@ -236,9 +236,11 @@ fn grant_minima<G>(problem: &Problem<'_, G>) -> (Vec<u32>, u32) {
 
 /// Jobs in the order that ties are broken in: least attained service first, then job order.
 fn by_least_service<G>(jobs: &[JobBid<G>], candidates: impl Iterator<Item = JobOrd>) -> Vec<JobOrd> {
-    let mut order: Vec<JobOrd> = candidates.collect();
-    order.sort_by(|&a, &b| jobs[a].attained_service.total_cmp(&jobs[b].attained_service).then(a.cmp(&b)));
-    order
+    // Sorted as (service, order) pairs side by side: no two are equal, so an unstable sort
+    // gives the one order, and no comparison reads a job's bid.
+    let mut keyed: Vec<(f64, JobOrd)> = candidates.map(|o| (jobs[o].attained_service, o)).collect();
+    keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    keyed.into_iter().map(|(_, o)| o).collect()
 }
 
 #[cfg(test)]

@@ -380,7 +380,8 @@ fn demand(job: usize, pace: &Pace<'_>, deadline: f64, cap: u32) -> Demand {
 /// ones) exceed what the cluster can do by then less the epoch waited, that job and every
 /// earlier one are owed their workers now: those are returned.
 fn owed_jointly(deferred: &mut [Deferred], due_now: f64, num_workers: u32, wait_s: f64) -> &[Deferred] {
-    deferred.sort_by(|a, b| a.slack.total_cmp(&b.slack));
+    // Pushed in job order: the job breaks ties as a stable sort would.
+    deferred.sort_unstable_by(|a, b| a.slack.total_cmp(&b.slack).then(a.job.cmp(&b.job)));
     let mut due = due_now;
     let mut tight = 0;
     for (i, d) in deferred.iter().enumerate() {
