@@ -68,7 +68,7 @@ impl<'a> Rates<'a> {
 
     /// With `head` kept beside the table: it must be [`rate_head`] of `all`.
     pub fn with_head(head: [f64; RATE_HEAD], all: &'a [f64]) -> Self {
-        debug_assert_eq!(head, rate_head(all), "the head is the table's");
+        debug_assert_eq!(head.map(f64::to_bits), rate_head(all).map(f64::to_bits), "the head is the table's");
         Rates { head, all }
     }
 
