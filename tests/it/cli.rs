@@ -335,6 +335,7 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     assert_eq!(soak["accepted"]["worker_hello"], 40, "{soak}");
     // Churn: jobs ended and were replaced, and the scheduler never held more than the load's.
     assert!(soak["jobs_ended"].as_u64().is_some_and(|n| n >= 10), "{soak}");
+    assert!(soak["churn_per_s_achieved"].as_f64().is_some_and(|r| r > 1.0), "{soak}");
     assert!(soak["accepted"]["job_bye"].as_u64().is_some_and(|n| n > 0), "{soak}");
     assert!(soak["jobs_in_scheduler_max"].as_u64().is_some_and(|n| (1..=10).contains(&n)), "{soak}");
     let idle = json(&["bench", "idle", "--nats", url, "--jobs", "20", "--settle-s", "1", "--measure-s", "1"]);
