@@ -101,9 +101,7 @@ fn allocate_with<G: GainFn>(problem: &Problem<'_, G>, greedy: Greedy<G>) -> Allo
         workers[ord] = 1;
         left -= 1;
     }
-    if left > 0 {
-        deal_harmless(jobs, &mut workers, left);
-    }
+    deal_harmless(jobs, &mut workers, left);
     Allocation { workers }
 }
 

@@ -66,12 +66,6 @@ impl<'a> Rates<'a> {
         Rates { head: rate_head(all), all }
     }
 
-    /// With `head` kept beside the table: it must be [`rate_head`] of `all`.
-    pub fn with_head(head: [f64; RATE_HEAD], all: &'a [f64]) -> Self {
-        debug_assert_eq!(head.map(f64::to_bits), rate_head(all).map(f64::to_bits), "the head is the table's");
-        Rates { head, all }
-    }
-
     pub fn len(&self) -> usize {
         self.all.len()
     }
@@ -90,10 +84,32 @@ impl<'a> Rates<'a> {
 }
 
 /// The first [`RATE_HEAD`] rates of `all` (zeros past its end).
-pub fn rate_head(all: &[f64]) -> [f64; RATE_HEAD] {
+fn rate_head(all: &[f64]) -> [f64; RATE_HEAD] {
     let mut head = [0.0; RATE_HEAD];
     head.iter_mut().zip(all).for_each(|(h, &r)| *h = r);
     head
+}
+
+/// A job's rate table kept from epoch to epoch with its head (the allocator's, per bid): lent
+/// as [`Rates`] without copying the head from the table each epoch.
+#[derive(Clone, Debug, Default)]
+pub struct RateTable {
+    head: [f64; RATE_HEAD],
+    all: Vec<f64>,
+}
+
+impl RateTable {
+    pub fn new(all: Vec<f64>) -> Self {
+        RateTable { head: rate_head(&all), all }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    pub fn rates(&self) -> Rates<'_> {
+        Rates { head: self.head, all: &self.all }
+    }
 }
 
 /// What the finish-time bound needs of one job this epoch. Work is in any unit the caller likes

@@ -111,11 +111,11 @@ impl Allocator {
                     fx.push(Effect::Count(Count::RestartSeconds(took)));
                 }
             }
-            entry.pace_rates.clear();
+            entry.pace_rates = schedule::slowdown::RateTable::default();
             let bounded = self.settings.policy != PolicyKind::Fair && self.settings.plan.slowdown_bound().is_finite();
             if let Some(g) = bid.gain.as_ref().filter(|_| bounded) {
-                entry.pace_rates = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
-                entry.pace_head = schedule::slowdown::rate_head(&entry.pace_rates);
+                let table = schedule::slowdown::rate_table(&g.curve().time, bid.max_workers);
+                entry.pace_rates = schedule::slowdown::RateTable::new(table);
             }
             // Read by the bound and the completion term, which fair sharing has neither of.
             if let Some(g) = bid.gain.as_ref().filter(|_| self.settings.policy != PolicyKind::Fair) {
@@ -405,7 +405,7 @@ impl Allocator {
                         age_s: now_s - entry.since_s,
                         done: last as f64,
                         remaining: entry.remaining_iters,
-                        rates: schedule::slowdown::Rates::with_head(entry.pace_head, &entry.pace_rates),
+                        rates: entry.pace_rates.rates(),
                         wait_s: self.settings.epoch.as_secs_f64(),
                     })
                 });

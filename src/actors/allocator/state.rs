@@ -155,10 +155,9 @@ pub(super) struct JobEntry {
     /// finish-time bound.
     pub(super) since_s: f64,
     /// Its predicted iterations per second at 0, 1, … workers, from its latest bid, when the
-    /// finish-time bound is on; else empty (no `Pace`).
-    pub(super) pace_rates: Vec<f64>,
-    /// Its first rates, read every epoch, kept here rather than read from the table.
-    pub(super) pace_head: [f64; schedule::slowdown::RATE_HEAD],
+    /// finish-time bound is on; else empty (no `Pace`). Its first rates, read every epoch, are
+    /// kept inline rather than read from the table.
+    pub(super) pace_rates: schedule::slowdown::RateTable,
     /// Its iterations left as of its latest bid (declared, or predicted from its curve: a
     /// search on the curve, done once per bid, not per epoch); read by the bound and the
     /// completion term.
@@ -193,8 +192,7 @@ impl JobEntry {
             command: None,
             supervision: Supervision { progress_s: now_s, ..Supervision::default() },
             since_s: now_s,
-            pace_rates: Vec::new(),
-            pace_head: [0.0; schedule::slowdown::RATE_HEAD],
+            pace_rates: schedule::slowdown::RateTable::default(),
             remaining_iters: 0.0,
             finish: None,
             kept_term: KeptTerm::None,
