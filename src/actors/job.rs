@@ -15,6 +15,7 @@ use crate::bus::durable::Durable;
 use crate::cluster::model::Observation;
 use crate::protocol::{JobSpec, LossPoint};
 use crate::quality::JobPredictor;
+use crate::quality::history::{HistoryPoint, JobCurve, LossHistory};
 use crate::schedule;
 use crate::schedule::JobModel;
 
@@ -53,6 +54,8 @@ pub struct JobActor {
     generation: Option<u64>,
     /// The work a stop would lose, as its latest report said.
     checkpoint_age_s: Option<f64>,
+    /// Its reports for people to look at (the page), apart from the predictor's window.
+    history: LossHistory,
 }
 
 /// Shapes a job's iteration-time model remembers.
@@ -107,11 +110,17 @@ impl JobActor {
         horizon_s: f64,
         epoch_s: f64,
     ) -> Self {
+        // A restored job shows the points its predictor kept (their times were not saved).
+        let mut history = LossHistory::default();
+        for (iter, loss) in predictor.window() {
+            history.push(HistoryPoint { iter, loss, at_ms: None, workers: 0 }, None);
+        }
         JobActor {
             spec,
             allocator,
             horizon_s,
             epoch_s,
+            history,
             restored_iter: predictor.last_iter().unwrap_or(0),
             predictor,
             workers: 0,
@@ -234,6 +243,10 @@ impl Handler<Report> for JobActor {
         }
         self.counters.accepted.inc();
         self.generation = self.generation.max(report.generation);
+        let at_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as u64);
+        let point = HistoryPoint { iter: report.iter, loss: report.loss, at_ms, workers: self.workers };
+        self.history.push(point, report.generation);
         if report.checkpoint_age_s.is_some() {
             self.checkpoint_age_s = report.checkpoint_age_s;
         }
@@ -384,6 +397,22 @@ impl Handler<CountPoints> for JobActor {
     type Result = u64;
     fn handle(&mut self, _: CountPoints, _: &mut Self::Context) -> u64 {
         self.predictor.num_points()
+    }
+}
+
+/// Its loss history, with the predictor's curve and the next `ahead_s` seconds it predicts at
+/// its current workers (the page's view of a job).
+#[derive(Message)]
+#[rtype(result = "JobCurve")]
+pub struct GetCurve {
+    pub ahead_s: f64,
+}
+
+impl Handler<GetCurve> for JobActor {
+    type Result = MessageResult<GetCurve>;
+    fn handle(&mut self, GetCurve { ahead_s }: GetCurve, _: &mut Self::Context) -> Self::Result {
+        // The last fit (at most a refit interval old): a look never changes when it refits.
+        MessageResult(JobCurve::new(&self.history, &self.predictor, self.workers, ahead_s))
     }
 }
 

@@ -83,6 +83,13 @@ pub struct JobStatus {
     /// of each type it has run on, and the epochs measured there (`quality::speeds`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub speeds: BTreeMap<String, (f64, u32)>,
+    /// Its age over the age at which fair sharing would have finished it, once it would have
+    /// (the finish-time bound's fair clock): a lower bound on its slowdown while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown: Option<f64>,
+    /// The generations that were restarts after a failure or a stall (the newest 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarted: Vec<u64>,
 }
 
 /// How a job ended, kept for a while after it left (`slaq submit --wait` reads it).

@@ -5,6 +5,7 @@
 
 pub mod curve;
 pub mod eval;
+pub mod history;
 pub mod predictor;
 pub mod runtime;
 pub mod speeds;

@@ -472,6 +472,11 @@ impl JobPredictor {
         self.window.back().map(|p| p.0)
     }
 
+    /// The points its fit sees (its window), oldest first.
+    pub fn window(&self) -> impl ExactSizeIterator<Item = (u64, f64)> + '_ {
+        self.window.iter().copied()
+    }
+
     pub fn time_curve(&self) -> TimeCurve {
         self.time.curve()
     }

@@ -112,6 +112,9 @@ pub enum StateMode {
 pub struct RawHttp {
     /// `host:port` to listen on; empty: no HTTP listener.
     pub listen: String,
+    /// A bearer token the listener asks of every request but `/healthz` (the page, its JSON,
+    /// `/metrics`, `/readyz`); empty: none (keep `listen` on loopback then).
+    pub token: String,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -347,8 +350,10 @@ pub struct ServeConfig {
     pub plan: crate::schedule::PlanSettings,
     pub place: crate::schedule::PlaceSettings,
     pub predictor: PredictorConfig,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
+    /// Where `/metrics`, `/healthz`, `/readyz` and the page are served, if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// The bearer token of `[http] token`, if set.
+    pub http_token: Option<String>,
     pub state_mode: StateMode,
     pub max_iter_jump: u64,
     pub report_quota: governor::Quota,
@@ -394,13 +399,14 @@ pub enum ConfigError {
 }
 
 /// The environment variables `slaq serve` reads.
-pub const ENV_VARS: [&str; 13] = [
+pub const ENV_VARS: [&str; 14] = [
     "SLAQ_NATS_URL",
     "SLAQ_PREFIX",
     "SLAQ_EPOCH_MS",
     "SLAQ_REFIT_MS",
     "SLAQ_POLICY",
     "SLAQ_HTTP_LISTEN",
+    "SLAQ_HTTP_TOKEN",
     "SLAQ_STATE_MODE",
     "SLAQ_STATE_NATS_USER",
     "SLAQ_STATE_NATS_PASSWORD",
@@ -435,7 +441,7 @@ impl RawConfig {
     }
 
     /// Applies `SLAQ_NATS_URL` (comma-separated), `SLAQ_PREFIX`, `SLAQ_EPOCH_MS`,
-    /// `SLAQ_REFIT_MS`, `SLAQ_POLICY` and `SLAQ_HTTP_LISTEN` from `env` (see [`ENV_VARS`]),
+    /// `SLAQ_REFIT_MS`, `SLAQ_POLICY`, `SLAQ_HTTP_LISTEN` and `SLAQ_HTTP_TOKEN` from `env` (see [`ENV_VARS`]),
     /// then the flags, and validates.
     pub fn resolve(mut self, env: &BTreeMap<String, String>, flags: &Overrides) -> Result<ServeConfig, ConfigError> {
         if let Some(v) = env.get("SLAQ_NATS_URL") {
@@ -470,6 +476,9 @@ impl RawConfig {
         }
         if let Some(v) = env.get("SLAQ_HTTP_LISTEN") {
             self.http.listen = v.clone();
+        }
+        if let Some(v) = env.get("SLAQ_HTTP_TOKEN") {
+            self.http.token = v.clone();
         }
         let state_auth = &mut self.nats.state_auth;
         for (name, field) in [
@@ -591,6 +600,7 @@ impl RawConfig {
             plan,
             predictor: self.predictor,
             http_listen,
+            http_token: Some(self.http.token.trim().to_string()).filter(|t| !t.is_empty()),
         })
     }
 
@@ -811,6 +821,13 @@ mod tests {
         assert_eq!(on.http_listen, Some("127.0.0.1:9464".parse().unwrap()));
         let flags = Overrides { http_listen: Some("localhost".into()), ..Overrides::default() };
         assert!(RawConfig::default().resolve(&BTreeMap::new(), &flags).is_err());
+        // A token is set by the file or SLAQ_HTTP_TOKEN; blank is none.
+        assert_eq!(none.http_token, None);
+        let env: BTreeMap<String, String> = [("SLAQ_HTTP_TOKEN".to_string(), " s3cret ".to_string())].into();
+        assert_eq!(
+            RawConfig::default().resolve(&env, &Overrides::default()).unwrap().http_token.as_deref(),
+            Some("s3cret")
+        );
     }
 
     #[test]

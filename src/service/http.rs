@@ -1,6 +1,7 @@
 //! The HTTP listener (`[http] listen`): `/metrics` in the Prometheus text format, `/healthz`
-//! (the process answers) and `/readyz` (connected to NATS, subscriptions confirmed, and an
-//! epoch within the last two periods).
+//! (the process answers), `/readyz` (connected to NATS, subscriptions confirmed, and an epoch
+//! within the last two periods), and the page with its JSON (`page`). With `[http] token`,
+//! everything but `/healthz` asks for it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use super::page::{PageState, Token, require_token};
 use crate::bus::BusCounters;
 use crate::metrics::Metrics;
 
@@ -23,12 +25,14 @@ pub struct HttpState {
     pub epoch: Duration,
 }
 
-pub fn router(state: HttpState) -> Router {
+pub fn router(state: HttpState, page: PageState, token: Token) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
+        .merge(super::page::routes().with_state(page))
+        .layer(axum::middleware::from_fn_with_state(token, require_token))
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {

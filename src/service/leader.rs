@@ -59,6 +59,7 @@ pub async fn run(
     let term = start::term(&config, durable.as_ref()).await?;
     let (allocator_thread, allocator, mut ending) =
         start::allocator(&client, &config, term, &metrics, durable.as_ref());
+    let _ = http.allocator.set(allocator.clone());
     // What the stream held before this start: read again (a replay), it registers no job.
     let replay_until = match &durable {
         Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,

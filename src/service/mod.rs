@@ -13,6 +13,7 @@ mod ingest;
 mod inputs;
 pub mod intake;
 mod leader;
+mod page;
 mod replica;
 pub mod routes;
 pub mod shard;

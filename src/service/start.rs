@@ -52,20 +52,20 @@ pub(super) async fn open_state(
 /// the listener.
 async fn serve_http(
     addr: SocketAddr,
-    state: http::HttpState,
+    app: axum::Router,
 ) -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>), ServiceError> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServiceError::Http { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ServiceError::Http { addr, source })?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = stop_rx.await;
         });
         if let Err(e) = server.await {
             warn!(error = %e, "HTTP listener failed");
         }
     });
-    info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    info!(addr = %bound, "serving the page (/), /metrics, /healthz and /readyz");
     Ok((bound, stop_tx))
 }
 
@@ -91,10 +91,12 @@ pub fn allocator_settings(config: &ServeConfig, term: Option<u64>) -> AllocatorS
     }
 }
 
-/// The HTTP listener, if `[http] listen` asks for one: where it is bound, and what stops it.
+/// The HTTP listener, if `[http] listen` asks for one: where it is bound, what stops it, and
+/// where the page finds the allocator once it runs.
 pub(super) struct Http {
     pub addr: Option<SocketAddr>,
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub allocator: std::sync::Arc<std::sync::OnceLock<Addr<AllocatorActor>>>,
 }
 
 /// Binds the HTTP listener (before anything else that may fail later: a taken port fails the
@@ -106,7 +108,13 @@ pub(super) async fn http(
     durable: Option<&Durable>,
     client: &async_nats::Client,
 ) -> Result<Http, ServiceError> {
-    let Some(addr) = config.http_listen else { return Ok(Http { addr: None, stop: None }) };
+    let page = super::page::PageState::new(metrics.clone(), config.epoch, config.horizon_s);
+    let allocator = page.allocator.clone();
+    let Some(addr) = config.http_listen else { return Ok(Http { addr: None, stop: None, allocator }) };
+    if config.http_token.is_none() && !addr.ip().is_loopback() {
+        warn!(%addr, "the page and /metrics are served past loopback without a token ([http] token)");
+    }
+    let token = super::page::Token(config.http_token.as_deref().map(std::sync::Arc::from));
     let state = http::HttpState {
         metrics: metrics.clone(),
         bus: bus.clone(),
@@ -114,8 +122,8 @@ pub(super) async fn http(
         client: client.clone(),
         epoch: config.epoch,
     };
-    let (bound, stop) = serve_http(addr, state).await?;
-    Ok(Http { addr: Some(bound), stop: Some(stop) })
+    let (bound, stop) = serve_http(addr, http::router(state, page, token)).await?;
+    Ok(Http { addr: Some(bound), stop: Some(stop), allocator })
 }
 
 /// The term assignments carry: the configured one, or the durable state's next incarnation

@@ -12,6 +12,7 @@ mod isolate;
 mod layout;
 mod live;
 mod observe;
+mod page;
 mod partitions;
 mod placement;
 mod policy_props;

@@ -352,6 +352,12 @@ impl Generations<'_> {
         let now_s = self.now_s;
         entry.generation += 1;
         let sup = &mut entry.supervision;
+        if sup.restart_at_s.is_some() {
+            if sup.restarted.len() == super::state::RESTARTS_KEPT {
+                sup.restarted.pop_front();
+            }
+            sup.restarted.push_back(entry.generation);
+        }
         (sup.generation_started_s, sup.restart_at_s) = (now_s, None);
         sup.timing_restart = entry.generation > 1 && !workers.is_empty();
         let launches = launches(self.registry, self.ports, entry, workers, batch, now_s);

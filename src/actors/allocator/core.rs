@@ -238,7 +238,7 @@ impl Allocator {
     }
 
     /// The recent epoch summaries, oldest first.
-    pub fn history(&self) -> impl Iterator<Item = &EpochSummary> {
+    pub fn history(&self) -> impl ExactSizeIterator<Item = &EpochSummary> {
         self.history.iter()
     }
 

@@ -283,6 +283,19 @@ impl Handler<GetStatus> for AllocatorActor {
     }
 }
 
+/// The actor of a job whose actor runs in this process (`None`: no such job here, or its
+/// actor runs on its partition's owner).
+#[derive(Message)]
+#[rtype(result = "Option<Addr<JobActor>>")]
+pub struct JobActorOf(pub String);
+
+impl Handler<JobActorOf> for AllocatorActor {
+    type Result = Option<Addr<JobActor>>;
+    fn handle(&mut self, JobActorOf(job): JobActorOf, _: &mut Self::Context) -> Self::Result {
+        self.addrs.get(&job).cloned()
+    }
+}
+
 /// The recent epoch summaries, oldest first.
 #[derive(Message)]
 #[rtype(result = "Vec<EpochSummary>")]
@@ -292,6 +305,20 @@ impl Handler<GetEpochs> for AllocatorActor {
     type Result = MessageResult<GetEpochs>;
     fn handle(&mut self, _: GetEpochs, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.core.history().cloned().collect())
+    }
+}
+
+/// The newest `0` epoch summaries, oldest first.
+#[derive(Message)]
+#[rtype(result = "Vec<EpochSummary>")]
+pub struct RecentEpochs(pub usize);
+
+impl Handler<RecentEpochs> for AllocatorActor {
+    type Result = MessageResult<RecentEpochs>;
+    fn handle(&mut self, RecentEpochs(n): RecentEpochs, _: &mut Self::Context) -> Self::Result {
+        let all = self.core.history();
+        let skip = all.len().saturating_sub(n);
+        MessageResult(self.core.history().skip(skip).cloned().collect())
     }
 }
 

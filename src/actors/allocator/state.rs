@@ -236,11 +236,16 @@ pub struct Allocator {
     pub(super) submitted: usize,
 }
 
+/// Restarted generations a job's status lists.
+pub(super) const RESTARTS_KEPT: usize = 16;
+
 /// Where a submitted job's current generation stands.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Supervision {
     /// Generations restarted after a failure or a stall.
     pub(super) restarts: u32,
+    /// The newest [`RESTARTS_KEPT`] of them (for people to see where).
+    pub(super) restarted: std::collections::VecDeque<u64>,
     /// When the current generation started.
     pub(super) generation_started_s: f64,
     /// When its report count last grew.

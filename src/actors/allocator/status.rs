@@ -14,6 +14,8 @@ pub struct GetStatus {
     /// A job asks for itself: `jobs` is its exact id, and the answer holds that job, its
     /// workers and its outcome only (no counters, no totals, no other job).
     pub own: bool,
+    /// The jobs and the totals, no worker listed (the page: 16,000 workers are counts there).
+    pub no_workers: bool,
 }
 
 impl Allocator {
@@ -59,13 +61,18 @@ impl Allocator {
                     submitted: e.command.is_some(),
                     restart_s: e.supervision.restart_s,
                     speeds: e.speeds.measured.measured.clone(),
+                    slowdown: {
+                        let pace = e.ledger.pace();
+                        pace.fair_finish_s().filter(|&f| f > 0.0).map(|f| pace.age_s() / f)
+                    },
+                    restarted: e.supervision.restarted.iter().copied().collect(),
                 })
                 .collect(),
             workers: self
                 .registry
                 .iter()
                 .filter(|(_, w)| filter.jobs.is_none() || w.job.as_ref().is_some_and(|j| wanted(&j.id)))
-                .take(at_most)
+                .take(if filter.no_workers { 0 } else { at_most })
                 .map(|(id, w)| WorkerStatus {
                     worker: id.clone(),
                     job: w.job.as_ref().map(|j| j.id.clone()),

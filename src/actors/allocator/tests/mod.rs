@@ -160,6 +160,9 @@ fn restart_backoff_doubles_from_one_second_up_to_a_minute() {
         assert_eq!(told, Some(generation + 1), "restart {} after {backoff} s", restart + 1);
         (now_s, generation) = (now_s + backoff + 1.0, generation + 1);
     }
+    // Its status lists each restarted generation (the page marks them on its curve).
+    let restarted = &a.snapshot(now_s, &Default::default()).jobs[0].restarted;
+    assert_eq!(restarted, &(1..=expected.len() as u64).collect::<Vec<_>>());
     let fx = a.handle(now_s, beat(generation, Some(1)));
     assert!(counts(&fx).contains(&Count::JobFailed));
     assert!(fx.iter().any(|e| matches!(e, Effect::EndJob { job, reason: EndReason::Failed } if job == "j")));
