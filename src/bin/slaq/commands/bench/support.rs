@@ -51,7 +51,18 @@ pub(super) async fn start_in_process(
     prefix: &str,
     epoch_ms: u64,
 ) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
+    start_serving(urls, prefix, epoch_ms, None).await
+}
+
+/// [`start_in_process`], with the HTTP listener (the page) on `http` if given.
+pub(super) async fn start_serving(
+    urls: &[String],
+    prefix: &str,
+    epoch_ms: u64,
+    http: Option<&str>,
+) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
     let mut raw = RawConfig::default();
+    raw.http.listen = http.unwrap_or("").to_string();
     raw.scheduler.epoch_ms = epoch_ms;
     raw.scheduler.worker_timeout_ms = 600_000;
     raw.scheduler.job_mailbox = 1 << 16;
@@ -78,6 +89,20 @@ pub(super) async fn start_in_process(
     });
     let handle = ready_rx.await.context("the in-process scheduler did not start")?;
     Ok((handle, stop_tx))
+}
+
+/// GET `path` from `addr` (HTTP/1.1, the connection closed after): the status, the body's
+/// bytes, and the milliseconds to the last byte. The benchmarks' page client.
+pub(super) async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, usize, f64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    socket.write_all(format!("GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await?;
+    let head = answer.windows(4).position(|w| w == b"\r\n\r\n").context("no end of headers")?;
+    let status = std::str::from_utf8(answer.get(9..12).context("no status")?)?.parse()?;
+    Ok((status, answer.len() - head - 4, started.elapsed().as_secs_f64() * 1e3))
 }
 
 pub(super) fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<(String, bytes::Bytes)>> {
