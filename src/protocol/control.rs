@@ -228,6 +228,9 @@ pub struct StatusRequest {
     /// At most this many jobs and workers.
     #[serde(default)]
     pub limit: Option<usize>,
+    /// No worker listed (their counts by type are there): the page's overview.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_workers: bool,
 }
 
 /// One line per epoch (`slaq.v1.ctl.epoch`).

@@ -130,6 +130,20 @@ impl Subjects {
     pub fn ctl_epoch(&self) -> String {
         format!("{}.v1.ctl.epoch", self.prefix)
     }
+    /// A request for a job's curve (the page's `/api/v1/jobs/{id}`), answered in JSON by the
+    /// process whose actor has the job: `<prefix>.v1.ctl.curve.<job>`.
+    pub fn ctl_curve(&self, job: &str) -> String {
+        format!("{}.v1.ctl.curve.{job}", self.prefix)
+    }
+    /// Every job's curve requests (a job's id is one token, or a tenant's two).
+    pub fn ctl_curve_all(&self) -> String {
+        format!("{}.v1.ctl.curve.>", self.prefix)
+    }
+    /// The job a curve request asks for, if `subject` is a valid one.
+    pub fn curve_job<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let job = subject.strip_prefix(self.prefix.as_str())?.strip_prefix(".v1.ctl.curve.")?;
+        valid_job_id(job).then_some(job)
+    }
 
     /// A job's reports in partition `p`, as the server's mapping rewrites them (`[cluster]
     /// shared`): `<prefix>.v1.part.<p>.job.<id>.loss`.
@@ -222,6 +236,16 @@ impl Subjects {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn curve_requests_name_a_valid_job() {
+        let s = Subjects::new("slaq").unwrap();
+        assert_eq!(s.curve_job(&s.ctl_curve("j-1")), Some("j-1"));
+        assert_eq!(s.curve_job(&s.ctl_curve("team.j-1")), Some("team.j-1"));
+        for bad in ["slaq.v1.ctl.curve.", "slaq.v1.ctl.curve.a.b.c", "slaq.v1.ctl.curve.a*", "other.v1.ctl.curve.j"] {
+            assert_eq!(s.curve_job(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn ids() {

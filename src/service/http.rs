@@ -35,6 +35,18 @@ pub fn router(state: HttpState, page: PageState, token: Token) -> Router {
         .layer(axum::middleware::from_fn_with_state(token, require_token))
 }
 
+/// A standby replica's listener: `/healthz`, the page (read from the leader over NATS), and
+/// 503 on `/readyz` and `/metrics` (the leader's are where it runs).
+pub fn standby_router(page: PageState, token: Token) -> Router {
+    let standby = || async { (StatusCode::SERVICE_UNAVAILABLE, "not ready: standing by (another replica leads)\n") };
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(standby))
+        .route("/metrics", get(standby))
+        .merge(super::page::routes().with_state(page))
+        .layer(axum::middleware::from_fn_with_state(token, require_token))
+}
+
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     state.metrics.sync_bus(&state.bus);
     if let Some(d) = &state.durable {

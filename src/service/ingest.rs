@@ -135,6 +135,16 @@ impl Ingest {
         }
     }
 
+    /// A curve request: answered if the job's actor runs here (`curves`).
+    pub fn curve(&self, message: async_nats::Message) {
+        let job = self.config.subjects.curve_job(&message.subject);
+        let actor = job.and_then(|job| self.routes.get(job)).and_then(|r| r.addr.clone());
+        let (prefixes, own) = (&self.config.reply_prefixes, &self.own_inboxes);
+        super::curves::answer(&self.client, message, actor, self.config.horizon_s, |r| {
+            protocol::valid_reply(r, prefixes, own)
+        });
+    }
+
     /// A message of the reports stream. The consumer reads the whole stream, so past the
     /// replay its sequences follow one another; a gap is checked with a read at the gap's start,
     /// and a message found there (the server skipped it: nats-server 2.9 did after a purge of
@@ -281,7 +291,7 @@ impl Ingest {
             Inbound::JobStatus { job } => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
-                let request = StatusRequest { jobs: Some(job.to_string()), limit: None };
+                let request = StatusRequest { jobs: Some(job.to_string()), limit: None, ..StatusRequest::default() };
                 self.status(request, true, reply, encoding);
             }
         }

@@ -67,6 +67,7 @@ pub async fn run(
     };
     let (mut losses, mut messages) = inputs::subscribe(&client, &config, durable.as_ref()).await?;
     let mut owner_bids = inputs::owner_bids(&state_client, &config).await?;
+    let mut curves = crate::bus::subscribe(&client, config.subjects.ctl_curve_all()).await?;
     inputs::confirm(&client, &metrics).await;
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
     on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr: http.addr });
@@ -106,6 +107,7 @@ pub async fn run(
                 None => break,
             },
             Some(message) = owner_bids.next() => ingest.owner_bids(message),
+            Some(message) = curves.next() => ingest.curve(message),
         }
         drain(&mut ingest, &mut losses, &mut messages).await;
     }

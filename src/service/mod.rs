@@ -6,6 +6,7 @@
 
 pub mod config;
 mod connections;
+mod curves;
 pub mod ended;
 mod error;
 mod http;

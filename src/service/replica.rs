@@ -59,6 +59,7 @@ async fn lead_or_stand_by(
     };
     info!(replica = %ha.replica, lease = ?ha.lease, "standing by for the leader's lease");
     loop {
+        let standby = Standby::serve(&clients, &config).await;
         let (held, fence) = loop {
             let sent = Instant::now();
             match lease.try_acquire().await {
@@ -71,12 +72,58 @@ async fn lead_or_stand_by(
                 _ = tokio::time::sleep(every) => {}
             }
         };
+        // The scheduler binds the listener's address itself while it leads.
+        if let Some(standby) = standby {
+            standby.stop().await;
+        }
         info!(replica = %ha.replica, term = held.term, "leader: starting the scheduler");
         match lead(&clients, &config, &lease, held, fence, &mut shutdown).await {
             Led::Stopped => return Ok(()),
             Led::Deposed => warn!(replica = %ha.replica, "lost the lease: scheduler stopped, standing by"),
             Led::Failed => warn!(replica = %ha.replica, "gave the lease back: standing by"),
         }
+    }
+}
+
+/// A standby replica's HTTP listener (`[http] listen`): `/healthz`, the page and its JSON read
+/// from the leader over NATS (so any replica serves the whole cluster), 503 on `/readyz` and
+/// `/metrics`. Stopped while this replica leads.
+struct Standby {
+    stop: tokio::sync::oneshot::Sender<()>,
+    epochs: tokio::task::JoinHandle<()>,
+}
+
+impl Standby {
+    async fn serve(clients: &Connections, config: &ServeConfig) -> Option<Standby> {
+        let addr = config.http_listen?;
+        let bus = super::page::Bus::new(clients.bus.clone(), config.subjects.clone());
+        let (bus, epochs) = match bus.watching_epochs().await {
+            Ok(watching) => watching,
+            Err(e) => {
+                warn!(error = %e, "cannot watch the leader's epochs; no standby page");
+                return None;
+            }
+        };
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let page = super::page::PageState::new(metrics, config.epoch, config.horizon_s, bus);
+        let app = super::http::standby_router(page, super::start::token(config));
+        // The leader this replica was may still be letting the address go.
+        for _ in 0..50 {
+            match super::start::serve_http(addr, app.clone()).await {
+                Ok((_, stop)) => return Some(Standby { stop, epochs }),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        warn!(%addr, "cannot listen while standing by");
+        epochs.abort();
+        None
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.epochs.abort();
+        // The listener lets its address go once its accept loop sees the stop.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

@@ -132,6 +132,7 @@ pub async fn run_owner(
         }
     };
     let (mut hellos, mut allocs, mut syncs) = subscribe(&clients, &config).await?;
+    let mut curves = crate::bus::subscribe(&clients.bus, config.subjects.ctl_curve_all()).await?;
     let (bid_tx, mut bids) = mpsc::unbounded_channel();
     let (stream_tx, mut from_stream) = mpsc::channel(config.subscription_capacity.clamp(1024, 65_536));
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Loaded>();
@@ -179,6 +180,7 @@ pub async fn run_owner(
             Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
+            Some(message) = curves.next() => owner.curve(&clients.bus, message),
             _ = sweep.tick() => owner.sweep(),
         }
     }
@@ -187,6 +189,18 @@ pub async fn run_owner(
     let _ = leave_tx.send(());
     let _ = leases.await;
     Ok(())
+}
+
+impl Owner {
+    /// A curve request: answered if the job's actor runs here (`curves`).
+    fn curve(&self, bus: &async_nats::Client, message: async_nats::Message) {
+        let actor = self.config.subjects.curve_job(&message.subject).and_then(|job| self.jobs.get(job));
+        let (prefixes, own) = (&self.config.reply_prefixes, super::ingest::own_inboxes(&self.config));
+        let actor = actor.map(|r| r.addr.addr.clone());
+        super::curves::answer(bus, message, actor, self.config.horizon_s, |r| {
+            crate::protocol::valid_reply(r, prefixes, &own)
+        });
+    }
 }
 
 /// What an owner reads besides its partitions: the jobs' hellos and allocations (bus; a job's

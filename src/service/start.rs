@@ -50,7 +50,7 @@ pub(super) async fn open_state(
 
 /// `/metrics`, `/healthz` and `/readyz` on `addr`: the address bound, and the sender that stops
 /// the listener.
-async fn serve_http(
+pub(super) async fn serve_http(
     addr: SocketAddr,
     app: axum::Router,
 ) -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>), ServiceError> {
@@ -67,6 +67,11 @@ async fn serve_http(
     });
     info!(addr = %bound, "serving the page (/), /metrics, /healthz and /readyz");
     Ok((bound, stop_tx))
+}
+
+/// The page's token, as `[http] token` sets it.
+pub(super) fn token(config: &ServeConfig) -> super::page::Token {
+    super::page::Token(config.http_token.as_deref().map(std::sync::Arc::from))
 }
 
 /// What the allocator needs of the configuration, with the term its assignments carry.
@@ -108,13 +113,18 @@ pub(super) async fn http(
     durable: Option<&Durable>,
     client: &async_nats::Client,
 ) -> Result<Http, ServiceError> {
-    let page = super::page::PageState::new(metrics.clone(), config.epoch, config.horizon_s);
+    let page = super::page::PageState::new(
+        metrics.clone(),
+        config.epoch,
+        config.horizon_s,
+        super::page::Bus::new(client.clone(), config.subjects.clone()),
+    );
     let allocator = page.allocator.clone();
     let Some(addr) = config.http_listen else { return Ok(Http { addr: None, stop: None, allocator }) };
     if config.http_token.is_none() && !addr.ip().is_loopback() {
         warn!(%addr, "the page and /metrics are served past loopback without a token ([http] token)");
     }
-    let token = super::page::Token(config.http_token.as_deref().map(std::sync::Arc::from));
+    let token = token(config);
     let state = http::HttpState {
         metrics: metrics.clone(),
         bus: bus.clone(),
@@ -122,7 +132,16 @@ pub(super) async fn http(
         client: client.clone(),
         epoch: config.epoch,
     };
-    let (bound, stop) = serve_http(addr, http::router(state, page, token)).await?;
+    let app = http::router(state, page, token);
+    // A replica taking the lead binds the address its standby listener just let go.
+    let mut tries = if config.ha.is_some() { 50 } else { 1 };
+    let (bound, stop) = loop {
+        tries -= 1;
+        match serve_http(addr, app.clone()).await {
+            Err(_) if tries > 0 => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            served => break served?,
+        }
+    };
     Ok(Http { addr: Some(bound), stop: Some(stop), allocator })
 }
 

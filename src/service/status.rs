@@ -39,7 +39,8 @@ impl Answer {
     pub fn spawn(self, request: StatusRequest, own: bool, reply: String, encoding: Encoding) {
         let max_payload = self.client.server_info().max_payload.max(4096);
         actix::spawn(async move {
-            let filter = GetStatus { jobs: request.jobs.clone(), limit: request.limit, own, no_workers: false };
+            let filter =
+                GetStatus { jobs: request.jobs.clone(), limit: request.limit, own, no_workers: request.no_workers };
             let Ok(mut snapshot) = self.allocator.send(filter).await else { return };
             if let Some((state, count)) = self.shared {
                 match crate::bus::partitions::owners(&state, &self.prefix, count).await {

@@ -30,7 +30,7 @@ fn churn_settings() -> String {
 }
 
 async fn status_of(c: &async_nats::Client, prefix: &str, limit: Option<usize>) -> Option<StatusSnapshot> {
-    let request = StatusRequest { jobs: Some(prefix.to_string()), limit };
+    let request = StatusRequest { jobs: Some(prefix.to_string()), limit, ..StatusRequest::default() };
     bus::request(c, s().ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(10)).await.ok()
 }
 

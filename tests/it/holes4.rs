@@ -19,7 +19,7 @@ fn full() -> bool {
 }
 
 async fn status_of(c: &async_nats::Client, prefix: &str) -> StatusSnapshot {
-    let request = StatusRequest { jobs: Some(prefix.to_string()), limit: None };
+    let request = StatusRequest { jobs: Some(prefix.to_string()), limit: None, ..StatusRequest::default() };
     bus::request(c, s().ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(10)).await.expect("status")
 }
 

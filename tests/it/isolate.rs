@@ -171,7 +171,7 @@ async fn status_always_fits_one_message_and_can_be_filtered() {
     })
     .await;
     assert!(!st.jobs.is_empty() && st.jobs.len() < 300, "{} jobs listed", st.jobs.len());
-    let request = StatusRequest { jobs: Some("many29".into()), limit: None };
+    let request = StatusRequest { jobs: Some("many29".into()), limit: None, ..StatusRequest::default() };
     let narrow: StatusSnapshot =
         bus::request(&c, s.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(5)).await.unwrap();
     assert_eq!(narrow.jobs.len(), 10, "many290..many299");

@@ -199,3 +199,79 @@ async fn the_page_shows_every_job_and_the_chosen_job_s_curve_in_chromium() {
     assert_eq!(get_async(format!("{base}/api/v1/jobs/beta"), Some(TOKEN)).await.0, 200);
     drop(stalled);
 }
+
+/// With replicas that share the jobs (`[cluster] shared`), every replica serves the whole
+/// cluster: the leader from its allocator, a standby from the leader over NATS; and each job's
+/// curve from its actor on whichever replica owns its partition (`ctl.curve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_serves_every_job_and_its_curve_wherever_its_actor_runs() {
+    let nats = crate::shared::mapped_server();
+    let s = Subjects::new("slaq").unwrap();
+    let c = client(&nats.url).await;
+    let ports = [("r1", free_port()), ("r2", free_port())];
+    let mut replicas: Vec<Scheduler> = ports
+        .iter()
+        .map(|(id, port)| {
+            let settings = format!("{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n", crate::shared::settings(id));
+            Scheduler::start(&nats.url, &settings)
+        })
+        .collect();
+    // Balanced (four partitions each), so that no partition moves while the test reads.
+    eventually(&c, &s, Duration::from_secs(30), "a leader, and both replicas holding four partitions", |st| {
+        st.leader.is_some() && st.owners.len() == 2 && st.owners.values().all(|p| p.len() == 4)
+    })
+    .await;
+    let jobs: Vec<String> = (0..8).map(|i| format!("job-{i}")).collect();
+    for job in &jobs {
+        let ack: slaq::protocol::Ack =
+            bus::request(&c, s.job_hello(job), Encoding::MsgPack, &JobSpec::new(job), Duration::from_secs(5))
+                .await
+                .unwrap();
+        assert!(ack.ok, "{ack:?}");
+    }
+    // No more than the stream keeps per job (`report_history` = 10).
+    for iter in 1..=8 {
+        for job in &jobs {
+            bus::publish(&c, s.job_loss(job), Encoding::MsgPack, &loss_report(job, iter)).await.unwrap();
+        }
+    }
+    c.flush().await.unwrap();
+    let st = eventually(&c, &s, Duration::from_secs(30), "every job's 8 points bid through its owner", |st| {
+        st.jobs.len() == jobs.len() && st.jobs.iter().all(|j| j.points == 8)
+    })
+    .await;
+    let leader = st.leader.clone().unwrap();
+    // Jobs of both owners: the curves come from two processes.
+    let owner_of = |job: &str| {
+        let p = slaq::partition::of(job, 8);
+        st.owners.iter().find(|(_, parts)| parts.contains(&p)).map(|(r, _)| r.clone())
+    };
+    assert!(jobs.iter().any(|j| owner_of(j) != Some(leader.clone())), "{:?}", st.owners);
+    for (id, port) in ports {
+        let base = format!("http://127.0.0.1:{port}");
+        let ready = get_async(format!("{base}/readyz"), None).await.0;
+        assert_eq!(ready, if id == leader { 200 } else { 503 }, "{id}'s /readyz (leader {leader})");
+        let (code, body) = get_async(format!("{base}/api/v1/overview"), None).await;
+        assert_eq!(code, 200, "{id}: {body}");
+        let overview: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let listed: Vec<&str> =
+            overview["jobs"].as_array().unwrap().iter().map(|j| j["job"].as_str().unwrap()).collect();
+        assert_eq!(listed, jobs.iter().map(String::as_str).collect::<Vec<_>>(), "{id}'s overview");
+        for job in &jobs {
+            let (code, body) = get_async(format!("{base}/api/v1/jobs/{job}"), None).await;
+            assert_eq!(code, 200, "{id}, {job}: {body}");
+            let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let points = view["curve"]["iter"].as_array().map(Vec::len);
+            assert_eq!(points, Some(8), "{id} shows {job} (owned by {:?}): {body}", owner_of(job));
+        }
+        assert_eq!(get_async(format!("{base}/api/v1/jobs/nobody"), None).await.0, 404, "{id}");
+    }
+    // The leader goes: the standby lets its listener's address go and leads on it.
+    let at = ports.iter().position(|(id, _)| *id == leader).unwrap();
+    replicas.remove(at).kill();
+    let (_, port) = ports[1 - at];
+    crate::observe::get_until(&format!("http://127.0.0.1:{port}/readyz"), "the new leader ready", |s, _| s == 200)
+        .await;
+    let (code, body) = get_async(format!("http://127.0.0.1:{port}/api/v1/overview"), None).await;
+    assert!(code == 200 && jobs.iter().all(|j| body.contains(j.as_str())), "{code} {body}");
+}

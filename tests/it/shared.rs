@@ -18,7 +18,7 @@ const JOBS: usize = 16;
 const WORKERS: usize = 32;
 
 /// A server with JetStream whose account maps each job's reports and byes to its partition.
-fn mapped_server() -> NatsServer {
+pub(crate) fn mapped_server() -> NatsServer {
     let dir = temp_dir("shared-conf");
     let conf = dir.join("mapped.conf");
     let map = |kind: &str| {

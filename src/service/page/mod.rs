@@ -21,18 +21,16 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::actors::allocator::{AllocatorActor, GetStatus, JobActorOf, RecentEpochs};
-use crate::actors::job::GetCurve;
+use crate::actors::allocator::AllocatorActor;
 use crate::metrics::Metrics;
-use crate::protocol::{self as subjects, EpochSummary, JobStatus, StatusSnapshot};
-use crate::quality::history::JobCurve;
+use crate::protocol::{self as subjects, JobStatus, StatusSnapshot};
 
 mod auth;
+mod source;
 
 pub use auth::{Token, require_token};
-
-/// Epochs on the page's timeline.
-const TIMELINE: usize = 240;
+pub use source::Bus;
+use source::{EpochPoint, Unavailable};
 
 /// How long an overview is served again while no epoch runs (the lease lost, say).
 const STALE_AFTER: Duration = Duration::from_secs(1);
@@ -40,23 +38,17 @@ const STALE_AFTER: Duration = Duration::from_secs(1);
 /// What the page's handlers read.
 #[derive(Clone)]
 pub struct PageState {
-    /// Set once the allocator has started (the listener is bound before it).
+    /// This process's allocator, once it runs (the listener is bound before it). A standby
+    /// replica has none: it asks the leader over NATS (`source`).
     pub allocator: Arc<OnceLock<Addr<AllocatorActor>>>,
     pub metrics: Arc<Metrics>,
     pub epoch: Duration,
     /// Seconds past a job's newest point its curve predicts: the bids' horizon (`[scheduler]
     /// horizon_s`, a minute unless time is accelerated).
     pub ahead_s: f64,
+    /// Where curves of jobs whose actor runs elsewhere are asked for, and a standby's status.
+    pub bus: Bus,
     cache: Arc<Mutex<Option<Cached>>>,
-}
-
-/// The allocator has not started yet.
-struct Starting;
-
-impl IntoResponse for Starting {
-    fn into_response(self) -> Response {
-        error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting")
-    }
 }
 
 struct Cached {
@@ -65,14 +57,33 @@ struct Cached {
     body: Bytes,
 }
 
+impl IntoResponse for Unavailable {
+    fn into_response(self) -> Response {
+        let why = match self {
+            Unavailable::Starting => "the scheduler is starting",
+            Unavailable::Stopping => "the scheduler is stopping",
+            Unavailable::NoLeader => "standing by, and the leader did not answer",
+        };
+        error(StatusCode::SERVICE_UNAVAILABLE, why)
+    }
+}
+
 impl PageState {
-    pub fn new(metrics: Arc<Metrics>, epoch: Duration, ahead_s: f64) -> Self {
-        PageState { allocator: Arc::default(), metrics, epoch, ahead_s, cache: Arc::default() }
+    async fn cluster(&self) -> Result<(StatusSnapshot, Vec<EpochPoint>), Response> {
+        let allocator = self.allocator.get();
+        source::cluster(allocator, &self.metrics, &self.bus).await.map_err(IntoResponse::into_response)
     }
 
-    /// The allocator, or why there is none yet.
-    fn allocator(&self) -> Result<Addr<AllocatorActor>, Starting> {
-        self.allocator.get().cloned().ok_or(Starting)
+    async fn job_status(&self, id: &str) -> Result<Option<JobStatus>, Response> {
+        source::job_status(self.allocator.get(), &self.bus, id).await.map_err(IntoResponse::into_response)
+    }
+
+    async fn curve(&self, id: &str) -> Option<serde_json::Value> {
+        source::curve(self.allocator.get(), &self.bus, id, self.ahead_s).await
+    }
+
+    pub fn new(metrics: Arc<Metrics>, epoch: Duration, ahead_s: f64, bus: Bus) -> Self {
+        PageState { allocator: Arc::default(), metrics, epoch, ahead_s, bus, cache: Arc::default() }
     }
 }
 
@@ -128,28 +139,6 @@ fn json(status: StatusCode, body: Bytes) -> Response {
     response
 }
 
-/// One epoch on the timeline.
-#[derive(serde::Serialize)]
-struct EpochPoint {
-    epoch: u64,
-    moved: usize,
-    assigned: u64,
-    jobs: usize,
-    total_ms: f64,
-}
-
-impl From<&EpochSummary> for EpochPoint {
-    fn from(s: &EpochSummary) -> Self {
-        EpochPoint {
-            epoch: s.epoch,
-            moved: s.workers_moved,
-            assigned: s.workers_assigned,
-            jobs: s.num_jobs,
-            total_ms: s.total_ms,
-        }
-    }
-}
-
 /// A job on the page: its status, and its tenant when the scheduler has teams.
 #[derive(serde::Serialize)]
 struct PageJob {
@@ -185,7 +174,7 @@ struct Overview {
 }
 
 impl Overview {
-    fn new(s: StatusSnapshot, recent: &[EpochSummary], period_ms: u64) -> Self {
+    fn new(s: StatusSnapshot, timeline: Vec<EpochPoint>, period_ms: u64) -> Self {
         let teams = !s.tenants.is_empty();
         let jobs = s
             .jobs
@@ -214,7 +203,7 @@ impl Overview {
             period_ms,
             built_ms: now_ms(),
             jobs,
-            timeline: recent.iter().map(EpochPoint::from).collect(),
+            timeline,
         }
     }
 }
@@ -226,20 +215,13 @@ async fn overview(State(state): State<PageState>) -> Response {
     {
         return json(StatusCode::OK, c.body.clone());
     }
-    let allocator = match state.allocator() {
-        Ok(a) => a,
-        Err(starting) => return starting.into_response(),
+    let (snapshot, recent) = match state.cluster().await {
+        Ok(both) => both,
+        Err(response) => return response,
     };
-    let filter = GetStatus { no_workers: true, ..GetStatus::default() };
-    let (Ok(mut snapshot), Ok(recent)) = (allocator.send(filter).await, allocator.send(RecentEpochs(TIMELINE)).await)
-    else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is stopping");
-    };
-    snapshot.accepted = state.metrics.accepted_counts();
-    snapshot.rejected = state.metrics.rejected_counts();
     let period_ms = state.epoch.as_millis() as u64;
     let encoded =
-        tokio::task::spawn_blocking(move || serde_json::to_vec(&Overview::new(snapshot, &recent, period_ms))).await;
+        tokio::task::spawn_blocking(move || serde_json::to_vec(&Overview::new(snapshot, recent, period_ms))).await;
     match encoded {
         Ok(Ok(body)) => {
             let body = Bytes::from(body);
@@ -252,11 +234,12 @@ async fn overview(State(state): State<PageState>) -> Response {
     }
 }
 
-/// `GET /api/v1/jobs/{id}`: the job's status, and its curve where its actor runs here.
+/// `GET /api/v1/jobs/{id}`: the job's status, and its curve from its actor (here, or where it
+/// runs: `ctl.curve`).
 #[derive(serde::Serialize)]
 struct JobView {
     status: JobStatus,
-    curve: Option<JobCurve>,
+    curve: Option<serde_json::Value>,
     /// Why there is no curve, if there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     no_curve: Option<&'static str>,
@@ -269,23 +252,13 @@ async fn job(State(state): State<PageState>, Path(id): Path<String>) -> Response
     if !subjects::valid_job_id(&id) {
         return error(StatusCode::BAD_REQUEST, "not a job id");
     }
-    let allocator = match state.allocator() {
-        Ok(a) => a,
-        Err(starting) => return starting.into_response(),
+    let status = match state.job_status(&id).await {
+        Ok(Some(status)) => status,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "no such job"),
+        Err(response) => return response,
     };
-    let filter = GetStatus { jobs: Some(id.clone()), own: true, no_workers: true, ..GetStatus::default() };
-    let Ok(snapshot) = allocator.send(filter).await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is stopping");
-    };
-    let Some(status) = snapshot.jobs.into_iter().next() else {
-        return error(StatusCode::NOT_FOUND, "no such job");
-    };
-    let actor = allocator.send(JobActorOf(id)).await.ok().flatten();
-    let curve = match actor {
-        Some(actor) => actor.send(GetCurve { ahead_s: state.ahead_s }).await.ok(),
-        None => None,
-    };
-    let no_curve = curve.is_none().then_some("its actor does not run in this process (its partition's owner has it)");
+    let curve = state.curve(&id).await;
+    let no_curve = curve.is_none().then_some("its actor did not answer (it may have just moved to another replica)");
     match serde_json::to_vec(&JobView { status, curve, no_curve }) {
         Ok(body) => json(StatusCode::OK, body.into()),
         Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the job"),

@@ -61,7 +61,7 @@ fn ask(args: &StatusArgs) -> anyhow::Result<StatusSnapshot> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let (client, _) = bus::connect_with(&args.bus.nats, "slaq-status", 16, &args.bus.auth.to_auth()).await?;
-        let request = StatusRequest { jobs: args.jobs.clone(), limit: args.limit };
+        let request = StatusRequest { jobs: args.jobs.clone(), limit: args.limit, ..StatusRequest::default() };
         let subject = match &args.job {
             Some(job) => subjects.job_status(job),
             None => subjects.ctl_status(),

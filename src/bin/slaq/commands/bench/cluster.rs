@@ -143,7 +143,7 @@ const HELLOS_IN_FLIGHT: usize = 4096;
 
 /// The status without jobs or workers (asked up to three times: a busy leader may be late).
 async fn status(client: &async_nats::Client, s: &Subjects) -> Option<StatusSnapshot> {
-    let request = StatusRequest { jobs: Some("-".into()), limit: Some(0) };
+    let request = StatusRequest { jobs: Some("-".into()), limit: Some(0), ..StatusRequest::default() };
     for _ in 0..3 {
         let answer = bus::request(client, s.ctl_status(), Encoding::MsgPack, &request, Duration::from_secs(5)).await;
         if let Ok(st) = answer {
