@@ -243,8 +243,10 @@ impl Handler<Report> for JobActor {
         }
         self.counters.accepted.inc();
         self.generation = self.generation.max(report.generation);
-        let at_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as u64);
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| std::num::NonZeroU64::new(d.as_millis() as u64));
         let point = HistoryPoint { iter: report.iter, loss: report.loss, at_ms, workers: self.workers };
         self.history.push(point, report.generation);
         if report.checkpoint_age_s.is_some() {

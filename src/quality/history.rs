@@ -7,6 +7,7 @@
 //! Pure: the caller passes each point's wall-clock time.
 
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 
 /// Generation starts a history remembers.
 pub const MAX_STARTS: usize = 64;
@@ -21,8 +22,8 @@ pub struct HistoryPoint {
     pub iter: u64,
     pub loss: f64,
     /// When the scheduler took it (ms since the Unix epoch); `None` for points restored from a
-    /// saved predictor, whose times were not saved.
-    pub at_ms: Option<u64>,
+    /// saved predictor, whose times were not saved. (Non-zero: a point is 32 bytes.)
+    pub at_ms: Option<NonZeroU64>,
     /// The job's workers (as the scheduler allocated them) when it came.
     pub workers: u32,
 }
@@ -81,7 +82,8 @@ impl LossHistory {
             if self.starts.len() == MAX_STARTS {
                 self.starts.pop_front();
             }
-            self.starts.push_back(GenerationStart { generation, iter: point.iter, at_ms: point.at_ms });
+            let at_ms = point.at_ms.map(NonZeroU64::get);
+            self.starts.push_back(GenerationStart { generation, iter: point.iter, at_ms });
         }
         self.seen += 1;
         if self.provisional {
@@ -167,7 +169,7 @@ impl JobCurve {
             seen: history.seen(),
             iter: points.iter().map(|p| p.iter).collect(),
             loss: points.iter().map(|p| p.loss).collect(),
-            at_ms: points.iter().map(|p| p.at_ms).collect(),
+            at_ms: points.iter().map(|p| p.at_ms.map(NonZeroU64::get)).collect(),
             workers: points.iter().map(|p| p.workers).collect(),
             generations: history.generation_starts().copied().collect(),
             ..JobCurve::default()
@@ -195,7 +197,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn point(iter: u64) -> HistoryPoint {
-        HistoryPoint { iter, loss: 1.0 / iter as f64, at_ms: Some(iter * 10), workers: 1 }
+        HistoryPoint { iter, loss: 1.0 / iter as f64, at_ms: NonZeroU64::new(iter * 10), workers: 1 }
+    }
+
+    #[test]
+    fn a_point_is_32_bytes() {
+        assert_eq!(size_of::<HistoryPoint>(), 32);
     }
 
     #[test]

@@ -46,3 +46,40 @@ pub async fn require_token(State(token): State<Token>, request: Request, next: N
     let body = r#"{"error":"this scheduler asks for its token ([http] token)"}"#;
     (StatusCode::UNAUTHORIZED, headers, body).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(uri: &str, authorization: Option<&str>) -> Request {
+        let mut builder = axum::http::Request::builder().uri(uri);
+        if let Some(a) = authorization {
+            builder = builder.header(header::AUTHORIZATION, a);
+        }
+        builder.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn only_the_exact_token_admits_by_header_or_query() {
+        let token = Token(Some(Arc::from("s3cr+t/=")));
+        assert!(token.admits(&request("/api/v1/overview", Some("Bearer s3cr+t/="))));
+        assert!(token.admits(&request("/?token=s3cr%2Bt%2F%3D", None)), "percent-encoded in the query");
+        assert!(token.admits(&request("/?a=1&token=s3cr%2Bt%2F%3D", None)));
+        for (uri, auth) in [
+            ("/", None),
+            ("/", Some("Bearer")),
+            ("/", Some("Bearer ")),
+            ("/", Some("bearer s3cr+t/=")),
+            ("/", Some("Basic s3cr+t/=")),
+            ("/", Some("Bearer s3cr+t/")),
+            ("/", Some("Bearer s3cr+t/==")),
+            ("/?token=", None),
+            ("/?token=s3cr+t/=", None), // `+` in a query is a space
+            ("/?tokens=s3cr%2Bt%2F%3D", None),
+        ] {
+            assert!(!token.admits(&request(uri, auth)), "{uri} {auth:?}");
+        }
+        // No token set: everything is admitted.
+        assert!(Token(None).admits(&request("/", None)));
+    }
+}
