@@ -160,6 +160,9 @@ struct Overview {
     leader: Option<String>,
     num_jobs: usize,
     num_workers: usize,
+    /// The jobs listed are fewer than `num_jobs` (a standby's answer from the leader is cut to
+    /// one NATS message).
+    truncated: bool,
     accelerators: std::collections::BTreeMap<String, crate::protocol::AcceleratorUse>,
     tenants: std::collections::BTreeMap<String, crate::protocol::TenantUse>,
     owners: std::collections::BTreeMap<String, Vec<u32>>,
@@ -194,6 +197,7 @@ impl Overview {
             leader: s.leader,
             num_jobs: s.num_jobs,
             num_workers: s.num_workers,
+            truncated: s.truncated,
             accelerators: s.accelerators,
             tenants: s.tenants,
             owners: s.owners,
