@@ -14,7 +14,7 @@ use super::ingest::{self, Ingest};
 use super::routes::{LogOnce, Routes};
 use super::threads::JobThreads;
 use super::{Connections, ServeConfig, ServiceError, inputs, intake, start};
-use crate::actors::allocator::{AllocatorActor, GetEpochs, StopAllocator};
+use crate::actors::allocator::{AllocatorActor, RecentEpochs, StopAllocator};
 use crate::bus::durable::SavedState;
 use crate::metrics::Metrics;
 use crate::protocol::EpochSummary;
@@ -30,7 +30,7 @@ pub struct ServiceHandle {
 
 impl ServiceHandle {
     pub async fn epochs(&self) -> Vec<EpochSummary> {
-        self.allocator.send(GetEpochs).await.unwrap_or_default()
+        self.allocator.send(RecentEpochs(usize::MAX)).await.unwrap_or_default()
     }
 
     /// Loss points observed by all job actors together (asks each, like an epoch's bids).

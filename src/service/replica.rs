@@ -74,7 +74,7 @@ async fn lead_or_stand_by(
         };
         // The scheduler binds the listener's address itself while it leads.
         if let Some(standby) = standby {
-            standby.stop().await;
+            standby.stop();
         }
         info!(replica = %ha.replica, term = held.term, "leader: starting the scheduler");
         match lead(&clients, &config, &lease, held, fence, &mut shutdown).await {
@@ -107,23 +107,21 @@ impl Standby {
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
         let page = super::page::PageState::new(metrics, config.epoch, config.horizon_s, bus);
         let app = super::http::standby_router(page, super::start::token(config));
-        // The leader this replica was may still be letting the address go.
-        for _ in 0..50 {
-            match super::start::serve_http(addr, app.clone()).await {
-                Ok((_, stop)) => return Some(Standby { stop, epochs }),
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        match super::start::listen(config, addr, app).await {
+            Ok((_, stop)) => Some(Standby { stop, epochs }),
+            Err(e) => {
+                warn!(error = %e, "cannot listen while standing by");
+                epochs.abort();
+                None
             }
         }
-        warn!(%addr, "cannot listen while standing by");
-        epochs.abort();
-        None
     }
 
-    async fn stop(self) {
+    /// Stops the listener (the leader's own binds the address, trying again while it is let
+    /// go) and the epochs' watch.
+    fn stop(self) {
         let _ = self.stop.send(());
         self.epochs.abort();
-        // The listener lets its address go once its accept loop sees the stop.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

@@ -48,13 +48,25 @@ pub(super) async fn open_state(
     })
 }
 
-/// `/metrics`, `/healthz` and `/readyz` on `addr`: the address bound, and the sender that stops
-/// the listener.
-pub(super) async fn serve_http(
+/// The HTTP listener serving `app` on `config`'s `[http] listen`: the address bound, and the
+/// sender that stops it. A replica binds an address it may have just let go (a standby's
+/// listener, or a deposed leader's): with `[ha]` a taken address is tried again for 5 s.
+pub(super) async fn listen(
+    config: &ServeConfig,
     addr: SocketAddr,
     app: axum::Router,
 ) -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>), ServiceError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServiceError::Http { addr, source })?;
+    if config.http_token.is_none() && !addr.ip().is_loopback() {
+        warn!(%addr, "the page and /metrics are served past loopback without a token ([http] token)");
+    }
+    let mut tries = if config.ha.is_some() { 50 } else { 1 };
+    let listener = loop {
+        tries -= 1;
+        match tokio::net::TcpListener::bind(addr).await {
+            Err(_) if tries > 0 => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            bound => break bound.map_err(|source| ServiceError::Http { addr, source })?,
+        }
+    };
     let bound = listener.local_addr().map_err(|source| ServiceError::Http { addr, source })?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -121,10 +133,6 @@ pub(super) async fn http(
     );
     let allocator = page.allocator.clone();
     let Some(addr) = config.http_listen else { return Ok(Http { addr: None, stop: None, allocator }) };
-    if config.http_token.is_none() && !addr.ip().is_loopback() {
-        warn!(%addr, "the page and /metrics are served past loopback without a token ([http] token)");
-    }
-    let token = token(config);
     let state = http::HttpState {
         metrics: metrics.clone(),
         bus: bus.clone(),
@@ -132,16 +140,7 @@ pub(super) async fn http(
         client: client.clone(),
         epoch: config.epoch,
     };
-    let app = http::router(state, page, token);
-    // A replica taking the lead binds the address its standby listener just let go.
-    let mut tries = if config.ha.is_some() { 50 } else { 1 };
-    let (bound, stop) = loop {
-        tries -= 1;
-        match serve_http(addr, app.clone()).await {
-            Err(_) if tries > 0 => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            served => break served?,
-        }
-    };
+    let (bound, stop) = listen(config, addr, http::router(state, page, token(config))).await?;
     Ok(Http { addr: Some(bound), stop: Some(stop), allocator })
 }
 

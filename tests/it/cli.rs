@@ -301,8 +301,28 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("slaq {args:?}: {e}"))
     };
     let url = nats.url.as_str();
-    let epoch = json(&["bench", "epoch", "--nats", url, "--jobs", "20", "--workers", "80", "--epochs", "3"]);
+    let epoch = json(&[
+        "bench",
+        "epoch",
+        "--nats",
+        url,
+        "--jobs",
+        "20",
+        "--workers",
+        "80",
+        "--epochs",
+        "3",
+        "--page-poll-ms",
+        "50",
+    ]);
     assert_eq!((epoch["jobs"].as_u64(), epoch["workers"].as_u64()), (Some(20), Some(80)), "{epoch}");
+    // The pair with the page open: every fetch of the overview and of a job's curve answered.
+    let page = &epoch["with_page"];
+    assert!(page["epochs"].as_u64().is_some_and(|n| n >= 3), "{epoch}");
+    assert!(page["overview_fetches"].as_u64().is_some_and(|n| n >= 1), "{epoch}");
+    assert_eq!(page["overview_fetches_ok"], page["overview_fetches"], "{epoch}");
+    assert_eq!(page["job_fetches_ok"], page["overview_fetches"], "{epoch}");
+    assert!(page["overview_bytes_max"].as_u64().is_some_and(|b| b > 1000), "{epoch}");
     assert!(epoch["epochs"].as_u64().is_some_and(|n| n >= 3), "{epoch}");
     assert!(epoch["epoch_p50_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{epoch}");
     assert_eq!(epoch["reports_landed"], epoch["reports_sent"], "{epoch}");

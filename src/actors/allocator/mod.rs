@@ -296,19 +296,7 @@ impl Handler<JobActorOf> for AllocatorActor {
     }
 }
 
-/// The recent epoch summaries, oldest first.
-#[derive(Message)]
-#[rtype(result = "Vec<EpochSummary>")]
-pub struct GetEpochs;
-
-impl Handler<GetEpochs> for AllocatorActor {
-    type Result = MessageResult<GetEpochs>;
-    fn handle(&mut self, _: GetEpochs, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.core.history().cloned().collect())
-    }
-}
-
-/// The newest `0` epoch summaries, oldest first.
+/// The newest `0` epoch summaries, oldest first (all: `usize::MAX`).
 #[derive(Message)]
 #[rtype(result = "Vec<EpochSummary>")]
 pub struct RecentEpochs(pub usize);
@@ -318,7 +306,7 @@ impl Handler<RecentEpochs> for AllocatorActor {
     fn handle(&mut self, RecentEpochs(n): RecentEpochs, _: &mut Self::Context) -> Self::Result {
         let all = self.core.history();
         let skip = all.len().saturating_sub(n);
-        MessageResult(self.core.history().skip(skip).cloned().collect())
+        MessageResult(all.skip(skip).cloned().collect())
     }
 }
 

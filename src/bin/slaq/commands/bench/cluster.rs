@@ -15,7 +15,7 @@ use slaq::bus;
 use slaq::partition;
 use slaq::protocol::{self, Encoding, EpochSummary, JobSpec, StatusRequest, StatusSnapshot, Subjects, WorkerSpec};
 
-use super::support::BenchServer;
+use super::support::{BenchServer, pct};
 use crate::common::Size;
 
 #[derive(clap::Args)]
@@ -151,14 +151,6 @@ async fn status(client: &async_nats::Client, s: &Subjects) -> Option<StatusSnaps
         }
     }
     None
-}
-
-fn pct(mut v: Vec<f64>, q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 pub(crate) fn run(args: BenchClusterArgs) -> anyhow::Result<()> {

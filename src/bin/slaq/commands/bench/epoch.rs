@@ -7,7 +7,7 @@ use slaq::bus;
 use slaq::protocol::{self, Encoding, Subjects, WorkerSpec};
 
 use super::support::{BenchOutput, BenchServer};
-use super::support::{http_get, resident_bytes, start_serving};
+use super::support::{http_get, pct, resident_bytes, start_serving};
 use crate::common::Size;
 
 #[derive(clap::Args)]
@@ -98,12 +98,6 @@ pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
     })?;
     println!("{}", if json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
-}
-
-/// The `pct` quantile of `v` (nearest rank).
-fn pct(mut v: Vec<f64>, q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
 /// The next `args.epochs` epochs after epoch `after` with nearly all the jobs in.

@@ -91,18 +91,24 @@ pub(super) async fn start_serving(
     Ok((handle, stop_tx))
 }
 
-/// GET `path` from `addr` (HTTP/1.1, the connection closed after): the status, the body's
+/// GET `path` from `addr`, on a blocking thread (not the scheduler's): the status, the body's
 /// bytes, and the milliseconds to the last byte. The benchmarks' page client.
 pub(super) async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, usize, f64)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let started = std::time::Instant::now();
-    let mut socket = tokio::net::TcpStream::connect(addr).await?;
-    socket.write_all(format!("GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-    let mut answer = Vec::new();
-    socket.read_to_end(&mut answer).await?;
-    let head = answer.windows(4).position(|w| w == b"\r\n\r\n").context("no end of headers")?;
-    let status = std::str::from_utf8(answer.get(9..12).context("no status")?)?.parse()?;
-    Ok((status, answer.len() - head - 4, started.elapsed().as_secs_f64() * 1e3))
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let started = std::time::Instant::now();
+        let mut response = agent.get(&url).call()?;
+        let bytes = response.body_mut().with_config().limit(64 << 20).read_to_vec()?.len();
+        Ok((response.status().as_u16(), bytes, started.elapsed().as_secs_f64() * 1e3))
+    })
+    .await?
+}
+
+/// The `q` quantile of `v` (nearest rank); NaN for none.
+pub(super) fn pct(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
 pub(super) fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::Result<Vec<(String, bytes::Bytes)>> {
