@@ -247,6 +247,12 @@ impl PaceLedger {
         self.fair_finish_s
     }
 
+    /// Its age at the last epoch over its fair finish, once fair sharing would have finished it
+    /// (a lower bound on its slowdown while it runs); `None` before.
+    pub fn slowdown(&self) -> Option<f64> {
+        self.fair_finish_s.filter(|&f| f > 0.0).map(|f| self.last_age_s / f)
+    }
+
     /// One-worker seconds fair sharing would have given the job by the last epoch.
     pub fn fair_seconds(&self) -> f64 {
         self.fair_s
@@ -440,9 +446,11 @@ mod tests {
         assert_eq!(l.fair_finish(&at(0.0, 0.0), 2.0), 50.0);
         assert_eq!(l.fair_finish(&at(10.0, 5.0), 1.0), 10.0 + 80.0);
         assert!((l.fair_seconds() - 20.0).abs() < 1e-12);
+        assert_eq!(l.slowdown(), None, "fair sharing would not have finished it yet");
         // Fair would have finished at age 90; the job, slower, is still running at 120.
         assert_eq!(l.fair_finish(&at(120.0, 60.0), 1.0), 90.0);
         assert_eq!(l.fair_finish(&at(130.0, 70.0), 1.0), 90.0);
+        assert_eq!(l.slowdown(), Some(130.0 / 90.0));
         // Its speed turns out twice what was thought: the clock's 130 one-worker seconds are
         // 260 units, past its work since age 50.
         let fast = [0.0, 2.0, 4.0, 6.0, 8.0];

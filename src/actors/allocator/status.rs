@@ -61,10 +61,7 @@ impl Allocator {
                     submitted: e.command.is_some(),
                     restart_s: e.supervision.restart_s,
                     speeds: e.speeds.measured.measured.clone(),
-                    slowdown: {
-                        let pace = e.ledger.pace();
-                        pace.fair_finish_s().filter(|&f| f > 0.0).map(|f| pace.age_s() / f)
-                    },
+                    slowdown: e.ledger.pace().slowdown(),
                     restarted: e.supervision.restarted.iter().copied().collect(),
                 })
                 .collect(),
