@@ -15,6 +15,7 @@
 //!   ends within `R` = epoch + grace + restart.
 //! - A plan that no longer changes the job, or no guarantee owed, calls the ask off.
 
+use super::planning::EpochState;
 use super::state::{Allocated, Allocator, Asked, Effect};
 use crate::protocol::JobAllocation;
 use crate::schedule::EpochPlan;
@@ -26,10 +27,14 @@ impl Allocator {
     /// While a tenant is `owed` its guarantee, asks the jobs that save when asked and whose
     /// workers the plan changes (from `current`) to save first; see the module documentation.
     /// `typed`: the cluster has several worker types (an allocation names its workers' type).
+    /// `state` says whether any job saves on request and any was asked (read in its pass over
+    /// the jobs): without either, no job is read here.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn ask_saves(
         &mut self,
         epoch: u64,
         (current, plan): (&[Option<usize>], &EpochPlan),
+        state: &EpochState,
         now_s: f64,
         owed: bool,
         typed: bool,
@@ -37,8 +42,10 @@ impl Allocator {
     ) -> Asked {
         let n = self.jobs.len();
         let mut asked = Asked { wait: vec![false; n], cut_ms: vec![None; n] };
-        if !owed || !self.jobs.values().any(|e| e.bid.as_ref().is_some_and(|b| b.save_on_request)) {
-            self.jobs.values_mut().for_each(|e| e.asked_s = None);
+        if !owed || !state.saves_on_request {
+            if state.asked {
+                self.jobs.values_mut().for_each(|e| e.asked_s = None);
+            }
             return asked;
         }
         let tenants = self.settings.tenants.get();
@@ -63,7 +70,7 @@ impl Allocator {
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
         for (j, (id, e)) in self.jobs.iter_mut().enumerate() {
-            let asks = e.bid.as_ref().is_some_and(|b| b.save_on_request) && e.saves.on_schedule();
+            let asks = e.saves_on_request && e.saves.on_schedule();
             if !(changes[j] && asks && !e.workers.is_empty()) {
                 e.asked_s = None;
                 continue;

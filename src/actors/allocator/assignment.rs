@@ -8,9 +8,10 @@ use std::collections::{HashMap, HashSet};
 use tracing::{debug, warn};
 
 use super::super::registry::{JobRef, WorkerRegistry};
+use super::planning::check_prediction;
 use super::state::{Allocated, Allocator, Asked, Count, Effect, JobEntry};
 use crate::cluster::ranks::{self, PortBook};
-use crate::protocol::{JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
+use crate::protocol::{EpochGains, JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
 use crate::schedule::{self, EpochPlan, FloorLedger};
 
 /// Seconds between saves of a job's service and floor ledger.
@@ -115,7 +116,7 @@ impl Allocator {
     pub(super) fn move_workers(
         &mut self,
         epoch: u64,
-        current: &[Option<usize>],
+        (current, keys): (&[Option<usize>], &[u64]),
         (plan, asked): (&EpochPlan, &Asked),
         lost: Vec<bool>,
         now_s: f64,
@@ -124,8 +125,9 @@ impl Allocator {
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> =
             if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
-        let ids: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
-        let keys: Vec<u64> = self.jobs.values().map(|e| e.key).collect();
+        // The jobs' ids, read once a worker needs one (most epochs move none).
+        let jobs = &self.jobs;
+        let mut ids_read: Option<Vec<&str>> = None;
         let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
         let mut job_changed = lost;
         let mut workers_moved = 0;
@@ -146,7 +148,11 @@ impl Allocator {
             if let Some(ms) = asked.cut(before) {
                 cut.insert(worker.clone(), ms);
             }
-            if same && tell_all {
+            if same && !tell_all {
+                continue;
+            }
+            let ids = ids_read.get_or_insert_with(|| jobs.keys().map(String::as_str).collect());
+            if same {
                 // The first epoch of a term tells every worker what it serves, changed or not.
                 let message = WorkerAssignment {
                     role,
@@ -157,8 +163,6 @@ impl Allocator {
                 };
                 entry.told_s = now_s;
                 fx.push(Effect::Assign(message));
-            }
-            if same {
                 continue;
             }
             entry.told_s = now_s;
@@ -195,7 +199,9 @@ impl Allocator {
     /// Every job takes its ledger back and books its service; a job whose membership changed
     /// starts a new generation (every member, old or new, is told its rank in it) and is told
     /// its workers (naming their type when workers name theirs, `typed`), and so is a job whose
-    /// batch changed. Returns the jobs whose worker count changed, with their new count.
+    /// batch changed; then its prediction is checked (`check_prediction`), in the same pass.
+    /// Returns the jobs whose worker count changed, with their new count, and the predictions
+    /// checked (none: no job had one).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new_generations(
         &mut self,
@@ -206,12 +212,13 @@ impl Allocator {
         now_s: f64,
         typed: bool,
         fx: &mut Vec<Effect>,
-    ) -> Vec<(String, u32)> {
+    ) -> (Vec<(String, u32)>, Option<EpochGains>) {
         let (job_changed, taken, cut) = (&moved.job_changed, &moved.taken, &moved.cut);
         let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
         let new_workers = self.new_members(&moved.next, job_changed);
         let epoch_s = self.settings.epoch.as_secs_f64();
         let mut resized = Vec::new();
+        let mut gains = EpochGains::default();
         // Jobs whose new generation found no free rendezvous port (logged once an epoch).
         let (mut without_ranks, mut without_ranks_count): (Option<String>, usize) = (None, 0);
         let every = (PLAN_SAVE_S / epoch_s).ceil().max(1.0) as usize;
@@ -266,14 +273,19 @@ impl Allocator {
                 entry.workers = message.workers.clone();
                 fx.push(Effect::Allocate(message));
             }
+            check_prediction(entry, epoch_s, &mut gains);
         }
         self.count_ranks(without_ranks.as_deref(), without_ranks_count, now_s, fx);
-        resized
+        (resized, (gains.jobs > 0).then_some(gains))
     }
 
     /// The workers of each job whose membership changed, as moved (empty for the others).
     fn new_members(&self, next: &[Option<usize>], job_changed: &[bool]) -> Vec<Vec<String>> {
         let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
+        // Most epochs change no membership: then no worker needs reading.
+        if !job_changed.contains(&true) {
+            return new_workers;
+        }
         for ((worker, _), &after) in self.registry.iter().zip(next) {
             if let Some(j) = after.filter(|&j| job_changed[j]) {
                 new_workers[j].push(worker.clone());

@@ -171,9 +171,9 @@ impl Allocator {
         let mut fx = Vec::new();
         self.supervise(now_s, connected, &mut fx);
         let collected = stopwatch_ms();
-        let (mut ledgers, lost_workers, pinned) = self.epoch_state(now_s);
-        let jobs_without_bid = self.jobs.values().filter(|e| e.bid.is_none()).count();
-        let current = self.current_jobs();
+        let mut state = self.epoch_state(now_s);
+        let (mut ledgers, lost_workers) = (std::mem::take(&mut state.ledgers), std::mem::take(&mut state.lost_workers));
+        let current = self.current_jobs(&state.keys);
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
@@ -187,20 +187,19 @@ impl Allocator {
             (Some(shares), Some(tenant_of)) => self.guarantee_owed(shares, tenant_of),
             _ => false,
         };
-        let held = self.held(now_s, tenants.as_deref(), owed);
+        let held = super::planning::held(&state.holds, owed);
         let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((t, shares), tenant_of)| {
             let held = self.held_by_tenant(&held, &tenant_of, t.names.len());
             super::planning::TenancyInput { shares, tenant_of, held, class_of }
         });
-        let plan = self.plan(&pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
+        let plan = self.plan(&state.pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
-        let asked = self.ask_saves(epoch, (&current, &plan), now_s, owed, names.is_some(), &mut fx);
-        let moved = self.move_workers(epoch, &current, (&plan, &asked), lost_workers, now_s, &mut fx);
-        let resized = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
+        let asked = self.ask_saves(epoch, (&current, &plan), &state, now_s, owed, names.is_some(), &mut fx);
+        let moved = self.move_workers(epoch, (&current, &state.keys), (&plan, &asked), lost_workers, now_s, &mut fx);
+        let (resized, gains) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
-        let gains = self.check_predictions(self.settings.epoch.as_secs_f64());
         let accelerators =
             types::accelerator_use_after(&self.registry, &moved.next, typed.as_ref().map(|t| &t.type_of[..]));
         debug_assert_eq!(accelerators, types::accelerator_use(&self.registry), "the counts kept are the registry's");
@@ -210,7 +209,7 @@ impl Allocator {
             num_workers: self.registry.len(),
             workers_assigned: plan.counts.iter().map(|&c| u64::from(c)).sum(),
             workers_moved: moved.workers,
-            jobs_without_bid,
+            jobs_without_bid: state.without_bid,
             collect_ms: collected - started,
             policy_ms: planned - collected,
             publish_ms: 0.0,

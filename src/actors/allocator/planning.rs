@@ -138,29 +138,61 @@ impl Allocator {
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
             }
+            entry.last_loss = bid.last_loss;
+            entry.saves_on_request = bid.save_on_request;
             entry.bid = Some(Box::new(bid));
             entry.pending_for = None;
         }
     }
 
-    /// One pass over the jobs (at 4,000 jobs each pass over the map costs a tenth of a ms):
-    /// - the ledgers, lent to the planner and put back by `new_generations` (no copies);
-    /// - whether a job lost a worker to silence (it has a new membership even if no worker
+    /// One pass over the jobs, for what every epoch reads of each (at 4,000 jobs a pass over
+    /// the map costs 0.1-0.7 ms, most of it the loads of the entries: each pass saved is that):
+    /// - its key (workers name their job by it: `current_jobs`);
+    /// - whether it has bid yet (counted for the summary);
+    /// - its ledger, lent to the planner and put back by `new_generations` (no copies);
+    /// - whether it lost a worker to silence (it has a new membership even if no worker
     ///   moves), or has a failed generation whose backoff is over (it restarts on its workers);
     /// - whether a submitted job is pinned: in the first `min_generation` of a generation it
-    ///   keeps exactly its workers, as every change restarts its processes.
-    pub(super) fn epoch_state(&mut self, now_s: f64) -> (Vec<FloorLedger>, Vec<bool>, Vec<bool>) {
+    ///   keeps exactly its workers, as every change restarts its processes;
+    /// - what decides whether it holds its workers ([`HoldIn`], for `held`): a save seen before
+    ///   this decision frees a job only at it (`schedule::Saves::decided`);
+    /// - whether any job saves on request, and any was asked to (for `ask_saves`).
+    pub(super) fn epoch_state(&mut self, now_s: f64) -> EpochState {
         let min_generation_s = self.settings.min_generation.as_secs_f64();
         let amortise = self.settings.restart_amortisation;
+        let max_wait_s = self.settings.save_wait_max.as_secs_f64();
+        let tenants = self.settings.tenants.get();
+        let min_run = tenants.as_deref().filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0));
         let n = self.jobs.len();
-        let mut ledgers: Vec<FloorLedger> = Vec::with_capacity(n);
-        let (mut lost_workers, mut pinned): (Vec<bool>, Vec<bool>) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for e in self.jobs.values_mut() {
-            ledgers.push(std::mem::take(&mut e.ledger));
+        let mut state = EpochState {
+            keys: Vec::with_capacity(n),
+            without_bid: 0,
+            ledgers: Vec::with_capacity(n),
+            lost_workers: Vec::with_capacity(n),
+            pinned: Vec::with_capacity(n),
+            holds: Vec::with_capacity(n),
+            saves_on_request: false,
+            asked: false,
+        };
+        for (id, e) in self.jobs.iter_mut() {
+            state.keys.push(e.key);
+            state.without_bid += usize::from(e.bid.is_none());
+            let waits = e.saves.waits(now_s, max_wait_s);
+            e.saves.decided();
+            let idle = e.workers.is_empty() || e.bid.is_none();
+            state.holds.push(HoldIn {
+                idle,
+                waits,
+                min_run: !idle
+                    && min_run.and_then(|t| t.config_of(id)).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s),
+            });
+            state.saves_on_request |= e.saves_on_request;
+            state.asked |= e.asked_s.is_some();
+            state.ledgers.push(std::mem::take(&mut e.ledger));
             let sup = &e.supervision;
             let lost = std::mem::take(&mut e.lost_workers) || sup.restart_at_s.is_some_and(|t| now_s >= t);
-            lost_workers.push(lost);
-            pinned.push(
+            state.lost_workers.push(lost);
+            state.pinned.push(
                 e.command.is_some()
                     && !e.workers.is_empty()
                     && !lost
@@ -168,22 +200,22 @@ impl Allocator {
                     && now_s - sup.generation_started_s < sup.tenure_s(min_generation_s, amortise),
             );
         }
-        (ledgers, lost_workers, pinned)
+        state
     }
 
-    /// Each worker's job now, as its index in the jobs' id order. By key, not by name: a lookup
-    /// by name reads two strings scattered over the heap per worker, most of an epoch at 16,000
-    /// workers.
+    /// Each worker's job now, as its index in the jobs' id order (`keys`, the jobs' keys in that
+    /// order). By key, not by name: a lookup by name reads two strings scattered over the heap
+    /// per worker, most of an epoch at 16,000 workers.
     ///
     /// Keys are handed out in order, so the live jobs' keys are usually dense: then a table
     /// indexed by key answers (a hash lookup per worker was a tenth of an epoch at 16,000
     /// workers); when churn has spread them over more than 8 slots per job, a hash map does.
-    pub(super) fn current_jobs(&self) -> Vec<Option<usize>> {
-        let (lo, hi) = self.jobs.values().fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e.key), hi.max(e.key)));
-        if lo <= hi && hi - lo < 8 * self.jobs.len() as u64 + 64 {
+    pub(super) fn current_jobs(&self, keys: &[u64]) -> Vec<Option<usize>> {
+        let (lo, hi) = keys.iter().fold((u64::MAX, 0), |(lo, hi), &k| (lo.min(k), hi.max(k)));
+        if lo <= hi && hi - lo < 8 * keys.len() as u64 + 64 {
             let mut ord_of = vec![u32::MAX; (hi - lo + 1) as usize];
-            for (i, e) in self.jobs.values().enumerate() {
-                ord_of[(e.key - lo) as usize] = i as u32;
+            for (i, &k) in keys.iter().enumerate() {
+                ord_of[(k - lo) as usize] = i as u32;
             }
             let ord = |key: u64| {
                 let slot = key.checked_sub(lo).and_then(|k| ord_of.get(k as usize)).copied()?;
@@ -191,35 +223,8 @@ impl Allocator {
             };
             return self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord(j.key))).collect();
         }
-        let ord_of: foldhash::HashMap<u64, usize> = self.jobs.values().enumerate().map(|(i, e)| (e.key, i)).collect();
+        let ord_of: foldhash::HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
         self.registry.iter().map(|(_, w)| w.job.as_ref().and_then(|j| ord_of.get(&j.key).copied())).collect()
-    }
-
-    /// Which jobs keep their workers this epoch (issue #43), and how ([`Hold`]): none of their
-    /// workers is rebalanced away, by their tenant's quota (`schedule::tenants::quotas_holding`)
-    /// or inside it, except to restore a guarantee or for a higher class of their tenant (the
-    /// planner serves it first, holds or not). A save seen before this decision frees a
-    /// job only at it (`schedule::Saves::decided`).
-    pub(super) fn held(&mut self, now_s: f64, tenants: Option<&schedule::tenants::TenantSet>, owed: bool) -> Vec<Hold> {
-        let min_run = tenants.filter(|t| t.configs.values().any(|c| c.min_run_s > 0.0));
-        let max_wait_s = self.settings.save_wait_max.as_secs_f64();
-        self.jobs
-            .iter_mut()
-            .map(|(id, e)| {
-                let waits = e.saves.waits(now_s, max_wait_s);
-                e.saves.decided();
-                if e.workers.is_empty() || e.bid.is_none() {
-                    Hold::None
-                } else if waits && !owed {
-                    Hold::Save
-                } else if min_run.and_then(|t| t.config_of(id)).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s)
-                {
-                    Hold::Keep
-                } else {
-                    Hold::None
-                }
-            })
-            .collect()
     }
 
     /// Whether some tenant holds fewer workers than it is entitled to (its jobs' demand being
@@ -455,33 +460,78 @@ impl Allocator {
         );
         schedule::Finishing::tabled(BidGain::Priced(priced), finish, terms)
     }
+}
 
-    /// Compares each job's prediction for the epoch that just ended with its reports, and
-    /// records the prediction for the epoch that starts (at the workers it now has).
-    pub(super) fn check_predictions(&mut self, epoch_s: f64) -> Option<EpochGains> {
-        let mut gains = EpochGains::default();
-        for entry in self.jobs.values_mut() {
-            let now = entry.bid.as_ref().and_then(|b| b.last_loss);
-            if let (Some(p), Some(loss)) = (entry.pending, now) {
-                gains.jobs += 1;
-                gains.predicted += p.predicted;
-                gains.realised += (p.loss_at_start - loss) / p.scale;
-            }
-            let workers = entry.workers.len() as u32;
-            if entry.pending_for == Some(workers) {
-                continue;
-            }
-            entry.pending_for = Some(workers);
-            entry.pending = entry.bid.as_ref().and_then(|b| {
-                let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
-                // A prior (no points yet) predicts nothing checkable.
-                (b.points >= 2).then(|| PendingGain {
-                    loss_at_start: loss,
-                    scale: gain.scale,
-                    predicted: gain.predicted_drop(workers, epoch_s),
-                })
-            });
-        }
-        (gains.jobs > 0).then_some(gains)
+/// What one pass over the jobs reads for the epoch (`Allocator::epoch_state`), each in the jobs'
+/// id order.
+pub(super) struct EpochState {
+    pub(super) keys: Vec<u64>,
+    pub(super) without_bid: usize,
+    pub(super) ledgers: Vec<FloorLedger>,
+    pub(super) lost_workers: Vec<bool>,
+    pub(super) pinned: Vec<bool>,
+    pub(super) holds: Vec<HoldIn>,
+    /// Some job saves on request (`JobSpec::save_on_request`).
+    pub(super) saves_on_request: bool,
+    /// Some job was asked to save and waits for it.
+    pub(super) asked: bool,
+}
+
+/// What decides whether a job holds its workers this epoch ([`Hold`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HoldIn {
+    /// It has no worker or no bid: nothing to hold.
+    idle: bool,
+    /// It saves on a schedule and has not saved since the last decision (`Saves::waits`).
+    waits: bool,
+    /// Within its tenant's `min_run_s` of its last change.
+    min_run: bool,
+}
+
+/// Compares a job's prediction for the epoch that just ended with its reports (into `gains`),
+/// and records the prediction for the epoch that starts, at the workers it now has: the same bid
+/// at the same count predicts the same, so it is not recomputed. Called by `new_generations`
+/// once the job's workers are decided, in its one pass over the jobs.
+pub(super) fn check_prediction(entry: &mut JobEntry, epoch_s: f64, gains: &mut EpochGains) {
+    if let (Some(p), Some(loss)) = (entry.pending, entry.last_loss) {
+        gains.jobs += 1;
+        gains.predicted += p.predicted;
+        gains.realised += (p.loss_at_start - loss) / p.scale;
     }
+    let workers = entry.workers.len() as u32;
+    if entry.pending_for == Some(workers) {
+        return;
+    }
+    entry.pending_for = Some(workers);
+    entry.pending = entry.bid.as_ref().and_then(|b| {
+        let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
+        // A prior (no points yet) predicts nothing checkable.
+        (b.points >= 2).then(|| PendingGain {
+            loss_at_start: loss,
+            scale: gain.scale,
+            predicted: gain.predicted_drop(workers, epoch_s),
+        })
+    });
+}
+
+/// Which jobs keep their workers this epoch (issue #43), and how ([`Hold`]): none of their
+/// workers is rebalanced away, by their tenant's quota (`schedule::tenants::quotas_holding`)
+/// or inside it, except to restore a guarantee or for a higher class of their tenant (the
+/// planner serves it first, holds or not). A job between two saves keeps exactly what it has
+/// unless a guarantee is `owed`. What each job says was read in `epoch_state`'s pass.
+pub(super) fn held(holds: &[HoldIn], owed: bool) -> Vec<Hold> {
+    holds
+        .iter()
+        .map(|h| {
+            if h.idle {
+                Hold::None
+            } else if h.waits && !owed {
+                Hold::Save
+            } else if h.min_run {
+                Hold::Keep
+            } else {
+                Hold::None
+            }
+        })
+        .collect()
 }

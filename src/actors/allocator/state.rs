@@ -126,6 +126,11 @@ pub(super) struct JobEntry {
     pub(super) attained_service: f64,
     pub(super) ledger: FloorLedger,
     pub(super) bid: Option<Box<Bid>>,
+    /// Its latest bid's last loss and `save_on_request`, kept beside it: every epoch reads them
+    /// for every job, and a load of each job's boxed bid for them was a miss per job (at
+    /// 100,000 jobs about 10 ms of an epoch).
+    pub(super) last_loss: Option<f64>,
+    pub(super) saves_on_request: bool,
     /// What the last epoch predicted for this job, checked against its reports at the next.
     pub(super) pending: Option<PendingGain>,
     /// The worker count `pending` was predicted at, with the current bid (`None`: a new bid
@@ -179,6 +184,8 @@ impl JobEntry {
             attained_service: 0.0,
             ledger: FloorLedger::default(),
             bid: None,
+            last_loss: None,
+            saves_on_request: false,
             pending: None,
             pending_for: None,
             saved_plan: None,
