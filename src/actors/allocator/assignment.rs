@@ -88,7 +88,12 @@ impl Allocator {
         let message = WorkerAssignment {
             role: entry.role,
             launch: entry.launch.as_deref().cloned(),
-            command: entry.launch.as_ref().and(recorded).and_then(|j| self.jobs.get(j)).and_then(|e| e.command.clone()),
+            command: entry
+                .launch
+                .as_ref()
+                .and(recorded)
+                .and_then(|j| self.jobs.get(j))
+                .and_then(|e| e.command.as_deref().cloned()),
             stop_grace_ms: recorded.and_then(|j| grace_ms(self.settings.tenants.get().as_deref(), j)),
             ..assignment(self.settings.term, worker, self.epoch.max(1), recorded.map(str::to_string))
         };
@@ -123,8 +128,11 @@ impl Allocator {
         fx: &mut Vec<Effect>,
     ) -> Moved {
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
-        let commands: Vec<Option<JobCommand>> =
-            if self.tell_all { self.jobs.values().map(|e| e.command.clone()).collect() } else { Vec::new() };
+        let commands: Vec<Option<JobCommand>> = if self.tell_all {
+            self.jobs.values().map(|e| e.command.as_deref().cloned()).collect()
+        } else {
+            Vec::new()
+        };
         // The jobs' ids, read once a worker needs one (most epochs move none).
         let jobs = &self.jobs;
         let mut ids_read: Option<Vec<&str>> = None;
@@ -382,7 +390,7 @@ impl Generations<'_> {
             fx.push(Effect::Assign(WorkerAssignment {
                 role: w.role,
                 launch: w.launch.as_deref().cloned(),
-                command: w.launch.as_ref().and(entry.command.clone()),
+                command: w.launch.as_ref().and(entry.command.as_deref().cloned()),
                 stop_grace_ms: grace,
                 // Taken from another tenant's job: that process gets this job's terms; one whose
                 // job was asked to save and did not gets what is left of its grace.

@@ -129,7 +129,7 @@ impl Allocator {
                 entry.local = local;
                 if command.is_some() {
                     let new = entry.command.is_none();
-                    entry.command = command;
+                    entry.command = command.map(Box::new);
                     if new {
                         self.submitted += 1;
                     }

@@ -154,7 +154,8 @@ pub(super) struct JobEntry {
     /// A worker of it went silent and was removed: its membership changed at the next epoch.
     pub(super) lost_workers: bool,
     /// What the agents run for it (a submitted job), and how its generations fare.
-    pub(super) command: Option<JobCommand>,
+    /// Boxed, as `speeds`: every epoch streams every entry, and these two are read rarely.
+    pub(super) command: Option<Box<JobCommand>>,
     pub(super) supervision: Supervision,
     /// When it registered (after a restart, as restored from its fair clock): its age for the
     /// finish-time bound.
@@ -172,7 +173,7 @@ pub(super) struct JobEntry {
     pub(super) finish: Option<Box<crate::schedule::Finish>>,
     pub(super) kept_term: KeptTerm,
     /// Its speed on each worker type, measured (issue #31), and the epoch being measured.
-    pub(super) speeds: JobSpeeds,
+    pub(super) speeds: Box<JobSpeeds>,
 }
 
 impl JobEntry {
@@ -203,7 +204,7 @@ impl JobEntry {
             remaining_iters: 0.0,
             finish: None,
             kept_term: KeptTerm::None,
-            speeds: JobSpeeds::default(),
+            speeds: Box::default(),
         }
     }
 }
