@@ -133,9 +133,7 @@ impl Allocator {
         } else {
             Vec::new()
         };
-        // The jobs' ids, read once a worker needs one (most epochs move none).
-        let jobs = &self.jobs;
-        let mut ids_read: Option<Vec<&str>> = None;
+        let mut ids_read: Option<Vec<&str>> = None; // The jobs' ids, once a worker needs one.
         let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
         let mut job_changed = lost;
         let mut workers_moved = 0;
@@ -159,7 +157,7 @@ impl Allocator {
             if same && !tell_all {
                 continue;
             }
-            let ids = ids_read.get_or_insert_with(|| jobs.keys().map(String::as_str).collect());
+            let ids = ids_read.get_or_insert_with(|| self.jobs.keys().map(String::as_str).collect());
             if same {
                 // The first epoch of a term tells every worker what it serves, changed or not.
                 let message = WorkerAssignment {
@@ -193,11 +191,8 @@ impl Allocator {
                 // Idle now. A worker that joins a job is told below, with its job's other
                 // members, in the job's new generation.
                 entry.launch = None;
-                fx.push(Effect::Assign(WorkerAssignment {
-                    role,
-                    reclaim_grace_ms: cut.get(worker).copied(),
-                    ..assignment(self.settings.term, worker, epoch, None)
-                }));
+                let idle = assignment(self.settings.term, worker, epoch, None);
+                fx.push(Effect::Assign(WorkerAssignment { role, reclaim_grace_ms: cut.get(worker).copied(), ..idle }));
             }
         }
         let counts = per_job(&next, plan.counts.len());
