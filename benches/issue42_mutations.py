@@ -12,7 +12,10 @@ muts = [
  ("src/actors/allocator/supervision.rs", "&& now_s - sup.generation_started_s.max(sup.progress_s) > stall", "&& now_s - sup.generation_started_s > stall", "stall"),
  ("src/actors/allocator/assignment.rs", "pub(super) const RETELL_AFTER_S: f64 = 2.0;", "pub(super) const RETELL_AFTER_S: f64 = 0.0;", "retell"),
  ("src/actors/allocator/core.rs", "            tell_all: true,", "            tell_all: false,", "term"),
- ("src/actors/allocator/planning.rs", "tenants: tenancy.map(|(shares, tenant_of, held)| schedule::Tenancy { shares, tenant_of, held }),", "tenants: tenancy.filter(|_| false).map(|(shares, tenant_of, held)| schedule::Tenancy { shares, tenant_of, held }),", "quota"),
+ ("src/actors/allocator/planning.rs", "tenants: tenancy.map(|t| schedule::Tenancy {", "tenants: tenancy.filter(|_| false).map(|t| schedule::Tenancy {", "quota"),
+ # Issue #44's one pass over the jobs: the saves' hold and the prediction check read there.
+ ("src/actors/allocator/planning.rs", "        } else if h.waits && !owed {", "        } else if false && h.waits && !owed {", "save-hold"),
+ ("src/actors/allocator/planning.rs", "            entry.last_loss = bid.last_loss;\n", "", "last-loss"),
  ("src/actors/allocator/planning.rs", "            types,\n", "            types: types.filter(|_| false),\n", "typed"),
  # The state writer (#20's two surviving mutations first).
  ("src/bus/durable/write.rs", "    if !fence.holds() {\n        return Outcome::Failed", "    if false {\n        return Outcome::Failed", "write-fence"),
