@@ -51,6 +51,8 @@ pub struct WorkerRegistry {
     with_machine: usize,
     /// Workers per type (`accelerator`), types with none removed.
     per_type: BTreeMap<String, usize>,
+    /// Workers added or removed so far (a hello counts, known worker or not).
+    changes: u64,
 }
 
 impl Default for WorkerRegistry {
@@ -60,6 +62,7 @@ impl Default for WorkerRegistry {
             seen_bound_s: f64::INFINITY,
             with_machine: 0,
             per_type: BTreeMap::new(),
+            changes: 0,
         }
     }
 }
@@ -91,6 +94,7 @@ impl WorkerRegistry {
     }
 
     fn insert(&mut self, entry: WorkerEntry) {
+        self.changes += 1;
         self.seen_bound_s = self.seen_bound_s.min(entry.last_seen_s);
         self.with_machine += usize::from(entry.spec.machine.is_some());
         *self.per_type.entry(accelerator(&entry.spec).to_string()).or_default() += 1;
@@ -99,6 +103,7 @@ impl WorkerRegistry {
 
     fn remove(&mut self, worker: &str) -> Option<WorkerEntry> {
         let entry = self.workers.remove(worker)?;
+        self.changes += 1;
         self.with_machine -= usize::from(entry.spec.machine.is_some());
         let kind = accelerator(&entry.spec);
         if let Some(n) = self.per_type.get_mut(kind) {
@@ -147,6 +152,12 @@ impl WorkerRegistry {
         }
         self.seen_bound_s = bound;
         gone.into_iter().filter_map(|id| self.remove(&id).map(|w| (id, w.job))).collect()
+    }
+
+    /// How many times a worker was added or removed: the workers' order and their jobs are as
+    /// they were while this has not changed (except through `get_mut` and `iter_mut`).
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Whether any worker names its machine (kept as they come and go, not scanned).

@@ -113,6 +113,8 @@ impl Allocator {
             past_order: VecDeque::new(),
             without_ranks: 0,
             submitted: 0,
+            jobs_changed: 0,
+            last_layout: None,
         }
     }
 
@@ -173,7 +175,11 @@ impl Allocator {
         let collected = stopwatch_ms();
         let mut state = self.epoch_state(now_s);
         let (mut ledgers, lost_workers) = (std::mem::take(&mut state.ledgers), std::mem::take(&mut state.lost_workers));
-        let current = self.current_jobs(&state.keys);
+        let current = match self.last_layout.take() {
+            Some((jobs, workers, layout)) if (jobs, workers) == (self.jobs_changed, self.registry.changes()) => layout,
+            _ => self.current_jobs(&state.keys),
+        };
+        debug_assert_eq!(current, self.current_jobs(&state.keys), "the layout kept is the registry's");
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
@@ -225,6 +231,7 @@ impl Allocator {
             },
         };
         self.epoch = epoch;
+        self.last_layout = Some((self.jobs_changed, self.registry.changes(), moved.next));
         EpochOutput { effects: fx, summary }
     }
 
@@ -258,6 +265,7 @@ impl Allocator {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
                 self.next_key += 1;
+                self.jobs_changed += 1;
                 let mut entry = JobEntry::new(self.next_key, local, now_s);
                 // Generations are monotonic per job id: a job that ended and started again
                 // counts on from its predecessor.
@@ -271,6 +279,7 @@ impl Allocator {
     /// reassigns them.
     fn stop_job(&mut self, job: String, outcome: Outcome, now_s: f64) {
         let Some(entry) = self.jobs.remove(&job) else { return };
+        self.jobs_changed += 1;
         if entry.generation > 0 {
             if self.past_order.len() >= PAST_GENERATIONS_KEPT
                 && let Some(oldest) = self.past_order.pop_front()

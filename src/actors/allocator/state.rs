@@ -242,6 +242,12 @@ pub struct Allocator {
     pub(super) without_ranks: u64,
     /// Jobs with a command (supervised): without any, an epoch skips their checks.
     pub(super) submitted: usize,
+    /// Jobs registered or ended so far: a change of the jobs' id order.
+    pub(super) jobs_changed: u64,
+    /// Each worker's job as the last epoch left it (in the jobs' id order), with the jobs' and
+    /// the registry's change counts then: the next epoch's layout while neither has changed,
+    /// instead of a pass over the workers (`Allocator::current_jobs`).
+    pub(super) last_layout: Option<(u64, u64, Vec<Option<usize>>)>,
 }
 
 /// Restarted generations a job's status lists.

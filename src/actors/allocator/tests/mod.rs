@@ -16,6 +16,7 @@ use crate::quality::{JobPredictor, PredictorConfig};
 use crate::schedule::{self, PlaceSettings, Placer, PlanSettings, tenants::TenantSet};
 
 mod gains;
+mod layout;
 mod terms;
 
 fn settings() -> AllocatorSettings {
