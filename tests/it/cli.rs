@@ -383,6 +383,9 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     ]);
     let sizes: Vec<_> = scale["sizes"].as_array().map_or(Vec::new(), |s| s.iter().map(|r| r["jobs"].clone()).collect());
     assert_eq!(sizes, [100, 200, 300], "smallest first, a job per 4 workers: {scale}");
+    // Measured on the cluster as sized: the workers kept (the bench fails if one expires), and busy.
+    let busy = scale["sizes"].as_array().into_iter().flatten().all(|r| r["workers_assigned_p50"].as_f64() > Some(0.0));
+    assert!(busy, "{scale}");
     // The chart holds a line through the three sizes (its legend's marks have two points).
     let svg = std::fs::read_to_string(&plot).unwrap_or_default();
     let through_all = svg.lines().filter_map(|l| l.split("points=\"").nth(1)).filter(|p| p.split(' ').count() == 4);

@@ -88,6 +88,8 @@ pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
             "reports_sent": sent,
             "reports_landed": landed,
             "workers_moved_p50": pct(measured.iter().map(|e| e.workers_moved as f64).collect(), 0.5),
+            "workers_known_min": measured.iter().map(|e| e.num_workers).min(),
+            "workers_assigned_p50": pct(measured.iter().map(|e| e.workers_assigned as f64).collect(), 0.5),
             "rss_start_bytes": baseline_rss,
             "rss_with_workers_bytes": after_workers_rss,
             "rss_with_jobs_bytes": jobs_rss,

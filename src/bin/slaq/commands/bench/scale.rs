@@ -58,7 +58,7 @@ pub(crate) fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     sizes.sort_unstable();
     let mut rows = Vec::new();
     for workers in sizes {
-        let row = measure(&args, &templates, &config, workers);
+        let row = measure(&args, &templates, &config, workers)?;
         eprintln!("{row}");
         rows.push(row);
     }
@@ -84,7 +84,7 @@ fn measure(
     templates: &[JobPredictor],
     config: &slaq::service::ServeConfig,
     workers: u32,
-) -> serde_json::Value {
+) -> anyhow::Result<serde_json::Value> {
     let jobs = (workers / args.workers_per_job) as usize;
     let rss_start = resident_bytes();
     let mut a = Allocator::new(allocator_settings(config, None), false);
@@ -110,19 +110,29 @@ fn measure(
     // Epochs a configured epoch apart, until one moves no worker: the first ones reshuffle
     // (the fair clocks and ledgers start empty), which is not the steady state measured.
     let epoch_s = a.settings().epoch.as_secs_f64();
+    // Every worker's heartbeat, between two epochs as on a live cluster (not timed): without
+    // them the workers expire after `worker_timeout` and the epochs measured an empty cluster.
+    let ids: Vec<String> = (0..workers).map(|w| format!("w{w:07}")).collect();
+    let beat = |a: &mut Allocator, now_s: f64| {
+        for id in &ids {
+            a.handle(now_s, Input::WorkerBeat { worker: id.clone(), running: None });
+        }
+    };
     let mut now_s = epoch_s;
     let mut settle = 0;
     while settle < MAX_SETTLE {
         settle += 1;
+        beat(&mut a, now_s);
         let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
         now_s += epoch_s;
         if moved == 0 && settle > 1 {
             break;
         }
     }
-    let (mut wall, mut cpu, mut moved) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut wall, mut cpu, mut moved, mut assigned) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut next = 0;
     for e in 0..args.epochs {
+        beat(&mut a, now_s);
         for _ in 0..args.churn.min(jobs) {
             let (job, b) = bid(next, e as u64 + 1);
             a.handle(now_s, Input::Bid { job, bid: b });
@@ -133,11 +143,16 @@ fn measure(
         wall.push(started.elapsed().as_secs_f64() * 1e3);
         cpu.extend(cpu_started.zip(thread_cpu()).map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e3));
         moved.push(out.summary.workers_moved as f64);
+        assigned.push(out.summary.workers_assigned as f64);
+        anyhow::ensure!(
+            out.summary.num_workers == workers as usize,
+            "a worker was lost: the epoch measured is not this size"
+        );
         now_s += epoch_s;
     }
     let rss_end = resident_bytes();
     let per = |a: Option<u64>, b: Option<u64>, n: usize| a.zip(b).map(|(a, b)| b.saturating_sub(a) / n.max(1) as u64);
-    serde_json::json!({
+    Ok(serde_json::json!({
         "workers": workers,
         "jobs": jobs,
         "settle_epochs": settle,
@@ -146,10 +161,11 @@ fn measure(
         "epoch_cpu_p50_ms": pct(&cpu, 0.5),
         "epoch_cpu_max_ms": pct(&cpu, 1.0),
         "workers_moved_p50": pct(&moved, 0.5),
+        "workers_assigned_p50": pct(&assigned, 0.5),
         "rss_bytes": rss_end,
         "rss_bytes_per_worker": per(rss_start, rss_workers, workers as usize),
         "rss_bytes_per_job": per(rss_workers, rss_jobs, jobs),
-    })
+    }))
 }
 
 /// The `q` quantile of `v` (nearest rank); 0 for none.
