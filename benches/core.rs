@@ -80,16 +80,26 @@ fn allocator_epoch(c: &mut Criterion) {
     // Epochs a configured epoch apart until one moves no worker (the first ones reshuffle as
     // the fair clocks and ledgers fill): then nothing is new. Five epochs 1 s apart, as before,
     // left it moving workers at every measured epoch.
+    // Every worker beats before each epoch, as on a live cluster: silent, they would expire
+    // after `worker_timeout` (three epochs) and the epochs would be of an empty cluster.
     let epoch_s = a.settings().epoch.as_secs_f64();
+    let beat = |a: &mut Allocator, now_s: f64| {
+        for w in 0..16_000 {
+            a.handle(now_s, Input::WorkerBeat { worker: format!("w{w:05}"), running: None });
+        }
+    };
     let mut now_s = epoch_s;
     for settle in 0..200 {
+        beat(&mut a, now_s);
         let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
         now_s += epoch_s;
         if moved == 0 && settle > 0 {
             break;
         }
     }
-    assert_eq!(a.epoch(now_s, true, &|| 0.0).summary.workers_moved, 0, "settled");
+    beat(&mut a, now_s);
+    let summary = a.epoch(now_s, true, &|| 0.0).summary;
+    assert_eq!((summary.workers_moved, summary.num_workers), (0, 16_000), "settled, every worker known");
     let mut group = c.benchmark_group("allocator");
     group.sample_size(20);
     group.bench_function("epoch 4000 jobs 16000 workers, nothing new", |b| {

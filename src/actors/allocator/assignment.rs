@@ -40,6 +40,8 @@ pub(super) struct Moved {
     pub(super) next: Vec<Option<usize>>,
     /// Workers per job now.
     pub(super) counts: Vec<u32>,
+    /// Each worker serves its job as a parameter server now.
+    pub(super) serves: Vec<bool>,
 }
 
 /// A job's stop grace on the wire: its tenant's `grace_s`, with `[tenants]`.
@@ -117,16 +119,36 @@ impl Allocator {
     /// what it serves, changed or not. Returns which jobs' membership changed (`lost` marks those
     /// that changed without a move), how many workers moved and which were taken from one
     /// tenant's job for another's (their processes get the taker's grace at most). Only
-    /// workers that move cost anything here.
+    /// workers that move cost anything here: with the roles as the last epoch left them
+    /// (`serves`, `None`: not known), an epoch that moves none reads no worker.
     pub(super) fn move_workers(
         &mut self,
         epoch: u64,
-        (current, keys): (&[Option<usize>], &[u64]),
+        (current, serves, keys): (&[Option<usize>], Option<&[bool]>, &[u64]),
         (plan, asked): (&EpochPlan, &Asked),
         lost: Vec<bool>,
         now_s: f64,
         fx: &mut Vec<Effect>,
     ) -> Moved {
+        // Nothing to tell: no worker changes job or role, none whose job was asked to save has
+        // its grace cut, and it is not the first epoch of a term.
+        if !self.tell_all
+            && serves == Some(&plan.serves[..])
+            && current == &plan.next[..]
+            && asked.cut_ms.iter().all(Option::is_none)
+        {
+            let counts = per_job(current, plan.counts.len());
+            let (next, serves) = (current.to_vec(), plan.serves.clone());
+            return Moved {
+                job_changed: lost,
+                workers: 0,
+                taken: HashSet::new(),
+                cut: HashMap::new(),
+                next,
+                counts,
+                serves,
+            };
+        }
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> = if self.tell_all {
             self.jobs.values().map(|e| e.command.as_deref().cloned()).collect()
@@ -140,6 +162,7 @@ impl Allocator {
         let mut taken = HashSet::new();
         let mut cut = HashMap::new();
         let mut next = Vec::with_capacity(plan.next.len());
+        let mut serves_now = Vec::with_capacity(plan.next.len());
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
@@ -151,6 +174,7 @@ impl Allocator {
             let (after, role) = if waits { (before, entry.role) } else { (after, role) };
             let same = before == after && role == entry.role && (after.is_some() || entry.job.is_none());
             next.push(after);
+            serves_now.push(role == Role::Ps);
             if let Some(ms) = asked.cut(before) {
                 cut.insert(worker.clone(), ms);
             }
@@ -196,7 +220,7 @@ impl Allocator {
             }
         }
         let counts = per_job(&next, plan.counts.len());
-        Moved { job_changed, workers: workers_moved, taken, cut, next, counts }
+        Moved { job_changed, workers: workers_moved, taken, cut, next, counts, serves: serves_now }
     }
 
     /// Every job takes its ledger back and books its service; a job whose membership changed

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use super::super::bid::{Bid, job_model};
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
-use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry};
+use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, Layout};
 use crate::cluster::ranks::PortBook;
-use crate::protocol::{EpochSummary, JobCommand, JobOutcome, Outcome, Running, WorkerSpec};
+use crate::protocol::{EpochSummary, JobCommand, JobOutcome, Outcome, Role, Running, WorkerSpec};
 use crate::schedule::FloorLedger;
 
 /// What happens to the allocator, with the time it happened at (`Allocator::handle`). Each is
@@ -175,11 +175,17 @@ impl Allocator {
         let collected = stopwatch_ms();
         let mut state = self.epoch_state(now_s);
         let (mut ledgers, lost_workers) = (std::mem::take(&mut state.ledgers), std::mem::take(&mut state.lost_workers));
-        let current = match self.last_layout.take() {
-            Some((jobs, workers, layout)) if (jobs, workers) == (self.jobs_changed, self.registry.changes()) => layout,
-            _ => self.current_jobs(&state.keys),
+        let unchanged =
+            |l: &Layout| (l.jobs_changed, l.workers_changed) == (self.jobs_changed, self.registry.changes());
+        let (current, serves) = match self.last_layout.take().filter(unchanged) {
+            Some(layout) => (layout.jobs, Some(layout.serves)),
+            None => (self.current_jobs(&state.keys), None),
         };
         debug_assert_eq!(current, self.current_jobs(&state.keys), "the layout kept is the registry's");
+        debug_assert!(
+            serves.as_ref().is_none_or(|s| s.iter().copied().eq(self.registry.iter().map(|(_, w)| w.role == Role::Ps))),
+            "the roles kept are the registry's"
+        );
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
@@ -202,7 +208,14 @@ impl Allocator {
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let asked = self.ask_saves(epoch, (&current, &plan), &state, now_s, owed, names.is_some(), &mut fx);
-        let moved = self.move_workers(epoch, (&current, &state.keys), (&plan, &asked), lost_workers, now_s, &mut fx);
+        let moved = self.move_workers(
+            epoch,
+            (&current, serves.as_deref(), &state.keys),
+            (&plan, &asked),
+            lost_workers,
+            now_s,
+            &mut fx,
+        );
         let (resized, gains) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
@@ -231,7 +244,12 @@ impl Allocator {
             },
         };
         self.epoch = epoch;
-        self.last_layout = Some((self.jobs_changed, self.registry.changes(), moved.next));
+        self.last_layout = Some(Layout {
+            jobs_changed: self.jobs_changed,
+            workers_changed: self.registry.changes(),
+            jobs: moved.next,
+            serves: moved.serves,
+        });
         EpochOutput { effects: fx, summary }
     }
 

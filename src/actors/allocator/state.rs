@@ -244,10 +244,22 @@ pub struct Allocator {
     pub(super) submitted: usize,
     /// Jobs registered or ended so far: a change of the jobs' id order.
     pub(super) jobs_changed: u64,
-    /// Each worker's job as the last epoch left it (in the jobs' id order), with the jobs' and
-    /// the registry's change counts then: the next epoch's layout while neither has changed,
-    /// instead of a pass over the workers (`Allocator::current_jobs`).
-    pub(super) last_layout: Option<(u64, u64, Vec<Option<usize>>)>,
+    /// The workers as the last epoch left them: the next epoch's while no job and no worker
+    /// came or went, instead of a pass over the workers (`Allocator::current_jobs`).
+    pub(super) last_layout: Option<Layout>,
+}
+
+/// Each worker's job and role as an epoch left them, in the registry's order, with the jobs'
+/// and the registry's change counts then (`Allocator::jobs_changed`,
+/// `WorkerRegistry::changes`): while neither has changed, it is the registry's.
+#[derive(Debug)]
+pub(super) struct Layout {
+    pub(super) jobs_changed: u64,
+    pub(super) workers_changed: u64,
+    /// Each worker's job, as its index in the jobs' id order.
+    pub(super) jobs: Vec<Option<usize>>,
+    /// Each worker serves its job as a parameter server (`Role::Ps`).
+    pub(super) serves: Vec<bool>,
 }
 
 /// Restarted generations a job's status lists.

@@ -3,11 +3,15 @@
 //! that the layout kept is what the registry says.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::super::core::Input;
 use super::super::state::Allocator;
 use super::{assigns, bid, epoch, members, settings, worker};
-use crate::protocol::Outcome;
+use crate::actors::bid::{Bid, job_model};
+use crate::protocol::{JobSpec, Outcome, Role};
+use crate::quality::{JobPredictor, PredictorConfig};
+use crate::schedule;
 
 /// Three jobs on two workers each, settled.
 fn three_jobs() -> Allocator {
@@ -75,4 +79,46 @@ fn a_job_that_starts_between_epochs_moves_no_other_job_s_workers() {
     for j in ["a", "m", "z"] {
         assert_eq!(after[j], before[j], "{j} keeps its workers");
     }
+}
+
+/// A parameter-server job's bid whose synchronisation costs `per_load` per worker a server
+/// carries: the dearer, the more of its workers serve.
+fn ps_bid(job: &str, per_load: f64) -> Bid {
+    let mut p = JobPredictor::new(PredictorConfig::default());
+    for i in 1..=5u64 {
+        p.observe(i, 0.1 + 1.0 / i as f64).expect("a valid point");
+        for w in 1..=6u32 {
+            p.observe_time(w, 1.0 / f64::from(w));
+        }
+    }
+    let gain = schedule::make_bid(&mut p, 60.0, 1.0, 0);
+    let spec = JobSpec { max_workers: Some(6), parameter_server: true, ..JobSpec::new(job) };
+    let mut model = job_model(&spec, &[], None);
+    (model.perf.beta_n, model.perf.beta_l) = (per_load, per_load);
+    Bid::new(&spec, Arc::new(model), &p, gain, 0)
+}
+
+/// The workers serving parameters, as the allocator records them.
+fn servers(a: &Allocator) -> usize {
+    a.registry.iter().filter(|(_, w)| w.role == Role::Ps).count()
+}
+
+#[test]
+fn a_role_that_changes_while_every_worker_keeps_its_job_is_told() {
+    let mut a = Allocator::new(settings(), false);
+    for w in 1..=6 {
+        a.handle(0.0, Input::WorkerHello(worker(&format!("w{w}"), None)));
+    }
+    a.handle(0.0, Input::JobStarted { job: "p".into(), local: true, command: None });
+    a.handle(0.0, Input::Bid { job: "p".into(), bid: ps_bid("p", 0.0) });
+    epoch(&mut a, 1.0, true);
+    assert!(assigns(&epoch(&mut a, 2.0, true)).is_empty(), "settled");
+    assert_eq!((a.jobs["p"].workers.len(), servers(&a)), (6, 1), "cheap synchronisation: one server");
+    // Dear synchronisation: more servers on the same six workers (no job or worker came or went).
+    a.handle(2.5, Input::Bid { job: "p".into(), bid: ps_bid("p", 100.0) });
+    let fx = epoch(&mut a, 3.0, true);
+    assert_eq!(a.jobs["p"].workers.len(), 6);
+    assert!(servers(&a) > 1, "{} servers", servers(&a));
+    let told_ps = assigns(&fx).iter().filter(|m| m.role == Role::Ps).count();
+    assert_eq!(told_ps, servers(&a), "every server is told its role");
 }
