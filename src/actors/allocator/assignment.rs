@@ -124,7 +124,7 @@ impl Allocator {
     pub(super) fn move_workers(
         &mut self,
         epoch: u64,
-        (current, serves, keys): (&[Option<usize>], Option<&[bool]>, &[u64]),
+        (current, serves, keys): (Vec<Option<usize>>, Option<Vec<bool>>, &[u64]),
         (plan, asked): (&EpochPlan, &Asked),
         lost: Vec<bool>,
         now_s: f64,
@@ -132,13 +132,10 @@ impl Allocator {
     ) -> Moved {
         // Nothing to tell: no worker changes job or role, none whose job was asked to save has
         // its grace cut, and it is not the first epoch of a term.
-        if !self.tell_all
-            && serves == Some(&plan.serves[..])
-            && current == &plan.next[..]
-            && asked.cut_ms.iter().all(Option::is_none)
-        {
-            let counts = per_job(current, plan.counts.len());
-            let (next, serves) = (current.to_vec(), plan.serves.clone());
+        if let Some(serves) = serves.filter(|s| {
+            !self.tell_all && *s == plan.serves && current == plan.next && asked.cut_ms.iter().all(Option::is_none)
+        }) {
+            let (counts, next) = (per_job(&current, plan.counts.len()), current);
             return Moved {
                 job_changed: lost,
                 workers: 0,
@@ -166,7 +163,7 @@ impl Allocator {
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
-            self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
+            self.registry.iter_mut().zip(&current).zip(&plan.next).zip(roles)
         {
             // Same job and role, or no job and no stale name of a job that left; or a move that
             // waits for a save asked for (the worker stays as it is).

@@ -208,14 +208,8 @@ impl Allocator {
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let asked = self.ask_saves(epoch, (&current, &plan), &state, now_s, owed, names.is_some(), &mut fx);
-        let moved = self.move_workers(
-            epoch,
-            (&current, serves.as_deref(), &state.keys),
-            (&plan, &asked),
-            lost_workers,
-            now_s,
-            &mut fx,
-        );
+        let moved =
+            self.move_workers(epoch, (current, serves, &state.keys), (&plan, &asked), lost_workers, now_s, &mut fx);
         let (resized, gains) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
