@@ -80,6 +80,7 @@ pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
             "epochs": measured.len(),
             "epoch_p50_ms": pct(total.clone(), 0.5),
             "epoch_p99_ms": pct(total, 0.99),
+            "epoch_cpu_p50_ms": pct(measured.iter().filter_map(|e| e.cpu_ms).collect(), 0.5),
             "epoch_cpu_p99_ms": pct(measured.iter().filter_map(|e| e.cpu_ms).collect(), 0.99),
             "collect_p50_ms": pct(field(|e| e.collect_ms), 0.5),
             "policy_p50_ms": pct(field(|e| e.policy_ms), 0.5),
