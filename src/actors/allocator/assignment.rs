@@ -146,6 +146,19 @@ impl Allocator {
                 serves,
             };
         }
+        self.move_each(epoch, (&current, keys), (plan, asked), lost, now_s, fx)
+    }
+
+    /// `move_workers` worker by worker.
+    fn move_each(
+        &mut self,
+        epoch: u64,
+        (current, keys): (&[Option<usize>], &[u64]),
+        (plan, asked): (&EpochPlan, &Asked),
+        lost: Vec<bool>,
+        now_s: f64,
+        fx: &mut Vec<Effect>,
+    ) -> Moved {
         // Submitted jobs' commands, for the first epoch of a term, which tells every worker.
         let commands: Vec<Option<JobCommand>> = if self.tell_all {
             self.jobs.values().map(|e| e.command.as_deref().cloned()).collect()
@@ -154,16 +167,12 @@ impl Allocator {
         };
         let mut ids_read: Option<Vec<&str>> = None; // The jobs' ids, once a worker needs one.
         let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
-        let mut job_changed = lost;
-        let mut workers_moved = 0;
-        let mut taken = HashSet::new();
-        let mut cut = HashMap::new();
-        let mut next = Vec::with_capacity(plan.next.len());
-        let mut serves_now = Vec::with_capacity(plan.next.len());
+        let (mut job_changed, mut workers_moved, mut taken, mut cut) = (lost, 0, HashSet::new(), HashMap::new());
+        let (mut next, mut serves_now) = (Vec::with_capacity(plan.next.len()), Vec::with_capacity(plan.next.len()));
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
-            self.registry.iter_mut().zip(&current).zip(&plan.next).zip(roles)
+            self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
         {
             // Same job and role, or no job and no stale name of a job that left; or a move that
             // waits for a save asked for (the worker stays as it is).

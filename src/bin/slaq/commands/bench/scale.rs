@@ -107,32 +107,13 @@ fn measure(
         a.handle(0.0, Input::Bid { job, bid: b });
     }
     let rss_jobs = resident_bytes();
-    // Epochs a configured epoch apart, until one moves no worker: the first ones reshuffle
-    // (the fair clocks and ledgers start empty), which is not the steady state measured.
     let epoch_s = a.settings().epoch.as_secs_f64();
-    // Every worker's heartbeat, between two epochs as on a live cluster (not timed): without
-    // them the workers expire after `worker_timeout` and the epochs measured an empty cluster.
     let ids: Vec<String> = (0..workers).map(|w| format!("w{w:07}")).collect();
-    let beat = |a: &mut Allocator, now_s: f64| {
-        for id in &ids {
-            a.handle(now_s, Input::WorkerBeat { worker: id.clone(), running: None });
-        }
-    };
-    let mut now_s = epoch_s;
-    let mut settle = 0;
-    while settle < MAX_SETTLE {
-        settle += 1;
-        beat(&mut a, now_s);
-        let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
-        now_s += epoch_s;
-        if moved == 0 && settle > 1 {
-            break;
-        }
-    }
+    let (settle, mut now_s) = settle(&mut a, &ids, epoch_s);
     let (mut wall, mut cpu, mut moved, mut assigned) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut next = 0;
     for e in 0..args.epochs {
-        beat(&mut a, now_s);
+        beat(&mut a, &ids, now_s);
         for _ in 0..args.churn.min(jobs) {
             let (job, b) = bid(next, e as u64 + 1);
             a.handle(now_s, Input::Bid { job, bid: b });
@@ -166,6 +147,30 @@ fn measure(
         "rss_bytes_per_worker": per(rss_start, rss_workers, workers as usize),
         "rss_bytes_per_job": per(rss_workers, rss_jobs, jobs),
     }))
+}
+
+/// Every worker's heartbeat, between two epochs as on a live cluster (not timed): without them
+/// the workers expire after `worker_timeout` and the epochs measured are of an empty cluster.
+fn beat(a: &mut Allocator, ids: &[String], now_s: f64) {
+    for id in ids {
+        a.handle(now_s, Input::WorkerBeat { worker: id.clone(), running: None });
+    }
+}
+
+/// Epochs `epoch_s` apart, every worker beating, until one moves no worker: the first ones
+/// reshuffle (the fair clocks and ledgers start empty), which is not the steady state measured.
+/// Returns the epochs run and the time of the next.
+fn settle(a: &mut Allocator, ids: &[String], epoch_s: f64) -> (usize, f64) {
+    let mut now_s = epoch_s;
+    for settle in 1..=MAX_SETTLE {
+        beat(a, ids, now_s);
+        let moved = a.epoch(now_s, true, &|| 0.0).summary.workers_moved;
+        now_s += epoch_s;
+        if moved == 0 && settle > 1 {
+            return (settle, now_s);
+        }
+    }
+    (MAX_SETTLE, now_s)
 }
 
 /// The `q` quantile of `v` (nearest rank); 0 for none.
