@@ -59,16 +59,16 @@ pub const RATE_HEAD: usize = 8;
 pub struct Rates<'a> {
     head: [f64; RATE_HEAD],
     all: &'a [f64],
-    /// The highest rate at a whole count of workers (0 with none): a deadline no count makes
-    /// is known without a scan of the table (most of the bound's time at 4,000 jobs was such
-    /// scans, 256 rates each).
+    /// The highest rate at a whole count of workers, where the table is kept from epoch to
+    /// epoch ([`RateTable`]): a deadline no count makes is known without a scan of the table
+    /// (most of the bound's time at 4,000 jobs was such scans, 256 rates each). `+inf` for a
+    /// table lent for one epoch: finding its peak would cost the scan it saves.
     peak: f64,
 }
 
 impl<'a> Rates<'a> {
     pub fn new(all: &'a [f64]) -> Self {
-        let head = rate_head(all);
-        Rates { head, all, peak: peak(head, all) }
+        Rates { head: rate_head(all), all, peak: f64::INFINITY }
     }
 
     pub fn len(&self) -> usize {
@@ -104,9 +104,9 @@ impl<'a> Rates<'a> {
     }
 }
 
-/// The highest of [`Rates::rate`] at `1, 2, …` workers up to the table's end.
+/// The highest of [`Rates::rate`] at `1, 2, …` workers up to the table's end (0 with none).
 fn peak(head: [f64; RATE_HEAD], all: &[f64]) -> f64 {
-    let rates = Rates { head, all, peak: 0.0 };
+    let rates = Rates { head, all, peak: f64::INFINITY };
     (1..all.len()).map(|w| rates.rate(w as f64)).fold(0.0, f64::max)
 }
 
@@ -590,7 +590,8 @@ mod tests {
             (age, remaining, deadline) in (0.0f64..100.0, 0.0f64..500.0, 0.0f64..300.0),
             cap in 0u32..50,
         ) {
-            let pace = Pace { age_s: age, done: 0.0, remaining, rates: Rates::new(&table), wait_s: 5.0 };
+            let kept = RateTable::new(table);
+            let pace = Pace { age_s: age, done: 0.0, remaining, rates: kept.rates(), wait_s: 5.0 };
             let got = match demand(0, &pace, deadline, cap) {
                 Demand::Late => None,
                 Demand::Now(w) => Some((w, false)),

@@ -86,10 +86,12 @@ fn measure(
     workers: u32,
 ) -> anyhow::Result<serde_json::Value> {
     let jobs = (workers / args.workers_per_job) as usize;
+    // The workers' names, before the memory baseline: they are the bench's, not the allocator's.
+    let ids: Vec<String> = (0..workers).map(|w| format!("w{w:07}")).collect();
     let rss_start = resident_bytes();
     let mut a = Allocator::new(allocator_settings(config, None), false);
-    for w in 0..workers {
-        let spec = WorkerSpec { worker: format!("w{w:07}"), machine: None, slots: 1, kind: None, advertise: None };
+    for id in &ids {
+        let spec = WorkerSpec { worker: id.clone(), machine: None, slots: 1, kind: None, advertise: None };
         a.handle(0.0, Input::WorkerHello(spec));
     }
     let rss_workers = resident_bytes();
@@ -108,7 +110,6 @@ fn measure(
     }
     let rss_jobs = resident_bytes();
     let epoch_s = a.settings().epoch.as_secs_f64();
-    let ids: Vec<String> = (0..workers).map(|w| format!("w{w:07}")).collect();
     let (settle, mut now_s) = settle(&mut a, &ids, epoch_s);
     let (mut wall, mut cpu, mut moved, mut assigned) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut next = 0;
