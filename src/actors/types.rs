@@ -52,11 +52,12 @@ pub fn world_type<'a>(registry: &'a WorkerRegistry, workers: &[String]) -> Optio
 
 /// [`accelerator_use`] after an epoch, without a pass over the registry (at 16,000 workers
 /// the pass was 6% of an epoch): the workers per type are the registry's counts, and a worker
-/// is busy when the epoch left it a job (`next`, in the registry's order); with several types
-/// `type_of` (the same order, into the types' sorted names) says of which.
+/// is busy when the epoch left it a job (`next`, in the registry's order; on one type, the
+/// sum of `counts`, the workers per job in `next`); with several types `type_of` (the same
+/// order, into the types' sorted names) says of which.
 pub fn accelerator_use_after(
     registry: &WorkerRegistry,
-    next: &[Option<usize>],
+    (next, counts): (&[Option<usize>], &[u32]),
     type_of: Option<&[usize]>,
 ) -> BTreeMap<String, AcceleratorUse> {
     let mut by: BTreeMap<String, AcceleratorUse> =
@@ -73,7 +74,7 @@ pub fn accelerator_use_after(
         }
         None => {
             if let Some(u) = by.values_mut().next() {
-                u.busy = next.iter().filter(|job| job.is_some()).count();
+                u.busy = counts.iter().map(|&c| c as usize).sum();
             }
         }
     }

@@ -56,6 +56,10 @@ pub struct EpochInput<'a, G> {
     pub machine_of: Option<&'a [usize]>,
     /// Each worker's job now (an index into `jobs`; anything else is free).
     pub current: &'a [Option<usize>],
+    /// Each job's workers in `current`, if the caller keeps them (the allocator keeps them
+    /// with its layout); `None`: counted from `current`. With them, an epoch whose counts are
+    /// the ones held reads no worker.
+    pub held: Option<&'a [u32]>,
     /// Seeds the placement's randomised rounding.
     pub seed: u64,
     /// Worker types (issue #31): each worker's type and each job's speed on each type. With
@@ -164,8 +168,9 @@ pub struct Types<'a> {
 pub struct EpochPlan {
     /// Workers per job.
     pub counts: Vec<u32>,
-    /// Each worker's job (same order as `EpochInput::current`).
-    pub next: Vec<Option<usize>>,
+    /// Each worker's job (same order as `EpochInput::current`) when some worker moves;
+    /// `None`: every worker keeps its job (read it with [`EpochPlan::next`]).
+    pub moved: Option<Vec<Option<usize>>>,
     /// Whether each worker serves parameters (else it computes).
     pub serves: Vec<bool>,
     /// Each job's batch on its layout, for the jobs that declare batch sizes.
@@ -177,17 +182,29 @@ pub struct EpochPlan {
     pub quotas: Option<Quotas>,
 }
 
+impl EpochPlan {
+    /// Each worker's job: the workers moved, or `current` (the plan's input) when none moves.
+    pub fn next<'a>(&'a self, current: &'a [Option<usize>]) -> &'a [Option<usize>] {
+        self.moved.as_deref().unwrap_or(current)
+    }
+
+    /// Whether every worker keeps its job.
+    pub fn kept(&self) -> bool {
+        self.moved.is_none()
+    }
+}
+
 /// The epoch's decision (see the module's documentation). `ledgers` (one per job) carry the
 /// fairness floor from epoch to epoch: they are read and booked.
 pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedger]) -> EpochPlan {
     let num_workers = u32::try_from(input.current.len()).unwrap_or(u32::MAX);
     let typed = input.types.filter(|t| t.type_of.iter().any(|&x| x != t.type_of[0]));
     let mut quotas = None;
-    let (counts, next) = match typed {
+    let (counts, moved) = match typed {
         Some(types) => {
             let (counts, next, q) = types::typed_plan(input, &types, ledgers);
             quotas = q;
-            (counts, next)
+            (counts, Some(next))
         }
         None => {
             let counts = match input.tenants {
@@ -198,40 +215,72 @@ pub fn plan_epoch<G: GainFn>(input: &EpochInput<'_, G>, ledgers: &mut [FloorLedg
                 }
                 None => counts(input, num_workers, ledgers),
             };
-            let next = workers(input, &counts);
-            (counts, next)
+            let moved = workers(input, &counts);
+            (counts, moved)
         }
     };
     let mut plan = EpochPlan {
         counts,
-        serves: vec![false; next.len()],
+        serves: vec![false; input.current.len()],
         batches: vec![None; input.jobs.len()],
         slo_jobs: 0,
         slo_missed: 0,
-        next,
+        moved,
         quotas,
     };
     batches_and_roles(input, &mut plan);
     plan
 }
 
-/// Step 2: each worker's next job. On machines with several slots jobs are placed with
-/// locality; otherwise every layout is equally local and the fewest workers move.
-fn workers<G>(input: &EpochInput<'_, G>, counts: &[u32]) -> Vec<Option<usize>> {
-    let Some(of) = input.machine_of else { return fewest_moves(counts, input.current) };
+/// Step 2: each worker's next job (`None`: every worker keeps its own). On machines with
+/// several slots jobs are placed with locality; otherwise every layout is equally local and the
+/// fewest workers move, none when every job's count is the one it holds.
+fn workers<G>(input: &EpochInput<'_, G>, counts: &[u32]) -> Option<Vec<Option<usize>>> {
+    let fewest = || {
+        let counted;
+        let held = match input.held {
+            Some(held) => held,
+            None => {
+                counted = held_of(input.current, counts.len());
+                &counted
+            }
+        };
+        if held == counts {
+            debug_assert_eq!(fewest_moves(counts, input.current), input.current, "the counts held are current's");
+            return None;
+        }
+        Some(fewest_moves(counts, input.current))
+    };
+    let Some(of) = input.machine_of else { return fewest() };
     let mut capacity = vec![0u32; of.iter().max().map_or(0, |m| m + 1)];
     for &m in of {
         capacity[m] += 1;
     }
     if capacity.iter().all(|&c| c <= 1) {
-        return fewest_moves(counts, input.current);
+        return fewest();
     }
     let held = layouts_of(input.jobs.len(), of, input.current);
     let models: Vec<JobModel> =
         input.jobs.iter().zip(held).map(|(j, current)| JobModel { current, ..j.model.clone() }).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(input.seed);
     let layouts = place(&models, counts, &capacity, &input.place, &mut rng);
-    assign_workers(&layouts, of, input.current)
+    Some(assign_workers(&layouts, of, input.current))
+}
+
+/// Each of `jobs` jobs' workers in `current`; a worker of a job beyond them makes the counts
+/// longer by one, so that they equal no plan's (that worker must be freed).
+fn held_of(current: &[Option<usize>], jobs: usize) -> Vec<u32> {
+    let mut held = vec![0u32; jobs];
+    for j in current.iter().flatten() {
+        match held.get_mut(*j) {
+            Some(n) => *n += 1,
+            None => {
+                held.push(0);
+                break;
+            }
+        }
+    }
+    held
 }
 
 /// Step 3: batches, SLO verdicts and roles, for the jobs that have them, on their layouts as
@@ -246,13 +295,14 @@ fn batches_and_roles<G>(input: &EpochInput<'_, G>, plan: &mut EpochPlan) {
     let of = match input.machine_of {
         Some(of) => of,
         None => {
-            own = (0..plan.next.len()).collect();
+            own = (0..input.current.len()).collect();
             &own
         }
     };
-    let layouts = layouts_of(jobs.len(), of, &plan.next);
+    let next = plan.next(input.current);
+    let layouts = layouts_of(jobs.len(), of, next);
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
-    for (w, job) in plan.next.iter().enumerate() {
+    for (w, job) in next.iter().enumerate() {
         if let Some(j) = job.filter(|&j| jobs[j].model.ps) {
             members[j].push(w);
         }
@@ -358,6 +408,7 @@ fn counts_of<G: GainFn>(
         jobs: &jobs,
         machine_of: None,
         current: &[],
+        held: None,
         seed: input.seed,
         types: None,
         tenants: None,
@@ -436,6 +487,7 @@ mod tests {
             jobs,
             machine_of,
             current,
+            held: None,
             seed: 7,
             types: None,
             tenants: None,
@@ -471,22 +523,22 @@ mod tests {
         };
         let p = plan(&current, types);
         assert_eq!(p.counts, vec![4, 4]);
-        assert_eq!(of_job(&p.next, 0), vec![0, 1, 2, 3]);
-        assert_eq!(of_job(&p.next, 1), vec![4, 5, 6, 7]);
+        assert_eq!(of_job(p.next(&current), 0), vec![0, 1, 2, 3]);
+        assert_eq!(of_job(p.next(&current), 1), vec![4, 5, 6, 7]);
         // A job may not run on a type (speed 0): job 1 then waits rather than mix.
         let no_slow = vec![vec![1.0, 0.125], vec![1.0, 0.0]];
         let p = plan(&current, Types { speeds: &no_slow, ..types });
         for j in 0..2 {
-            let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+            let on: Vec<usize> = of_job(p.next(&current), j).iter().map(|&w| type_of[w]).collect();
             assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
         }
-        assert!(of_job(&p.next, 1).iter().all(|&w| type_of[w] == 0));
+        assert!(of_job(p.next(&current), 1).iter().all(|&w| type_of[w] == 0));
         // Under the fair policy: equal counts, one type each.
         let fair = EpochInput { policy: PolicyKind::Fair, types: Some(types), ..input(&jobs, None, &current) };
         let p = plan_epoch(&fair, &mut vec![FloorLedger::default(); 2]);
         assert_eq!(p.counts, vec![4, 4]);
         for j in 0..2 {
-            let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+            let on: Vec<usize> = of_job(p.next(&current), j).iter().map(|&w| type_of[w]).collect();
             assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
         }
         // One type in use: the untyped path, exactly.
@@ -533,6 +585,7 @@ mod tests {
                 jobs,
                 machine_of: None,
                 current: &current,
+                held: None,
                 seed: 7,
                 types: Some(types),
                 tenants: None,
@@ -540,7 +593,7 @@ mod tests {
             plan_epoch(&input, ledgers)
         };
         let on = |p: &EpochPlan, j: usize| -> (Vec<usize>, f64) {
-            let ws = of_job(&p.next, j);
+            let ws = of_job(p.next(&current), j);
             let rate = ws.iter().map(|&w| speeds[j][type_of[w]]).sum();
             (ws.iter().map(|&w| type_of[w]).collect(), rate)
         };
@@ -599,13 +652,14 @@ mod tests {
             jobs: &jobs,
             machine_of: None,
             current: &current,
+            held: None,
             seed: 7,
             types: Some(types),
             tenants: None,
         };
         let p = plan_epoch(&input, &mut vec![FloorLedger::default(); 2]);
-        assert_eq!(of_job(&p.next, 0), vec![0, 1]);
-        assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
+        assert_eq!(of_job(p.next(&current), 0), vec![0, 1]);
+        assert_eq!(of_job(p.next(&current), 1), vec![2, 3, 4, 5]);
     }
 
     /// A job of gain `g` that may take up to 8 workers.
@@ -653,7 +707,7 @@ mod tests {
         // Every worker is given to one job, and each job's workers are what its count says.
         let p = plan(&[0, 1, 1], &jobs);
         for (j, &c) in p.counts.iter().enumerate() {
-            assert_eq!(of_job(&p.next, j).len() as u32, c);
+            assert_eq!(of_job(p.next(&current), j).len() as u32, c);
         }
     }
 
@@ -699,7 +753,7 @@ mod tests {
                     EpochInput { policy, types: Some(types), tenants: Some(tenancy), ..input(jobs, None, current) };
                 let p = plan_epoch(&input, &mut vec![FloorLedger::default(); jobs.len()]);
                 for (j, &c) in p.counts.iter().enumerate() {
-                    let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+                    let on: Vec<usize> = of_job(p.next(current), j).iter().map(|&w| type_of[w]).collect();
                     assert_eq!(on.len() as u32, c);
                     assert!(on.windows(2).all(|w| w[0] == w[1]), "job {j} on one type: {on:?}");
                 }
@@ -800,13 +854,13 @@ mod tests {
         let mut ledgers = vec![FloorLedger::default(); 2];
         let p = plan_epoch(&input(&jobs, Some(&machine_of), &current), &mut ledgers);
         assert_eq!(p.counts, vec![2, 4]);
-        assert_eq!(of_job(&p.next, 0), vec![0, 1], "kept");
-        assert_eq!(of_job(&p.next, 1), vec![4, 5, 6, 7], "one whole machine");
+        assert_eq!(of_job(p.next(&current), 0), vec![0, 1], "kept");
+        assert_eq!(of_job(p.next(&current), 1), vec![4, 5, 6, 7], "one whole machine");
         assert!(p.serves.iter().all(|s| !s), "no parameter-server job");
         // The same without machines: the fewest moves, whatever the machines.
         let p = plan_epoch(&input(&jobs, None, &current), &mut ledgers);
-        assert_eq!(of_job(&p.next, 0), vec![0, 1]);
-        assert_eq!(of_job(&p.next, 1), vec![2, 3, 4, 5]);
+        assert_eq!(of_job(p.next(&current), 0), vec![0, 1]);
+        assert_eq!(of_job(p.next(&current), 1), vec![2, 3, 4, 5]);
     }
 
     #[test]
@@ -833,9 +887,9 @@ mod tests {
         let b = p.batches[0].expect("a batch for the job that declares sizes");
         assert_eq!(Some(b), batch_to_run(&batch, &[3]), "Courier's batch on three GPUs of one machine");
         assert_eq!(p.batches[1], None, "the ps job declares no batch");
-        let servers = of_job(&p.next, 1).into_iter().filter(|&w| p.serves[w]).count() as u32;
+        let servers = of_job(p.next(&current), 1).into_iter().filter(|&w| p.serves[w]).count() as u32;
         assert_eq!(servers, ps_split(&ps, 3, f64::from(ps.limits.min_local)).1);
-        assert!(servers >= 1 && of_job(&p.next, 0).iter().all(|&w| !p.serves[w]));
+        assert!(servers >= 1 && of_job(p.next(&current), 0).iter().all(|&w| !p.serves[w]));
         assert_eq!((p.slo_jobs, p.slo_missed), (1, 1), "an SLO of a nanosecond is missed");
     }
 
@@ -896,7 +950,37 @@ mod tests {
         let current = vec![None; 6];
         let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
         assert_eq!(p.counts, vec![2, 3], "3 is not an allowed size: 2");
-        assert_eq!(p.next.iter().filter(|x| x.is_none()).count(), 1);
+        assert_eq!(p.next(&current).iter().filter(|x| x.is_none()).count(), 1);
+    }
+
+    /// A plan that gives every job the count it holds moves nobody and says so (`moved` is
+    /// `None`), whether the caller gives the counts held or they are counted; a worker of a job
+    /// beyond the jobs is freed all the same.
+    #[test]
+    fn a_plan_that_keeps_every_count_moves_nobody() {
+        let model = test_job(Layout::new());
+        let g: Gain = f64::from;
+        let job = EpochJob {
+            bid: JobBid { max_workers: 2, ..JobBid::new(Some(g)) },
+            own_minimum: true,
+            sizes: None,
+            model: &model,
+            pace: None,
+        };
+        let jobs = [job.clone(), job];
+        let current = [Some(0), Some(1), Some(0), Some(1)];
+        for held in [None, Some(&[2u32, 2][..])] {
+            let p =
+                plan_epoch(&EpochInput { held, ..input(&jobs, None, &current) }, &mut vec![FloorLedger::default(); 2]);
+            assert_eq!(p.counts, vec![2, 2]);
+            assert!(p.kept() && p.next(&current) == current, "{p:?}");
+        }
+        let current = [Some(0), Some(1), Some(0), Some(1), Some(7)];
+        let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.moved, Some(vec![Some(0), Some(1), Some(0), Some(1), None]), "the stranger's worker is freed");
+        let current = [Some(0), Some(1), Some(0), None];
+        let p = plan_epoch(&input(&jobs, None, &current), &mut vec![FloorLedger::default(); 2]);
+        assert_eq!(p.moved, Some(vec![Some(0), Some(1), Some(0), Some(1)]), "job 1 grows");
     }
 
     /// Tenants' shares as the property tests draw them: (guaranteed, weight, borrow and lend
@@ -946,6 +1030,7 @@ mod tests {
                 jobs: &epoch_jobs,
                 machine_of: Some(&machine_of),
                 current: &current,
+                held: None,
                 seed,
                 types: None,
                 tenants: None,
@@ -955,9 +1040,9 @@ mod tests {
             prop_assert!(p.counts.iter().sum::<u32>() as usize <= machine_of.len());
             for (j, &c) in p.counts.iter().enumerate() {
                 prop_assert!(c <= jobs[j].1);
-                prop_assert_eq!(of_job(&p.next, j).len(), c as usize, "job {} of {:?}", j, p.counts);
+                prop_assert_eq!(of_job(p.next(&current), j).len(), c as usize, "job {} of {:?}", j, p.counts);
             }
-            prop_assert!(p.serves.iter().zip(&p.next).all(|(&s, j)| !s || j.is_some_and(|j| jobs[j].3)));
+            prop_assert!(p.serves.iter().zip(p.next(&current)).all(|(&s, j)| !s || j.is_some_and(|j| jobs[j].3)));
             prop_assert_eq!(plan_epoch(&input, &mut ledgers), p);
         }
 
@@ -990,6 +1075,7 @@ mod tests {
                 jobs: &epoch_jobs,
                 machine_of: None,
                 current: &current,
+                held: None,
                 seed: 1,
                 types: None,
                 tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[], class_of: &[] }),
@@ -1004,7 +1090,7 @@ mod tests {
             }
             for (j, &c) in p.counts.iter().enumerate() {
                 prop_assert!(tenant_of[j] < shares.len() || c == 0);
-                prop_assert_eq!(of_job(&p.next, j).len(), c as usize);
+                prop_assert_eq!(of_job(p.next(&current), j).len(), c as usize);
             }
         }
 
@@ -1045,6 +1131,7 @@ mod tests {
                 jobs: &epoch_jobs,
                 machine_of: None,
                 current: &current,
+                held: None,
                 seed: 1,
                 types: Some(types),
                 tenants: Some(Tenancy { shares: &shares, tenant_of: &tenant_of, held: &[], class_of: &class_of }),
@@ -1053,14 +1140,14 @@ mod tests {
             let q = p.quotas.clone().expect("quotas");
             prop_assert!(q.workers.iter().sum::<u32>() as usize <= workers);
             let mut idle = vec![0u32; per_type.len()];
-            for (w, job) in p.next.iter().enumerate() {
+            for (w, job) in p.next(&current).iter().enumerate() {
                 if job.is_none() {
                     idle[type_of[w]] += 1;
                 }
             }
             for (j, &c) in p.counts.iter().enumerate() {
                 prop_assert!(tenant_of[j] < shares.len() || c == 0);
-                let on: Vec<usize> = of_job(&p.next, j).iter().map(|&w| type_of[w]).collect();
+                let on: Vec<usize> = of_job(p.next(&current), j).iter().map(|&w| type_of[w]).collect();
                 prop_assert_eq!(on.len(), c as usize);
                 prop_assert!(on.windows(2).all(|w| w[0] == w[1]), "job {} on {:?}", j, on);
             }
@@ -1072,7 +1159,7 @@ mod tests {
                 if held < demand.min(q.guaranteed[t]) {
                     // Each of its jobs is at its max, or no idle worker is one it could use.
                     for &j in &mine {
-                        let ty = of_job(&p.next, j).first().map(|&w| type_of[w]);
+                        let ty = of_job(p.next(&current), j).first().map(|&w| type_of[w]);
                         let usable = |u: usize| idle[u] > 0 && speeds[j][u] > 0.0;
                         let could = match ty {
                             Some(u) => p.counts[j] < jobs[j].1 && usable(u),

@@ -611,13 +611,14 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
             jobs: &jobs,
             machine_of: Some(&machine_of),
             current: &current,
+            held: None,
             seed: e as u64,
             types: None,
             tenants: None,
         };
         let plan = schedule::plan_epoch(&input, &mut ledgers);
         let want: Vec<(Option<String>, Role)> = plan
-            .next
+            .next(&current)
             .iter()
             .zip(&plan.serves)
             .map(|(j, &serves)| (j.map(|j| specs[j].job.clone()), if serves { Role::Ps } else { Role::Worker }))
@@ -635,7 +636,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
         for (j, &w) in plan.counts.iter().enumerate() {
             attained[j] += epoch_s * f64::from(w);
         }
-        current = plan.next;
+        current = plan.next(&current).to_vec();
     }
     assert!(batches.contains_key("a-batched"), "the batched job never ran: the batch comparison proves nothing");
     assert!(servers_seen, "no parameter server in any epoch: the role comparison proves nothing");

@@ -274,6 +274,7 @@ mod wire_bids {
             jobs: &epoch_jobs,
             machine_of: Some(machine_of),
             current,
+            held: None,
             seed,
             types: None,
             tenants: None,

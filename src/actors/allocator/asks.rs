@@ -55,7 +55,7 @@ impl Allocator {
         // workers (their tenants' terms bound the wait).
         let mut changes = vec![false; n];
         let mut budget: Vec<f64> = ids.iter().map(|id| grace_of(id).unwrap_or(UNTENANTED_WAIT_S)).collect();
-        for (&before, &after) in current.iter().zip(&plan.next) {
+        for (&before, &after) in current.iter().zip(plan.next(current)) {
             if before == after {
                 continue;
             }

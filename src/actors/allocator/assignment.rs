@@ -9,7 +9,7 @@ use tracing::{debug, warn};
 
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::planning::check_prediction;
-use super::state::{Allocated, Allocator, Asked, Count, Effect, JobEntry};
+use super::state::{Allocated, Allocator, Asked, Count, Current, Effect, JobEntry, per_job};
 use crate::cluster::ranks::{self, PortBook};
 use crate::protocol::{EpochGains, JobCommand, Launch, Role, Running, WorkerAssignment, WorkerSpec};
 use crate::schedule::{self, EpochPlan, FloorLedger};
@@ -120,11 +120,12 @@ impl Allocator {
     /// that changed without a move), how many workers moved and which were taken from one
     /// tenant's job for another's (their processes get the taker's grace at most). Only
     /// workers that move cost anything here: with the roles as the last epoch left them
-    /// (`serves`, `None`: not known), an epoch that moves none reads no worker.
+    /// (`now.serves`, `None`: not known), an epoch whose plan moves none (`EpochPlan::kept`)
+    /// reads no worker.
     pub(super) fn move_workers(
         &mut self,
         epoch: u64,
-        (current, serves, keys): (Vec<Option<usize>>, Option<Vec<bool>>, &[u64]),
+        (now, keys): (Current, &[u64]),
         (plan, asked): (&EpochPlan, &Asked),
         lost: Vec<bool>,
         now_s: f64,
@@ -132,10 +133,13 @@ impl Allocator {
     ) -> Moved {
         // Nothing to tell: no worker changes job or role, none whose job was asked to save has
         // its grace cut, and it is not the first epoch of a term.
+        // A plan that moves nobody says so (`kept`): then no worker is read.
+        let Current { jobs: current, serves, counts } = now;
+        let kept = |current: &[Option<usize>]| plan.kept() || plan.next(current) == current;
         if let Some(serves) = serves.filter(|s| {
-            !self.tell_all && *s == plan.serves && current == plan.next && asked.cut_ms.iter().all(Option::is_none)
+            !self.tell_all && *s == plan.serves && kept(&current) && asked.cut_ms.iter().all(Option::is_none)
         }) {
-            let (counts, next) = (per_job(&current, plan.counts.len()), current);
+            let next = current;
             return Moved {
                 job_changed: lost,
                 workers: 0,
@@ -168,11 +172,11 @@ impl Allocator {
         let mut ids_read: Option<Vec<&str>> = None; // The jobs' ids, once a worker needs one.
         let roles = plan.serves.iter().map(|&s| if s { Role::Ps } else { Role::Worker });
         let (mut job_changed, mut workers_moved, mut taken, mut cut) = (lost, 0, HashSet::new(), HashMap::new());
-        let (mut next, mut serves_now) = (Vec::with_capacity(plan.next.len()), Vec::with_capacity(plan.next.len()));
+        let (mut next, mut serves_now) = (Vec::with_capacity(current.len()), Vec::with_capacity(current.len()));
         let tell_all = std::mem::take(&mut self.tell_all);
         let tenants = self.settings.tenants.get();
         for ((((worker, entry), &before), &after), role) in
-            self.registry.iter_mut().zip(current).zip(&plan.next).zip(roles)
+            self.registry.iter_mut().zip(current).zip(plan.next(current)).zip(roles)
         {
             // Same job and role, or no job and no stale name of a job that left; or a move that
             // waits for a save asked for (the worker stays as it is).
@@ -349,14 +353,6 @@ impl Allocator {
 }
 
 /// Workers per job of `jobs`, from each worker's job (`next`).
-fn per_job(next: &[Option<usize>], jobs: usize) -> Vec<u32> {
-    let mut counts = vec![0u32; jobs];
-    for &j in next.iter().flatten() {
-        counts[j] += 1;
-    }
-    counts
-}
-
 /// The ledgers the plan booked, each job's latest grant set to what it got where a change
 /// that waits for a save asked for kept it from what was planned.
 fn regranted(mut ledgers: Vec<FloorLedger>, plan: &EpochPlan, moved: &Moved) -> Vec<FloorLedger> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::super::bid::{Bid, job_model};
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
-use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, Layout};
+use super::state::{Allocator, AllocatorSettings, Count, Current, Effect, JobEntry, Layout, per_job};
 use crate::cluster::ranks::PortBook;
 use crate::protocol::{EpochSummary, JobCommand, JobOutcome, Outcome, Role, Running, WorkerSpec};
 use crate::schedule::FloorLedger;
@@ -95,12 +95,13 @@ impl Allocator {
     /// An allocator with no job and no worker, whose first epoch tells every worker.
     pub fn new(settings: AllocatorSettings, persist: bool) -> Self {
         let (base, span, cooldown) = settings.rendezvous;
+        let registry = WorkerRegistry::new(settings.worker_timeout.as_secs_f64());
         Allocator {
             ports: PortBook::new(base, span, cooldown.as_secs_f64()),
             settings,
             persist,
             jobs: BTreeMap::new(),
-            registry: WorkerRegistry::default(),
+            registry,
             epoch: 0,
             history: VecDeque::new(),
             was_disconnected: false,
@@ -175,17 +176,7 @@ impl Allocator {
         let collected = stopwatch_ms();
         let mut state = self.epoch_state(now_s);
         let (mut ledgers, lost_workers) = (std::mem::take(&mut state.ledgers), std::mem::take(&mut state.lost_workers));
-        let unchanged =
-            |l: &Layout| (l.jobs_changed, l.workers_changed) == (self.jobs_changed, self.registry.changes());
-        let (current, serves) = match self.last_layout.take().filter(unchanged) {
-            Some(layout) => (layout.jobs, Some(layout.serves)),
-            None => (self.current_jobs(&state.keys), None),
-        };
-        debug_assert_eq!(current, self.current_jobs(&state.keys), "the layout kept is the registry's");
-        debug_assert!(
-            serves.as_ref().is_none_or(|s| s.iter().copied().eq(self.registry.iter().map(|(_, w)| w.role == Role::Ps))),
-            "the roles kept are the registry's"
-        );
+        let now = self.layout_now(&state.keys);
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
@@ -199,22 +190,32 @@ impl Allocator {
             (Some(shares), Some(tenant_of)) => self.guarantee_owed(shares, tenant_of),
             _ => false,
         };
-        let held = super::planning::held(&state.holds, owed);
+        let held_jobs = super::planning::held(&state.holds, owed);
         let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((t, shares), tenant_of)| {
-            let held = self.held_by_tenant(&held, &tenant_of, t.names.len());
+            let held = self.held_by_tenant(&held_jobs, &tenant_of, t.names.len());
             super::planning::TenancyInput { shares, tenant_of, held, class_of }
         });
-        let plan = self.plan(&state.pinned, &held, &current, &mut ledgers, now_s, typed.as_ref(), tenancy.as_ref());
+        let plan = self.plan(
+            &state.pinned,
+            &held_jobs,
+            (&now.jobs, &now.counts),
+            &mut ledgers,
+            now_s,
+            typed.as_ref(),
+            tenancy.as_ref(),
+        );
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
-        let asked = self.ask_saves(epoch, (&current, &plan), &state, now_s, owed, names.is_some(), &mut fx);
-        let moved =
-            self.move_workers(epoch, (current, serves, &state.keys), (&plan, &asked), lost_workers, now_s, &mut fx);
+        let asked = self.ask_saves(epoch, (&now.jobs, &plan), &state, now_s, owed, names.is_some(), &mut fx);
+        let moved = self.move_workers(epoch, (now, &state.keys), (&plan, &asked), lost_workers, now_s, &mut fx);
         let (resized, gains) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
-        let accelerators =
-            types::accelerator_use_after(&self.registry, &moved.next, typed.as_ref().map(|t| &t.type_of[..]));
+        let accelerators = types::accelerator_use_after(
+            &self.registry,
+            (&moved.next, &moved.counts),
+            typed.as_ref().map(|t| &t.type_of[..]),
+        );
         debug_assert_eq!(accelerators, types::accelerator_use(&self.registry), "the counts kept are the registry's");
         let summary = EpochSummary {
             epoch,
@@ -243,8 +244,33 @@ impl Allocator {
             workers_changed: self.registry.changes(),
             jobs: moved.next,
             serves: moved.serves,
+            counts: moved.counts,
         });
         EpochOutput { effects: fx, summary }
+    }
+
+    /// The workers as the epoch starts: the layout the last epoch left while no job and no
+    /// worker came or went since (nothing read), else read from the registry.
+    fn layout_now(&mut self, keys: &[u64]) -> Current {
+        let unchanged =
+            |l: &Layout| (l.jobs_changed, l.workers_changed) == (self.jobs_changed, self.registry.changes());
+        let now = match self.last_layout.take().filter(unchanged) {
+            Some(layout) => Current { jobs: layout.jobs, serves: Some(layout.serves), counts: layout.counts },
+            None => {
+                let jobs = self.current_jobs(keys);
+                let counts = per_job(&jobs, keys.len());
+                Current { jobs, serves: None, counts }
+            }
+        };
+        debug_assert_eq!(now.jobs, self.current_jobs(keys), "the layout kept is the registry's");
+        debug_assert_eq!(now.counts, per_job(&now.jobs, keys.len()), "the counts kept are the layout's");
+        debug_assert!(
+            now.serves
+                .as_ref()
+                .is_none_or(|s| s.iter().copied().eq(self.registry.iter().map(|(_, w)| w.role == Role::Ps))),
+            "the roles kept are the registry's"
+        );
+        now
     }
 
     /// Keeps an epoch's summary, with the shell's timings, for `status` and benchmarks.

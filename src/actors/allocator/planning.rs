@@ -271,7 +271,7 @@ impl Allocator {
         &self,
         pinned: &[bool],
         held: &[Hold],
-        current: &[Option<usize>],
+        (current, held_counts): (&[Option<usize>], &[u32]),
         ledgers: &mut [FloorLedger],
         now_s: f64,
         typed: Option<&TypedCluster>,
@@ -297,6 +297,7 @@ impl Allocator {
             jobs: &jobs,
             machine_of: machine_of.as_deref(),
             current,
+            held: Some(held_counts),
             seed: self.epoch,
             types,
             tenants: tenancy.map(|t| schedule::Tenancy {

@@ -260,6 +260,19 @@ pub(super) struct Layout {
     pub(super) jobs: Vec<Option<usize>>,
     /// Each worker serves its job as a parameter server (`Role::Ps`).
     pub(super) serves: Vec<bool>,
+    /// Workers per job (`per_job` of `jobs`).
+    pub(super) counts: Vec<u32>,
+}
+
+/// The workers as an epoch starts (`Allocator::layout_now`).
+#[derive(Debug)]
+pub(super) struct Current {
+    /// Each worker's job, as its index in the jobs' id order.
+    pub(super) jobs: Vec<Option<usize>>,
+    /// Each worker serves its job as a parameter server; `None`: not known (read if needed).
+    pub(super) serves: Option<Vec<bool>>,
+    /// Workers per job (`per_job` of `jobs`).
+    pub(super) counts: Vec<u32>,
 }
 
 /// Restarted generations a job's status lists.
@@ -342,4 +355,13 @@ impl Allocated<'_> {
         let (job, epoch, term) = (self.id.to_string(), self.epoch, self.term);
         JobAllocation { job, epoch, workers, batch_size, term, accelerator, save: false }
     }
+}
+
+/// Workers per job in a layout (each worker's job, an index below `jobs`).
+pub(super) fn per_job(next: &[Option<usize>], jobs: usize) -> Vec<u32> {
+    let mut counts = vec![0u32; jobs];
+    for &j in next.iter().flatten() {
+        counts[j] += 1;
+    }
+    counts
 }

@@ -41,11 +41,13 @@ pub(super) fn typed_plan<G: GainFn>(
             jobs: input.jobs,
             machine_of: machines_t.as_deref(),
             current: &current_t,
+            held: None,
             seed: input.seed,
             types: None,
             tenants: None,
         };
-        for (&w, job) in members.iter().zip(workers(&sub, &counts_t)) {
+        let moved = workers(&sub, &counts_t);
+        for (&w, &job) in members.iter().zip(moved.as_deref().unwrap_or(&current_t)) {
             next[w] = job;
         }
     }
@@ -188,6 +190,7 @@ fn typed_round<G: GainFn>(
         jobs: &jobs,
         machine_of: input.machine_of,
         current: &current,
+        held: None,
         seed: input.seed,
         types: Some(sub_types),
         tenants: None,

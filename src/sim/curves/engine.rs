@@ -598,6 +598,7 @@ fn reallocate(
         jobs: &epoch_jobs,
         machine_of: None,
         current: &current,
+        held: None,
         seed: 0,
         types: None,
         tenants: teams.as_deref().map(|t| Tenancy {

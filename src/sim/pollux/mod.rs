@@ -340,6 +340,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             jobs: &epoch_jobs,
             machine_of: Some(&machine_of),
             current: &current,
+            held: None,
             seed: config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ decision,
             types: None,
             tenants: None,
@@ -347,7 +348,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
         let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut jobs[j].ledger)).collect();
         let planned = plan_epoch(&input, &mut ledgers);
         decision += 1;
-        let layouts = layouts_of(active.len(), &machine_of, &planned.next);
+        let layouts = layouts_of(active.len(), &machine_of, planned.next(&current));
         for (((&j, ledger), layout), batch) in active.iter().zip(ledgers).zip(layouts).zip(&planned.batches) {
             jobs[j].apply(ledger, layout, batch.map(|c| c.config), config.restart_s);
         }
