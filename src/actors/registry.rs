@@ -158,7 +158,6 @@ impl WorkerRegistry {
     pub fn expire(&mut self, now_s: f64, timeout_s: f64) -> Vec<(String, Option<JobRef>)> {
         let mut gone = self.silence.silent(now_s, timeout_s);
         gone.sort_unstable();
-        gone.dedup();
         gone.into_iter().filter_map(|id| self.remove(&id).map(|w| (id, w.job))).collect()
     }
 
@@ -207,20 +206,32 @@ impl WorkerRegistry {
 }
 
 /// The workers by when they were last heard from, so that those silent for a timeout are found
-/// without reading the others: a timing wheel. Time is cut into buckets of `width_s`; a worker
-/// is in the bucket of its last heartbeat, and its heartbeats cost a push only when they reach
-/// a later bucket (entries left in earlier buckets are stale and skipped). `silent` reads the
-/// buckets a timeout old and older, and drops what it read there but the workers not yet
-/// silent. With heartbeats every `b` seconds a worker has at most `timeout / min(b, width)` + 2
-/// entries (4 bytes each).
+/// without reading the others: a timing wheel. Time is cut into buckets of `width_s`; each
+/// worker is on the list of the bucket of its last heartbeat (doubly linked through its slot),
+/// and a heartbeat that reaches a later bucket moves it there in constant time. `silent` walks
+/// only the buckets a timeout old and older: the silent workers, and those within two buckets
+/// of silence.
 #[derive(Clone, Debug)]
 struct Silence {
     width_s: f64,
-    /// Each slot's worker and when it was last heard from (`None`: free).
-    slots: Vec<Option<(String, f64)>>,
+    slots: Vec<Node>,
     free: Vec<u32>,
-    buckets: BTreeMap<i64, Vec<u32>>,
+    /// Each bucket's first worker (buckets without one are removed).
+    buckets: BTreeMap<i64, u32>,
 }
+
+/// A worker in the wheel (`id` empty: a free slot).
+#[derive(Clone, Debug)]
+struct Node {
+    id: String,
+    seen_s: f64,
+    bucket: i64,
+    prev: u32,
+    next: u32,
+}
+
+/// No slot.
+const NIL: u32 = u32::MAX;
 
 impl Silence {
     fn new(width_s: f64) -> Self {
@@ -229,81 +240,96 @@ impl Silence {
     }
 
     fn bucket(&self, at_s: f64) -> i64 {
-        (at_s / self.width_s).floor() as i64
+        let q = at_s / self.width_s;
+        let b = q as i64; // Toward zero (saturating): one less below zero, for the floor.
+        if (b as f64) > q { b - 1 } else { b }
+    }
+
+    fn link(&mut self, slot: u32, bucket: i64) {
+        let head = self.buckets.insert(bucket, slot).unwrap_or(NIL);
+        if let Some(h) = self.slots.get_mut(head as usize) {
+            h.prev = slot;
+        }
+        let node = &mut self.slots[slot as usize];
+        (node.bucket, node.prev, node.next) = (bucket, NIL, head);
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let Node { prev, next, bucket, .. } = self.slots[slot as usize];
+        match self.slots.get_mut(prev as usize) {
+            Some(p) => p.next = next,
+            None if next == NIL => {
+                self.buckets.remove(&bucket);
+            }
+            None => {
+                self.buckets.insert(bucket, next);
+            }
+        }
+        if let Some(n) = self.slots.get_mut(next as usize) {
+            n.prev = prev;
+        }
     }
 
     /// A worker joins, last heard from at `seen_s`: its slot.
     fn add(&mut self, id: &str, seen_s: f64) -> u32 {
+        let node = Node { id: id.to_string(), seen_s, bucket: 0, prev: NIL, next: NIL };
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot as usize] = Some((id.to_string(), seen_s));
+                self.slots[slot as usize] = node;
                 slot
             }
             None => {
-                self.slots.push(Some((id.to_string(), seen_s)));
+                self.slots.push(node);
                 (self.slots.len() - 1) as u32
             }
         };
-        self.buckets.entry(self.bucket(seen_s)).or_default().push(slot);
+        self.link(slot, self.bucket(seen_s));
         slot
     }
 
     fn free(&mut self, slot: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            *s = None;
-            self.free.push(slot);
-        }
+        self.unlink(slot);
+        self.slots[slot as usize].id = String::new();
+        self.free.push(slot);
     }
 
     /// The worker in `slot` was heard from at `now_s`.
     fn seen(&mut self, slot: u32, now_s: f64) {
         let bucket = self.bucket(now_s);
-        let Some(Some((_, seen_s))) = self.slots.get_mut(slot as usize) else { return };
-        let before = (*seen_s / self.width_s).floor() as i64;
-        *seen_s = now_s;
-        if before != bucket {
-            self.buckets.entry(bucket).or_default().push(slot);
+        let node = &mut self.slots[slot as usize];
+        node.seen_s = now_s;
+        if node.bucket != bucket {
+            self.unlink(slot);
+            self.link(slot, bucket);
         }
     }
 
     /// Every worker was heard from at `now_s`.
     fn touch_all(&mut self, now_s: f64) {
         self.buckets.clear();
-        let mut all = Vec::new();
-        for (slot, s) in self.slots.iter_mut().enumerate() {
-            if let Some((_, seen_s)) = s {
-                *seen_s = now_s;
-                all.push(slot as u32);
+        let bucket = self.bucket(now_s);
+        for slot in 0..self.slots.len() as u32 {
+            if !self.slots[slot as usize].id.is_empty() {
+                self.slots[slot as usize].seen_s = now_s;
+                self.link(slot, bucket);
             }
-        }
-        if !all.is_empty() {
-            self.buckets.insert(self.bucket(now_s), all);
         }
     }
 
     /// The workers silent for longer than `timeout_s` at `now_s` (their slots freed by the
-    /// registry's `remove`; one may be named twice, when its slot was in a bucket twice). A worker so silent was last heard from before `now_s - timeout_s`
+    /// registry's `remove`). A worker so silent was last heard from before `now_s - timeout_s`
     /// (give or take a rounding), so in that bucket or an earlier one: one bucket more is read
     /// for the rounding.
-    fn silent(&mut self, now_s: f64, timeout_s: f64) -> Vec<String> {
+    fn silent(&self, now_s: f64, timeout_s: f64) -> Vec<String> {
         let last = self.bucket(now_s - timeout_s).saturating_add(1);
         let mut gone = Vec::new();
-        let due: Vec<i64> = self.buckets.range(..=last).map(|(&b, _)| b).collect();
-        for b in due {
-            let Some(mut slots) = self.buckets.remove(&b) else { continue };
-            slots.retain(|&slot| {
-                let Some(Some((id, seen_s))) = self.slots.get(slot as usize) else { return false };
-                if self.bucket(*seen_s) != b {
-                    return false; // Heard from since: it has an entry in a later bucket.
+        for (_, &head) in self.buckets.range(..=last) {
+            let mut slot = head;
+            while let Some(node) = self.slots.get(slot as usize) {
+                if now_s - node.seen_s > timeout_s {
+                    gone.push(node.id.clone());
                 }
-                if now_s - *seen_s > timeout_s {
-                    gone.push(id.clone());
-                    return false;
-                }
-                true
-            });
-            if !slots.is_empty() {
-                self.buckets.insert(b, slots);
+                slot = node.next;
             }
         }
         gone
