@@ -390,4 +390,23 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     let svg = std::fs::read_to_string(&plot).unwrap_or_default();
     let through_all = svg.lines().filter_map(|l| l.split("points=\"").nth(1)).filter(|p| p.split(' ').count() == 4);
     assert!(through_all.count() >= 3, "three lines of three points: {svg:.300}");
+    // The workers alone: the same jobs at every size.
+    let curves = curves.to_string_lossy();
+    let args = [
+        "bench",
+        "scale",
+        "--workers",
+        "400,800",
+        "--jobs",
+        "50",
+        "--epochs",
+        "2",
+        "--churn",
+        "5",
+        "--curves",
+        &curves,
+    ];
+    let fixed = json(&args);
+    let sizes: Vec<_> = fixed["sizes"].as_array().map_or(Vec::new(), |s| s.iter().map(|r| r["jobs"].clone()).collect());
+    assert_eq!((sizes, fixed["jobs_fixed"].clone()), (vec![50.into(), 50.into()], 50.into()), "{fixed}");
 }

@@ -30,6 +30,10 @@ pub(crate) struct BenchScaleArgs {
     /// 16,000 workers for 4,000 jobs is 4).
     #[arg(long, default_value_t = 4)]
     pub(crate) workers_per_job: u32,
+    /// The same number of jobs at every size instead (`--workers-per-job` is then unused): what
+    /// the workers alone cost the epoch.
+    #[arg(long)]
+    pub(crate) jobs: Option<u32>,
     /// Jobs that send a new bid before each epoch, the same at every size.
     #[arg(long, default_value_t = 40)]
     pub(crate) churn: usize,
@@ -49,7 +53,8 @@ pub(crate) struct BenchScaleArgs {
 
 pub(crate) fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.workers_per_job > 0 && args.epochs > 0, "sizes must be positive");
-    anyhow::ensure!(args.workers.iter().all(|&w| w >= args.workers_per_job), "every size needs a job");
+    anyhow::ensure!(args.jobs != Some(0), "--jobs must be positive");
+    anyhow::ensure!(args.workers.iter().all(|&w| jobs_at(&args, w) > 0), "every size needs a job");
     let curves = slaq::trace::load_curves(&args.curves)?;
     let templates = fixtures::predictor_templates(&curves, PredictorConfig::default());
     anyhow::ensure!(!templates.is_empty(), "no curve to fit the bids on");
@@ -66,7 +71,8 @@ pub(crate) fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
         plot(path, &rows, &args)?;
     }
     let report = serde_json::json!({
-        "workers_per_job": args.workers_per_job,
+        "workers_per_job": if args.jobs.is_some() { None } else { Some(args.workers_per_job) },
+        "jobs_fixed": args.jobs,
         "churn_bids_per_epoch": args.churn,
         "epochs": args.epochs,
         "sizes": rows,
@@ -77,6 +83,11 @@ pub(crate) fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The jobs run at a size of `workers`.
+fn jobs_at(args: &BenchScaleArgs, workers: u32) -> usize {
+    args.jobs.unwrap_or(workers / args.workers_per_job) as usize
+}
+
 /// One size: workers say hello, jobs bid, the layout settles, then `epochs` epochs, each after
 /// `churn` new bids, a configured epoch apart.
 fn measure(
@@ -85,7 +96,7 @@ fn measure(
     config: &slaq::service::ServeConfig,
     workers: u32,
 ) -> anyhow::Result<serde_json::Value> {
-    let jobs = (workers / args.workers_per_job) as usize;
+    let jobs = jobs_at(args, workers);
     // The workers' names, before the memory baseline: they are the bench's, not the allocator's.
     let ids: Vec<String> = (0..workers).map(|w| format!("w{w:07}")).collect();
     let rss_start = resident_bytes();
@@ -190,10 +201,11 @@ fn plot(path: &std::path::Path, rows: &[serde_json::Value], args: &BenchScaleArg
         ("epoch p99 (wall)".to_string(), line("epoch_p99_ms")),
         ("epoch CPU p50".to_string(), line("epoch_cpu_p50_ms")),
     ];
-    let title = format!(
-        "The allocator's epoch against workers ({} workers per job, {} new bids per epoch)",
-        args.workers_per_job, args.churn
-    );
+    let jobs = match args.jobs {
+        Some(jobs) => format!("{jobs} jobs at every size"),
+        None => format!("{} workers per job", args.workers_per_job),
+    };
+    let title = format!("The allocator's epoch against workers ({jobs}, {} new bids per epoch)", args.churn);
     slaq::sim::curves::report::plot_lines(path, &title, "workers (thousands)", "ms per epoch", &lines)
         .map_err(|e| anyhow::anyhow!("drawing {}: {e}", path.display()))
 }
