@@ -26,6 +26,8 @@ pub struct ServiceHandle {
     pub metrics: Arc<Metrics>,
     /// Where the HTTP listener is bound (with port 0 in the settings, the port it got).
     pub http_addr: Option<SocketAddr>,
+    /// The scheduler's NATS connections' events (disconnects, messages dropped).
+    pub bus: Arc<crate::bus::BusCounters>,
 }
 
 impl ServiceHandle {
@@ -70,7 +72,12 @@ pub async fn run(
     let mut curves = crate::bus::subscribe(&client, config.subjects.ctl_curve_all()).await?;
     inputs::confirm(&client, &metrics).await;
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
-    on_ready(ServiceHandle { allocator: allocator.clone(), metrics: metrics.clone(), http_addr: http.addr });
+    on_ready(ServiceHandle {
+        allocator: allocator.clone(),
+        metrics: metrics.clone(),
+        http_addr: http.addr,
+        bus: counters.clone(),
+    });
     let mut ingest = Ingest {
         client,
         state_client,

@@ -327,6 +327,9 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     assert!(epoch["epoch_p50_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{epoch}");
     assert_eq!(epoch["reports_landed"], epoch["reports_sent"], "{epoch}");
     let ingest = json(&["bench", "ingest", "--nats", url, "--reports", "2000", "--jobs", "10"]);
+    // A report lost in flight is the connection's (core NATS is at most once): said first.
+    let events = (ingest["scheduler_nats_disconnects"].as_u64(), ingest["scheduler_nats_dropped"].as_u64());
+    assert_eq!(events, (Some(0), Some(0)), "the scheduler's connection lost messages: {ingest}");
     assert_eq!(
         (ingest["raw_received"].as_u64(), ingest["slaq_observed"].as_u64()),
         (Some(2000), Some(2000)),
