@@ -72,12 +72,8 @@ pub async fn run(
     let mut curves = crate::bus::subscribe(&client, config.subjects.ctl_curve_all()).await?;
     inputs::confirm(&client, &metrics).await;
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
-    on_ready(ServiceHandle {
-        allocator: allocator.clone(),
-        metrics: metrics.clone(),
-        http_addr: http.addr,
-        bus: counters.clone(),
-    });
+    let (allocator_addr, bus) = (allocator.clone(), counters.clone());
+    on_ready(ServiceHandle { allocator: allocator_addr, metrics: metrics.clone(), http_addr: http.addr, bus });
     let mut ingest = Ingest {
         client,
         state_client,

@@ -61,25 +61,7 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
         // than a status request and a count asked of every job actor (1,000 actor messages)
         // every 10 ms, which the ingest measured here had to serve too (the difference was
         // within this machine's noise: issue #44's record).
-        // A report lost on the way (core NATS is at most once: a connection the server cuts
-        // loses what was in flight) never arrives: once everything is published, the wait ends
-        // after STALL without progress, and the connection's events say why.
-        let deadline = std::time::Instant::now() + Duration::from_secs(300);
-        let (mut accepted, mut rejected) = (0u64, 0u64);
-        let mut progress = (0u64, std::time::Instant::now());
-        while std::time::Instant::now() < deadline {
-            accepted = handle.metrics.accepted("loss").get();
-            rejected = handle.metrics.rejected_counts().values().sum();
-            if accepted + rejected >= args.reports {
-                break;
-            }
-            if accepted + rejected > progress.0 {
-                progress = (accepted + rejected, std::time::Instant::now());
-            } else if publisher.is_finished() && progress.1.elapsed() > STALL {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        let (accepted, rejected) = accounted(&handle, &publisher, args.reports).await;
         let slaq_s = started.elapsed().as_secs_f64();
         // Checked once after: the actors observed what they accepted, and the status agrees.
         let observed = handle.observed_points().await;
@@ -111,4 +93,33 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
     })?;
     println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
+}
+
+/// Waits until the scheduler has accepted or rejected `reports` (read from its counters in
+/// this process every millisecond); returns how many it accepted and rejected. A report lost on
+/// the way (core NATS is at most once: a connection the server cuts loses what was in flight)
+/// never arrives: once everything is published, the wait ends after `STALL` without progress,
+/// and the connection's events say why.
+async fn accounted(
+    handle: &slaq::service::ServiceHandle,
+    publisher: &std::thread::JoinHandle<anyhow::Result<()>>,
+    reports: u64,
+) -> (u64, u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let (mut accepted, mut rejected) = (0u64, 0u64);
+    let mut progress = (0u64, std::time::Instant::now());
+    while std::time::Instant::now() < deadline {
+        accepted = handle.metrics.accepted("loss").get();
+        rejected = handle.metrics.rejected_counts().values().sum();
+        if accepted + rejected >= reports {
+            break;
+        }
+        if accepted + rejected > progress.0 {
+            progress = (accepted + rejected, std::time::Instant::now());
+        } else if publisher.is_finished() && progress.1.elapsed() > STALL {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (accepted, rejected)
 }
