@@ -343,8 +343,12 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     for d in owed_jointly(&mut deferred, due_now, num_workers, wait) {
         need[d.job] = d.workers;
     }
-    let mut order: Vec<usize> = (0..paces.len()).filter(|&j| need[j] > 0).collect();
-    order.sort_by(|&a, &b| late[b].cmp(&late[a]).then(urgency[b].total_cmp(&urgency[a])).then(a.cmp(&b)));
+    // The late first, then the most urgent, as (late, urgency, job) side by side: no two are
+    // equal, so an unstable sort gives the one order without reading the arrays per comparison.
+    let mut keyed: Vec<(bool, f64, usize)> =
+        (0..paces.len()).filter(|&j| need[j] > 0).map(|j| (late[j], urgency[j], j)).collect();
+    keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+    let order: Vec<usize> = keyed.into_iter().map(|(_, _, j)| j).collect();
     let mut floors = vec![0; paces.len()];
     grant_in_order(&need, &order, num_workers, &mut floors);
     floors
