@@ -224,8 +224,8 @@ struct Silence {
 #[derive(Clone, Debug)]
 struct Node {
     id: String,
+    /// When it was last heard from: it is on the list of this time's bucket.
     seen_s: f64,
-    bucket: i64,
     prev: u32,
     next: u32,
 }
@@ -251,11 +251,12 @@ impl Silence {
             h.prev = slot;
         }
         let node = &mut self.slots[slot as usize];
-        (node.bucket, node.prev, node.next) = (bucket, NIL, head);
+        (node.prev, node.next) = (NIL, head);
     }
 
     fn unlink(&mut self, slot: u32) {
-        let Node { prev, next, bucket, .. } = self.slots[slot as usize];
+        let Node { prev, next, seen_s, .. } = self.slots[slot as usize];
+        let bucket = self.bucket(seen_s);
         match self.slots.get_mut(prev as usize) {
             Some(p) => p.next = next,
             None if next == NIL => {
@@ -272,7 +273,7 @@ impl Silence {
 
     /// A worker joins, last heard from at `seen_s`: its slot.
     fn add(&mut self, id: &str, seen_s: f64) -> u32 {
-        let node = Node { id: id.to_string(), seen_s, bucket: 0, prev: NIL, next: NIL };
+        let node = Node { id: id.to_string(), seen_s, prev: NIL, next: NIL };
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = node;
@@ -296,12 +297,11 @@ impl Silence {
     /// The worker in `slot` was heard from at `now_s`.
     fn seen(&mut self, slot: u32, now_s: f64) {
         let bucket = self.bucket(now_s);
-        let node = &mut self.slots[slot as usize];
-        node.seen_s = now_s;
-        if node.bucket != bucket {
+        if self.bucket(self.slots[slot as usize].seen_s) != bucket {
             self.unlink(slot);
             self.link(slot, bucket);
         }
+        self.slots[slot as usize].seen_s = now_s;
     }
 
     /// Every worker was heard from at `now_s`.

@@ -131,21 +131,20 @@ impl Allocator {
         now_s: f64,
         fx: &mut Vec<Effect>,
     ) -> Moved {
-        // Nothing to tell: no worker changes job or role, none whose job was asked to save has
-        // its grace cut, and it is not the first epoch of a term.
-        // A plan that moves nobody says so (`kept`): then no worker is read.
+        // Nothing to tell: no worker changes job or role (a plan that moves nobody says so,
+        // `kept`, and then no worker is read), none whose job was asked to save has its grace
+        // cut, and it is not the first epoch of a term.
         let Current { jobs: current, serves, counts } = now;
         let kept = |current: &[Option<usize>]| plan.kept() || plan.next(current) == current;
         if let Some(serves) = serves.filter(|s| {
             !self.tell_all && *s == plan.serves && kept(&current) && asked.cut_ms.iter().all(Option::is_none)
         }) {
-            let next = current;
             return Moved {
                 job_changed: lost,
                 workers: 0,
                 taken: HashSet::new(),
                 cut: HashMap::new(),
-                next,
+                next: current,
                 counts,
                 serves,
             };
@@ -352,7 +351,6 @@ impl Allocator {
     }
 }
 
-/// Workers per job of `jobs`, from each worker's job (`next`).
 /// The ledgers the plan booked, each job's latest grant set to what it got where a change
 /// that waits for a save asked for kept it from what was planned.
 fn regranted(mut ledgers: Vec<FloorLedger>, plan: &EpochPlan, moved: &Moved) -> Vec<FloorLedger> {

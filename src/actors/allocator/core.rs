@@ -242,9 +242,7 @@ impl Allocator {
         self.last_layout = Some(Layout {
             jobs_changed: self.jobs_changed,
             workers_changed: self.registry.changes(),
-            jobs: moved.next,
-            serves: moved.serves,
-            counts: moved.counts,
+            workers: Current { jobs: moved.next, serves: Some(moved.serves), counts: moved.counts },
         });
         EpochOutput { effects: fx, summary }
     }
@@ -255,7 +253,7 @@ impl Allocator {
         let unchanged =
             |l: &Layout| (l.jobs_changed, l.workers_changed) == (self.jobs_changed, self.registry.changes());
         let now = match self.last_layout.take().filter(unchanged) {
-            Some(layout) => Current { jobs: layout.jobs, serves: Some(layout.serves), counts: layout.counts },
+            Some(layout) => layout.workers,
             None => {
                 let jobs = self.current_jobs(keys);
                 let counts = per_job(&jobs, keys.len());

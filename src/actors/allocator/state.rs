@@ -249,22 +249,18 @@ pub struct Allocator {
     pub(super) last_layout: Option<Layout>,
 }
 
-/// Each worker's job and role as an epoch left them, in the registry's order, with the jobs'
-/// and the registry's change counts then (`Allocator::jobs_changed`,
-/// `WorkerRegistry::changes`): while neither has changed, it is the registry's.
+/// The workers as an epoch left them (their roles known), with the jobs' and the registry's
+/// change counts then (`Allocator::jobs_changed`, `WorkerRegistry::changes`): while neither has
+/// changed, it is the registry's.
 #[derive(Debug)]
 pub(super) struct Layout {
     pub(super) jobs_changed: u64,
     pub(super) workers_changed: u64,
-    /// Each worker's job, as its index in the jobs' id order.
-    pub(super) jobs: Vec<Option<usize>>,
-    /// Each worker serves its job as a parameter server (`Role::Ps`).
-    pub(super) serves: Vec<bool>,
-    /// Workers per job (`per_job` of `jobs`).
-    pub(super) counts: Vec<u32>,
+    pub(super) workers: Current,
 }
 
-/// The workers as an epoch starts (`Allocator::layout_now`).
+/// The workers, in the registry's order, as an epoch starts (`Allocator::layout_now`) or left
+/// them.
 #[derive(Debug)]
 pub(super) struct Current {
     /// Each worker's job, as its index in the jobs' id order.
