@@ -38,9 +38,10 @@ pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
     let report = actix::System::new().block_on(async move {
         let baseline_rss = resident_bytes();
         let listen = args.http_listen.clone().or_else(|| args.page_poll_ms.map(|_| "127.0.0.1:0".to_string()));
-        let (handle, stop) = start_serving(&args.server.nats, "benchepoch", args.epoch_ms, listen.as_deref()).await?;
+        let scheduler = start_serving(&args.server.nats, "benchepoch", args.epoch_ms, listen.as_deref()).await?;
+        let handle = &scheduler.handle;
         let (client, _) = bus::connect(&args.server.nats, "bench-epoch-load", 1024).await?;
-        let subjects = Subjects::new("benchepoch")?;
+        let subjects = Subjects::new(&scheduler.prefix)?;
         hello_workers(&client, &subjects, args.size.workers).await?;
         let after_workers_rss = resident_bytes();
         report_curves(&client, &subjects, args.size.jobs).await?;
@@ -58,16 +59,16 @@ pub(crate) fn run(args: BenchEpochArgs) -> anyhow::Result<()> {
         }
         anyhow::ensure!(landed > 0, "no report landed");
         let first = handle.epochs().await.last().map_or(0, |e| e.epoch);
-        let measured = measure(&handle, first + 3, &args).await;
+        let measured = measure(handle, first + 3, &args).await;
         let jobs_rss = resident_bytes();
         let page = match (args.page_poll_ms, handle.http_addr) {
             (Some(every), Some(addr)) => {
                 let last = measured.last().map_or(first, |e| e.epoch);
-                Some(with_page(&handle, addr, every, last, &args).await?)
+                Some(with_page(handle, addr, every, last, &args).await?)
             }
             _ => None,
         };
-        let _ = stop.send(());
+        scheduler.finish().await;
         let field = |f: fn(&protocol::EpochSummary) -> f64| measured.iter().map(f).collect::<Vec<_>>();
         let total = field(|e| e.total_ms);
         let per_job = match (after_workers_rss, jobs_rss) {

@@ -29,8 +29,9 @@ pub(crate) fn run(args: BenchIdleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.jobs.jobs > 0 && args.measure_s > 0, "--jobs and --measure-s must be positive");
     let report = actix::System::new().block_on(async move {
         let rss_start = resident_bytes();
-        let (handle, stop) = start_in_process(&args.server.nats, "benchidle", 5000).await?;
-        let messages = encoded_reports(args.jobs.jobs as u64, args.jobs.jobs as u64, "benchidle")?;
+        let scheduler = start_in_process(&args.server.nats, "benchidle", 5000).await?;
+        let handle = &scheduler.handle;
+        let messages = encoded_reports(args.jobs.jobs as u64, args.jobs.jobs as u64, &scheduler.prefix)?;
         publish_from_another_thread(args.server.nats.clone(), messages).join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
         while handle.observed_points().await < args.jobs.jobs as u64 {
@@ -43,7 +44,7 @@ pub(crate) fn run(args: BenchIdleArgs) -> anyhow::Result<()> {
         let cpu_after = cpu_seconds();
         let rss = resident_bytes();
         let epochs = handle.epochs().await;
-        let _ = stop.send(());
+        scheduler.finish().await;
         let idle_cpu_pct = match (cpu_before, cpu_after) {
             (Some(a), Some(b)) => Some(100.0 * (b - a) / args.measure_s as f64),
             _ => None,

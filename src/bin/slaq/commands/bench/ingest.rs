@@ -2,13 +2,16 @@
 //! NATS pub/sub in the same run.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use slaq::bus;
+use slaq::bus::durable::Durable;
+use slaq::bus::{self, lease::Fence};
 use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
 
 use super::support::{BenchOutput, BenchServer};
-use super::support::{encoded_reports, publish_from_another_thread, start_in_process};
+use super::support::{
+    InProcess, encoded_reports, publish_from_another_thread, remove_state, run_prefix, start_in_process,
+};
 use crate::common::Jobs;
 
 /// How long the wait for the last reports lasts without one arriving, once all are published.
@@ -30,96 +33,170 @@ pub(crate) struct BenchIngestArgs {
 
 pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.reports > 0 && args.jobs.jobs > 0, "--reports and --jobs must be positive");
+    let (urls, jobs, reports) = (args.server.nats.clone(), args.jobs.jobs as u64, args.reports);
     let report = actix::System::new().block_on(async move {
-        // Raw NATS: the same encoded messages, published from another thread and received by a
-        // plain subscriber on this one.
-        let raw_messages = encoded_reports(args.jobs.jobs as u64, args.reports, "benchraw")?;
-        let (sub_client, _) = bus::connect(&args.server.nats, "bench-raw-sub", 1 << 22).await?;
-        let mut raw_sub = sub_client.subscribe("benchraw.v1.job.*.loss").await?;
-        sub_client.flush().await?;
-        let started = std::time::Instant::now();
-        let publisher = publish_from_another_thread(args.server.nats.clone(), raw_messages);
-        let mut received = 0u64;
-        while received < args.reports {
-            match tokio::time::timeout(Duration::from_secs(10), futures_util::StreamExt::next(&mut raw_sub)).await {
-                Ok(Some(_)) => received += 1,
-                _ => break,
-            }
-        }
-        let raw_s = started.elapsed().as_secs_f64();
-        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
-        drop(raw_sub);
-
-        // slaq: the scheduler on this thread, the reports into its job actors' predictors.
-        let (handle, stop) = start_in_process(&args.server.nats, "benchslaq", 60_000).await?;
-        let (status_client, _) = bus::connect(&args.server.nats, "bench-status", 16).await?;
-        let messages = encoded_reports(args.jobs.jobs as u64, args.reports, "benchslaq")?;
-        let started = std::time::Instant::now();
-        let publisher = publish_from_another_thread(args.server.nats.clone(), messages);
-        // Done when every report is accounted for: accepted by its job's actor once observed, or
-        // rejected. Read from the scheduler's counters in this process every millisecond, rather
-        // than a status request and a count asked of every job actor (1,000 actor messages)
-        // every 10 ms, which the ingest measured here had to serve too (the difference was
-        // within this machine's noise: issue #44's record).
-        let (accepted, rejected) = accounted(&handle, &publisher, args.reports).await;
-        let slaq_s = started.elapsed().as_secs_f64();
-        // Checked once after: the actors observed what they accepted, and the status agrees.
-        let observed = handle.observed_points().await;
-        let subjects = Subjects::new("benchslaq")?;
-        let status: StatusSnapshot =
-            bus::request(&status_client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs(10))
-                .await?;
-        anyhow::ensure!(
-            observed == accepted && status.accepted.get("loss").copied().unwrap_or(0) == accepted,
-            "observed {observed}, accepted {accepted}, status {:?}",
-            status.accepted.get("loss")
-        );
-        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
-        let _ = stop.send(());
-        let raw_rate = received as f64 / raw_s;
-        let slaq_rate = observed as f64 / slaq_s;
+        let run = run_prefix("bench");
+        let raw_s = raw_nats(&urls, &format!("{run}raw"), jobs, reports).await?;
+        let raw_js = raw_jetstream(&urls, &format!("{run}rawjs"), jobs, reports).await?;
+        let slaq = slaq_ingest(&urls, jobs, reports).await?;
+        let raw_rate = raw_s.received as f64 / raw_s.seconds;
+        let slaq_rate = slaq.observed as f64 / slaq.seconds;
+        let raw_js_rate = raw_js.as_ref().map(|r| r.received as f64 / r.seconds);
         Ok::<_, anyhow::Error>(serde_json::json!({
-            "reports": args.reports,
-            "jobs": args.jobs.jobs,
+            "reports": reports,
+            "jobs": jobs,
+            "jetstream": raw_js.is_some(),
             "raw_nats_per_s": raw_rate,
-            "raw_received": received,
+            "raw_received": raw_s.received,
+            "raw_jetstream_per_s": raw_js_rate,
+            "raw_jetstream_received": raw_js.as_ref().map(|r| r.received),
             "slaq_per_s": slaq_rate,
-            "slaq_observed": observed,
-            "slaq_rejected": rejected,
+            "slaq_observed": slaq.observed,
+            "slaq_rejected": slaq.rejected,
             "slaq_vs_raw": slaq_rate / raw_rate,
-            "scheduler_nats_disconnects": handle.bus.disconnects.load(Ordering::Relaxed),
-            "scheduler_nats_dropped": handle.bus.dropped_messages.load(Ordering::Relaxed),
+            "slaq_vs_raw_jetstream": raw_js_rate.map(|r| slaq_rate / r),
+            "scheduler_nats_disconnects": slaq.disconnects,
+            "scheduler_nats_dropped": slaq.dropped,
+            "note": "rates over the time to the last message received; raw_jetstream: the same reports into a stream made as the scheduler makes its own, read by the same kind of consumer (ordered) that only counts them: what the server sustains for durable ingest. A report the server dropped (2.11+ drops what a stream cannot take in as fast as it comes) never arrives: received < reports says so"
         }))
     })?;
     println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
+/// How many messages a baseline received, and in how long.
+struct Received {
+    received: u64,
+    seconds: f64,
+}
+
+/// Raw NATS: the encoded reports published from another thread and received by a plain
+/// subscriber on this one.
+async fn raw_nats(urls: &[String], prefix: &str, jobs: u64, reports: u64) -> anyhow::Result<Received> {
+    let messages = encoded_reports(jobs, reports, prefix)?;
+    let (client, _) = bus::connect(urls, "bench-raw-sub", 1 << 22).await?;
+    let mut sub = client.subscribe(format!("{prefix}.v1.job.*.loss")).await?;
+    client.flush().await?;
+    let started = Instant::now();
+    let publisher = publish_from_another_thread(urls.to_vec(), messages);
+    let received = count(&mut sub, reports, started).await;
+    publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+    Ok(received)
+}
+
+/// Raw JetStream (`None`: the server has none): the same reports published into a reports
+/// stream made as the scheduler makes its own, and read as it reads them (an ordered consumer),
+/// by a loop that only counts them. What the server itself sustains, stream and consumer
+/// included: the frontier of the scheduler's durable ingest.
+async fn raw_jetstream(urls: &[String], prefix: &str, jobs: u64, reports: u64) -> anyhow::Result<Option<Received>> {
+    let (client, _) = bus::connect(urls, "bench-raw-js", 1 << 22).await?;
+    let subjects = Subjects::new(prefix)?;
+    let settings = bus::provision::DurableSettings::default();
+    let Some(durable) = Durable::open(&client, &subjects, &settings, Fence::unfenced()).await? else {
+        return Ok(None);
+    };
+    let measured = async {
+        let mut consumer = durable.reports().await?;
+        let messages = encoded_reports(jobs, reports, prefix)?;
+        let started = Instant::now();
+        let publisher = publish_from_another_thread(urls.to_vec(), messages);
+        let received = count(&mut consumer, reports, started).await;
+        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+        Ok::<_, anyhow::Error>(received)
+    }
+    .await;
+    remove_state(urls, prefix).await;
+    measured.map(Some)
+}
+
+/// Counts what `stream` yields, up to `reports`, until `STALL` passes without a message;
+/// returns the count and the seconds from `started` to the last one (a message the server
+/// dropped never comes, and the wait for it is not the receiver's time).
+async fn count<S: futures_util::Stream + Unpin>(stream: &mut S, reports: u64, started: Instant) -> Received {
+    let (mut received, mut last) = (0u64, started);
+    while received < reports {
+        match tokio::time::timeout(STALL, futures_util::StreamExt::next(stream)).await {
+            Ok(Some(_)) => (received, last) = (received + 1, Instant::now()),
+            _ => break,
+        }
+    }
+    Received { received, seconds: (last - started).as_secs_f64() }
+}
+
+/// What the scheduler's run measured.
+struct SlaqRun {
+    observed: u64,
+    rejected: u64,
+    seconds: f64,
+    disconnects: u64,
+    dropped: u64,
+}
+
+/// slaq: the scheduler on this thread, the reports into its job actors' predictors.
+async fn slaq_ingest(urls: &[String], jobs: u64, reports: u64) -> anyhow::Result<SlaqRun> {
+    let scheduler = start_in_process(urls, "benchslaq", 60_000).await?;
+    let measured = measure_slaq(urls, &scheduler, jobs, reports).await;
+    scheduler.finish().await;
+    measured
+}
+
+async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports: u64) -> anyhow::Result<SlaqRun> {
+    let (handle, prefix) = (&scheduler.handle, scheduler.prefix.as_str());
+    let (status_client, _) = bus::connect(urls, "bench-status", 16).await?;
+    let messages = encoded_reports(jobs, reports, prefix)?;
+    let started = Instant::now();
+    let publisher = publish_from_another_thread(urls.to_vec(), messages);
+    // Done when every report is accounted for: accepted by its job's actor once observed, or
+    // rejected. Read from the scheduler's counters in this process every millisecond, rather
+    // than a status request and a count asked of every job actor (1,000 actor messages)
+    // every 10 ms, which the ingest measured here had to serve too (the difference was
+    // within this machine's noise: issue #44's record).
+    let (accepted, rejected, last) = accounted(handle, &publisher, reports).await;
+    let seconds = (last - started).as_secs_f64();
+    // Checked once after: the actors observed what they accepted, and the status agrees.
+    let observed = handle.observed_points().await;
+    let subjects = Subjects::new(prefix)?;
+    let status: StatusSnapshot =
+        bus::request(&status_client, subjects.ctl_status(), Encoding::MsgPack, &(), Duration::from_secs(10)).await?;
+    anyhow::ensure!(
+        observed == accepted && status.accepted.get("loss").copied().unwrap_or(0) == accepted,
+        "observed {observed}, accepted {accepted}, status {:?}",
+        status.accepted.get("loss")
+    );
+    publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+    Ok(SlaqRun {
+        observed,
+        rejected,
+        seconds,
+        disconnects: handle.bus.disconnects.load(Ordering::Relaxed),
+        dropped: handle.bus.dropped_messages.load(Ordering::Relaxed),
+    })
+}
+
 /// Waits until the scheduler has accepted or rejected `reports` (read from its counters in
-/// this process every millisecond); returns how many it accepted and rejected. A report lost on
-/// the way (core NATS is at most once: a connection the server cuts loses what was in flight)
-/// never arrives: once everything is published, the wait ends after `STALL` without progress,
-/// and the connection's events say why.
+/// this process every millisecond); returns how many it accepted and rejected, and when the
+/// last of them was. A report lost on the way (core NATS is at most once: a connection the
+/// server cuts loses what was in flight; a server may drop what it cannot store as fast as it
+/// comes) never arrives: once everything is published, the wait ends after `STALL` without
+/// progress, and the connection's events say why.
 async fn accounted(
     handle: &slaq::service::ServiceHandle,
     publisher: &std::thread::JoinHandle<anyhow::Result<()>>,
     reports: u64,
-) -> (u64, u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+) -> (u64, u64, Instant) {
+    let deadline = Instant::now() + Duration::from_secs(300);
     let (mut accepted, mut rejected) = (0u64, 0u64);
-    let mut progress = (0u64, std::time::Instant::now());
-    while std::time::Instant::now() < deadline {
+    let mut progress = (0u64, Instant::now());
+    while Instant::now() < deadline {
         accepted = handle.metrics.accepted("loss").get();
         rejected = handle.metrics.rejected_counts().values().sum();
-        if accepted + rejected >= reports {
-            break;
-        }
         if accepted + rejected > progress.0 {
-            progress = (accepted + rejected, std::time::Instant::now());
-        } else if publisher.is_finished() && progress.1.elapsed() > STALL {
+            progress = (accepted + rejected, Instant::now());
+        }
+        if accepted + rejected >= reports || (publisher.is_finished() && progress.1.elapsed() > STALL) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    (accepted, rejected)
+    (accepted, rejected, progress.1)
 }

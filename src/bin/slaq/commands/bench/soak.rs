@@ -46,11 +46,12 @@ pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.churn_per_s >= 0.0, "--churn-per-s must not be negative");
     let json = args.out.json;
     let report = actix::System::new().block_on(async move {
-        let (handle, stop) = start_in_process(&args.server.nats, "benchsoak", args.epoch_ms).await?;
+        let scheduler = start_in_process(&args.server.nats, "benchsoak", args.epoch_ms).await?;
+        let handle = &scheduler.handle;
         let running = Arc::new(AtomicBool::new(true));
         let sent = Arc::new(AtomicU64::new(0));
         let ended = Arc::new(AtomicU64::new(0));
-        let load = steady_load(&args, running.clone(), (sent.clone(), ended.clone()));
+        let load = steady_load(&args, &scheduler.prefix, running.clone(), (sent.clone(), ended.clone()));
         let started = std::time::Instant::now();
         let mut samples: Vec<(f64, u64)> = Vec::new();
         let mut jobs_seen: Vec<(f64, usize)> = Vec::new();
@@ -69,7 +70,7 @@ pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
         let epochs = handle.epochs().await;
         let accepted = handle.metrics.accepted_counts();
         let rejected = handle.metrics.rejected_counts();
-        let _ = stop.send(());
+        scheduler.finish().await;
         let after: Vec<u64> = samples.iter().filter(|(t, _)| *t >= args.warm_up_s as f64).map(|s| s.1).collect();
         anyhow::ensure!(!after.is_empty(), "no memory samples after the warm-up");
         let (first, min, max) = (after[0], *after.iter().min().unwrap_or(&0), *after.iter().max().unwrap_or(&0));
@@ -115,16 +116,17 @@ pub(crate) fn run(args: BenchSoakArgs) -> anyhow::Result<()> {
 /// jobs a second end and are replaced by new ones. Counts the messages sent and the jobs ended.
 fn steady_load(
     args: &BenchSoakArgs,
+    prefix: &str,
     running: Arc<AtomicBool>,
     (sent, ended): (Arc<AtomicU64>, Arc<AtomicU64>),
 ) -> std::thread::JoinHandle<anyhow::Result<()>> {
-    let urls = args.server.nats.clone();
+    let (urls, prefix) = (args.server.nats.clone(), prefix.to_string());
     let (jobs, workers, rate, churn) = (args.size.jobs, args.size.workers, args.reports_per_s, args.churn_per_s);
     std::thread::spawn(move || -> anyhow::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async move {
             let (client, _) = bus::connect(&urls, "bench-soak-load", 1024).await?;
-            let subjects = Subjects::new("benchsoak")?;
+            let subjects = Subjects::new(&prefix)?;
             for w in 0..workers {
                 let spec = WorkerSpec { worker: format!("w{w}"), machine: None, slots: 1, kind: None, advertise: None };
                 bus::publish(&client, subjects.worker_hello(&spec.worker), Encoding::MsgPack, &spec).await?;

@@ -44,23 +44,57 @@ pub(super) fn cpu_seconds() -> Option<f64> {
     (per_s > 0).then(|| ticks as f64 / per_s as f64)
 }
 
-/// Starts the scheduler in this process (inside the running actix System) with a private
-/// prefix; returns its handle and the stop trigger.
-pub(super) async fn start_in_process(
-    urls: &[String],
-    prefix: &str,
-    epoch_ms: u64,
-) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
-    start_serving(urls, prefix, epoch_ms, None).await
+/// A subject prefix of this run's own (`base`, this process's id and the time): a scheduler
+/// started on it against a JetStream server finds no stream or bucket of an earlier run, whose
+/// jobs it would otherwise restore and whose reports it would replay.
+pub(super) fn run_prefix(base: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{base}{}x{nanos}", std::process::id())
+}
+
+/// Removes the reports stream and the state bucket a scheduler on `prefix` made (nothing
+/// without JetStream): a benchmark leaves no state behind on the server.
+pub(super) async fn remove_state(urls: &[String], prefix: &str) {
+    let Ok((client, _)) = bus::connect(urls, "bench-cleanup", 16).await else { return };
+    let js = async_nats::jetstream::new(client);
+    let streams = [bus::provision::stream_name(prefix), format!("KV_{}", bus::provision::bucket_name(prefix))];
+    for stream in streams {
+        // Absent without JetStream, or if the run never made it: nothing to remove.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), js.delete_stream(&stream)).await;
+    }
+}
+
+/// A scheduler running in this process, on a prefix of its own run.
+pub(super) struct InProcess {
+    pub(super) handle: service::ServiceHandle,
+    /// This run's subject prefix ([`run_prefix`]).
+    pub(super) prefix: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    urls: Vec<String>,
+}
+
+impl InProcess {
+    /// Stops the scheduler and removes the state it made on the server.
+    pub(super) async fn finish(self) {
+        let _ = self.stop.send(());
+        remove_state(&self.urls, &self.prefix).await;
+    }
+}
+
+/// Starts the scheduler in this process (inside the running actix System) on a prefix of this
+/// run's own, made from `base`.
+pub(super) async fn start_in_process(urls: &[String], base: &str, epoch_ms: u64) -> anyhow::Result<InProcess> {
+    start_serving(urls, base, epoch_ms, None).await
 }
 
 /// [`start_in_process`], with the HTTP listener (the page) on `http` if given.
 pub(super) async fn start_serving(
     urls: &[String],
-    prefix: &str,
+    base: &str,
     epoch_ms: u64,
     http: Option<&str>,
-) -> anyhow::Result<(service::ServiceHandle, tokio::sync::oneshot::Sender<()>)> {
+) -> anyhow::Result<InProcess> {
+    let prefix = run_prefix(base);
     let mut raw = RawConfig::default();
     raw.http.listen = http.unwrap_or("").to_string();
     raw.scheduler.epoch_ms = epoch_ms;
@@ -70,7 +104,7 @@ pub(super) async fn start_serving(
     if let Ok(threads) = std::env::var("SLAQ_BENCH_JOB_THREADS") {
         raw.scheduler.job_threads = threads.parse().context("SLAQ_BENCH_JOB_THREADS")?;
     }
-    let overrides = Overrides { nats: urls.to_vec(), prefix: Some(prefix.to_string()), ..Overrides::default() };
+    let overrides = Overrides { nats: urls.to_vec(), prefix: Some(prefix.clone()), ..Overrides::default() };
     let config = raw.resolve(&BTreeMap::new(), &overrides)?;
     let (client, counters) = bus::connect(&config.nats_urls, "slaq-bench-scheduler", 1 << 20).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -88,7 +122,7 @@ pub(super) async fn start_serving(
         }
     });
     let handle = ready_rx.await.context("the in-process scheduler did not start")?;
-    Ok((handle, stop_tx))
+    Ok(InProcess { handle, prefix, stop: stop_tx, urls: urls.to_vec() })
 }
 
 /// GET `path` from `addr`, on a blocking thread (not the scheduler's): the status, the body's
