@@ -5,7 +5,7 @@
 //! jobs', issue #43) the level is per unit of weight: a job of weight 3 fills to three times the
 //! level of a job of weight 1, and the remainders go to the least served per unit of weight.
 
-use super::{Allocation, JobBid, Problem, by_least_service, grant_minima, weighted};
+use super::{Allocation, JobBid, Problem, grant_minima, one_each_by_least_service, weighted};
 
 /// The fair allocation; see the module documentation.
 pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
@@ -30,16 +30,8 @@ pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
     let level = lo;
     let mut workers: Vec<u32> =
         jobs.iter().zip(&minima).map(|(j, &min)| level.clamp(min, j.max_workers.max(min))).collect();
-    let mut spare = capacity - workers.iter().map(|&w| u64::from(w)).sum::<u64>();
-    let can_grow =
-        |ord: usize, workers: &[u32], jobs: &[JobBid<G>]| workers[ord] == level && jobs[ord].max_workers > level;
-    for ord in by_least_service(jobs, (0..jobs.len()).filter(|&o| can_grow(o, &workers, jobs))) {
-        if spare == 0 {
-            break;
-        }
-        workers[ord] += 1;
-        spare -= 1;
-    }
+    let spare = capacity - workers.iter().map(|&w| u64::from(w)).sum::<u64>();
+    one_each_by_least_service(jobs, &mut workers, spare as u32, |w, o| w[o] == level && jobs[o].max_workers > level);
     Allocation { workers }
 }
 

@@ -234,6 +234,29 @@ fn grant_minima<G>(problem: &Problem<'_, G>) -> (Vec<u32>, u32) {
     (workers, left)
 }
 
+/// One more worker to each job that is a `candidate` (by the workers before any is given)
+/// while `left` lasts, least attained service first (then job order); returns what is left. The
+/// order is made only when it decides something: with none left, or enough for every candidate,
+/// no sort.
+fn one_each_by_least_service<G>(
+    jobs: &[JobBid<G>],
+    workers: &mut [u32],
+    left: u32,
+    candidate: impl Fn(&[u32], JobOrd) -> bool,
+) -> u32 {
+    if left == 0 {
+        return 0;
+    }
+    let candidates: Vec<JobOrd> = (0..jobs.len()).filter(|&o| candidate(workers, o)).collect();
+    let given =
+        if candidates.len() <= left as usize { candidates } else { by_least_service(jobs, candidates.into_iter()) };
+    let given = &given[..given.len().min(left as usize)];
+    for &o in given {
+        workers[o] += 1;
+    }
+    left - given.len() as u32
+}
+
 /// Jobs in the order that ties are broken in: least attained service first, then job order.
 fn by_least_service<G>(jobs: &[JobBid<G>], candidates: impl Iterator<Item = JobOrd>) -> Vec<JobOrd> {
     // Sorted as (service, order) pairs side by side: no two are equal, so an unstable sort

@@ -27,7 +27,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::{Allocation, GainFn, JobBid, JobOrd, Problem, by_least_service, grant_minima};
+use super::{Allocation, GainFn, JobBid, JobOrd, Problem, grant_minima, one_each_by_least_service};
 
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
@@ -93,14 +93,7 @@ fn allocate_with<G: GainFn>(problem: &Problem<'_, G>, greedy: Greedy<G>) -> Allo
 
     // Leftovers: first one each to jobs that have none (least served first), then round-robin
     // (fewest workers first) to jobs that one more worker does not slow down.
-    let idle = (0..jobs.len()).filter(|&o| workers[o] == 0 && jobs[o].max_workers > 0);
-    for ord in by_least_service(jobs, idle) {
-        if left == 0 {
-            break;
-        }
-        workers[ord] = 1;
-        left -= 1;
-    }
+    left = one_each_by_least_service(jobs, &mut workers, left, |w, o| w[o] == 0 && jobs[o].max_workers > 0);
     deal_harmless(jobs, &mut workers, left);
     Allocation { workers }
 }
@@ -115,6 +108,9 @@ fn allocate_with<G: GainFn>(problem: &Problem<'_, G>, greedy: Greedy<G>) -> Allo
 /// and those come out in order). Merging them pops what the heap would, without its `log n`
 /// per worker: at thousands of jobs the heap was a tenth of an epoch.
 fn deal_harmless<G: GainFn>(jobs: &[JobBid<G>], workers: &mut [u32], mut left: u32) {
+    if left == 0 {
+        return;
+    }
     let mut waiting: Vec<JobOrd> = (0..jobs.len()).filter(|&o| workers[o] < jobs[o].max_workers).collect();
     waiting.sort_unstable_by_key(|&o| (workers[o], o));
     let mut waiting = waiting.into_iter().peekable();

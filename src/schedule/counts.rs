@@ -306,11 +306,13 @@ fn floor_workers<G>(
     // Sorted as (how far behind, job) pairs side by side: no two are equal, so an unstable sort
     // gives the one order, and no comparison reads a ledger (at 100,000 jobs the comparisons'
     // reads were 4% of an epoch).
-    let mut keyed: Vec<(f64, usize)> = (0..bids.len()).filter(|&j| want[j] > 0).map(|j| (behind(j), j)).collect();
-    keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let order: Vec<usize> = keyed.into_iter().map(|(_, j)| j).collect();
+    let order = || {
+        let mut keyed: Vec<(f64, usize)> = (0..bids.len()).filter(|&j| want[j] > 0).map(|j| (behind(j), j)).collect();
+        keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        keyed.into_iter().map(|(_, j)| j).collect()
+    };
     let left = num_workers.saturating_sub(floors.iter().sum());
-    grant_in_order(&want, &order, left, floors);
+    grant_in_order(&want, order, left, floors);
 }
 
 #[cfg(test)]

@@ -39,9 +39,15 @@ pub fn rate_table(time: &TimeCurve, max: u32) -> Vec<f64> {
     std::iter::once(0.0).chain((1..=max.min(RATE_TABLE_LEN)).map(|w| 1.0 / time.seconds(w))).collect()
 }
 
-/// Hands `want[j]` more workers to each job in `order` while `left` lasts, into `floors`.
-pub(super) fn grant_in_order(want: &[u32], order: &[usize], mut left: u32, floors: &mut [u32]) {
-    for &j in order {
+/// Hands `want[j]` more workers to each job in the order `order` makes, while `left` lasts,
+/// into `floors`. When every want fits in `left`, the order decides nothing and is not made (at
+/// 100,000 jobs its sort was 4% of an epoch, and the wants most often fit).
+pub(super) fn grant_in_order(want: &[u32], order: impl FnOnce() -> Vec<usize>, mut left: u32, floors: &mut [u32]) {
+    if want.iter().map(|&w| u64::from(w)).sum::<u64>() <= u64::from(left) {
+        floors.iter_mut().zip(want).for_each(|(f, &w)| *f += w);
+        return;
+    }
+    for j in order() {
         let w = want[j].min(left);
         floors[j] += w;
         left -= w;
@@ -345,12 +351,14 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     }
     // The late first, then the most urgent, as (late, urgency, job) side by side: no two are
     // equal, so an unstable sort gives the one order without reading the arrays per comparison.
-    let mut keyed: Vec<(bool, f64, usize)> =
-        (0..paces.len()).filter(|&j| need[j] > 0).map(|j| (late[j], urgency[j], j)).collect();
-    keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
-    let order: Vec<usize> = keyed.into_iter().map(|(_, _, j)| j).collect();
+    let order = || {
+        let mut keyed: Vec<(bool, f64, usize)> =
+            (0..paces.len()).filter(|&j| need[j] > 0).map(|j| (late[j], urgency[j], j)).collect();
+        keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+        keyed.into_iter().map(|(_, _, j)| j).collect()
+    };
     let mut floors = vec![0; paces.len()];
-    grant_in_order(&need, &order, num_workers, &mut floors);
+    grant_in_order(&need, order, num_workers, &mut floors);
     floors
 }
 
@@ -580,6 +588,29 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Skipping the order when every want fits grants what the order would: each job's
+        /// want, in order, while workers last, on top of what it had.
+        #[test]
+        fn a_grant_without_its_order_is_the_grant_in_order(
+            want in proptest::collection::vec(proptest::prop_oneof![1 => proptest::strategy::Just(0u32), 3 => 0u32..20], 0..30),
+            had in proptest::collection::vec(0u32..5, 30),
+            left in 0u32..300,
+            seed in 0u64..1000,
+        ) {
+            let mut order: Vec<usize> = (0..want.len()).collect();
+            order.sort_by_key(|&j| (j as u64).wrapping_mul(seed.wrapping_mul(2) + 1) % 31);
+            let mut expected = had[..want.len()].to_vec();
+            let mut rest = left;
+            for &j in &order {
+                let w = want[j].min(rest);
+                expected[j] += w;
+                rest -= w;
+            }
+            let mut floors = had[..want.len()].to_vec();
+            grant_in_order(&want, || order.clone(), left, &mut floors);
+            proptest::prop_assert_eq!(floors, expected);
+        }
+
         /// The table's peak decides only what the scan would: the same demand on any table,
         /// with rates that fall, repeat, are negative or are not finite.
         #[test]
