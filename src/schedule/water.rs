@@ -11,24 +11,64 @@
 pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
     let total = |level: f64| bounds.iter().map(|&(lo, hi)| level.clamp(lo, hi)).sum::<f64>();
     // Non-negative finite bounds: every share is then non-negative, and either sum is within
-    // `n` roundings (relative) of the exact one.
+    // `n + 3` roundings (relative) of the exact one, whatever order it adds in.
     let lanes = bounds.iter().all(|&(lo, hi)| lo >= 0.0 && lo <= hi && hi.is_finite());
     let margin = 16.0 * (bounds.len() as f64 + 4.0) * f64::EPSILON;
-    let fits = |level: f64| {
-        if lanes {
-            let approx = lanes_total(level, bounds);
-            if (approx - capacity).abs() > margin * approx {
-                return approx <= capacity;
-            }
-        }
-        total(level) <= capacity
-    };
     let (mut lo, mut hi) = (0.0, capacity.max(1.0));
+    let mut piece = lanes.then(|| Piece::new(bounds));
     for _ in 0..60 {
         let mid = 0.5 * (lo + hi);
-        if fits(mid) { lo = mid } else { hi = mid }
+        let fits = match piece.as_ref().map(|p| p.total(mid)) {
+            Some(approx) if (approx - capacity).abs() > margin * approx => approx <= capacity,
+            _ => total(mid) <= capacity,
+        };
+        if fits {
+            lo = mid
+        } else {
+            hi = mid
+        }
+        if let Some(p) = piece.as_mut() {
+            p.narrow(lo, hi);
+        }
     }
     bounds.iter().map(|&(min, max)| lo.clamp(min, max)).collect()
+}
+
+/// The shares' sum as a piece of its line, valid between the bisection's bounds: the jobs held
+/// at a bound there (their bound), those free there (the level each), and the few whose bound
+/// falls inside (each clamped). As the bounds close in, jobs leave the last group, so a step
+/// adds only those instead of every job.
+struct Piece {
+    held: f64,
+    free: f64,
+    inside: Vec<(f64, f64)>,
+}
+
+impl Piece {
+    fn new(bounds: &[(f64, f64)]) -> Piece {
+        Piece { held: 0.0, free: 0.0, inside: bounds.to_vec() }
+    }
+
+    fn total(&self, level: f64) -> f64 {
+        self.held + self.free * level + lanes_total(level, &self.inside)
+    }
+
+    /// Moves the jobs with no bound strictly inside `(lo, hi)` out of `inside`.
+    fn narrow(&mut self, lo: f64, hi: f64) {
+        let (held, free) = (&mut self.held, &mut self.free);
+        self.inside.retain(|&(min, max)| {
+            if max <= lo {
+                *held += max;
+            } else if min >= hi {
+                *held += min;
+            } else if min <= lo && max >= hi {
+                *free += 1.0;
+            } else {
+                return true;
+            }
+            false
+        });
+    }
 }
 
 /// The shares' sum at `level` in eight independent lanes (bounds ordered `min <= max`).
