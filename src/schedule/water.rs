@@ -5,9 +5,11 @@
 ///
 /// The level is bisected sixty times, each step comparing the shares' sum, added in job order,
 /// with the capacity. That sum is a chain of dependent additions (a third of a millisecond at
-/// 4,000 jobs, twice an epoch); most steps are decided by a sum in eight lanes whose distance
-/// from the capacity exceeds any rounding either sum can make, and only the steps too close to
-/// call (the last few, near the level) add in job order. The level is the same to the bit.
+/// 4,000 jobs, twice an epoch); most steps are decided by a [`Piece`] of it (the jobs whose
+/// bound lies between the bisection's ends added in eight lanes, the rest summed once), whose
+/// distance from the capacity exceeds any rounding either sum can make, and only the steps too
+/// close to call (the last few, near the level) add in job order. The level is the same to the
+/// bit.
 pub fn water_level(capacity: f64, bounds: &[(f64, f64)]) -> Vec<f64> {
     let total = |level: f64| bounds.iter().map(|&(lo, hi)| level.clamp(lo, hi)).sum::<f64>();
     // Non-negative finite bounds: every share is then non-negative, and either sum is within

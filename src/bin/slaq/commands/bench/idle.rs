@@ -32,12 +32,13 @@ pub(crate) fn run(args: BenchIdleArgs) -> anyhow::Result<()> {
         let scheduler = start_in_process(&args.server.nats, "benchidle", 5000).await?;
         let handle = &scheduler.handle;
         let messages = encoded_reports(args.jobs.jobs as u64, args.jobs.jobs as u64, &scheduler.prefix)?;
-        publish_from_another_thread(args.server.nats.clone(), messages).join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
+        let publisher = publish_from_another_thread(args.server.nats.clone(), messages);
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
         while handle.observed_points().await < args.jobs.jobs as u64 {
             anyhow::ensure!(std::time::Instant::now() < deadline, "the reports did not all land");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        publisher.join()?;
         tokio::time::sleep(Duration::from_secs(args.settle_s)).await;
         let cpu_before = cpu_seconds();
         tokio::time::sleep(Duration::from_secs(args.measure_s)).await;

@@ -10,7 +10,7 @@ use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
 
 use super::support::{BenchOutput, BenchServer};
 use super::support::{
-    InProcess, encoded_reports, publish_from_another_thread, remove_state, run_prefix, start_in_process,
+    InProcess, Publishing, encoded_reports, publish_from_another_thread, remove_state, run_prefix, start_in_process,
 };
 use crate::common::Jobs;
 
@@ -39,9 +39,8 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
         let raw_s = raw_nats(&urls, &format!("{run}raw"), jobs, reports).await?;
         let raw_js = raw_jetstream(&urls, &format!("{run}rawjs"), jobs, reports).await?;
         let slaq = slaq_ingest(&urls, jobs, reports).await?;
-        let raw_rate = raw_s.received as f64 / raw_s.seconds;
-        let slaq_rate = slaq.observed as f64 / slaq.seconds;
-        let raw_js_rate = raw_js.as_ref().map(|r| r.received as f64 / r.seconds);
+        let (raw_rate, slaq_rate) = (raw_s.rate(), slaq.ingest.rate());
+        let raw_js_rate = raw_js.as_ref().map(Received::rate);
         Ok::<_, anyhow::Error>(serde_json::json!({
             "reports": reports,
             "jobs": jobs,
@@ -51,7 +50,7 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
             "raw_jetstream_per_s": raw_js_rate,
             "raw_jetstream_received": raw_js.as_ref().map(|r| r.received),
             "slaq_per_s": slaq_rate,
-            "slaq_observed": slaq.observed,
+            "slaq_observed": slaq.ingest.received,
             "slaq_rejected": slaq.rejected,
             "slaq_vs_raw": slaq_rate / raw_rate,
             "slaq_vs_raw_jetstream": raw_js_rate.map(|r| slaq_rate / r),
@@ -64,10 +63,17 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many messages a baseline received, and in how long.
+/// How many messages a run received, and in how long (to the last one).
 struct Received {
     received: u64,
     seconds: f64,
+}
+
+impl Received {
+    /// Messages per second (0 with none received).
+    fn rate(&self) -> f64 {
+        if self.received == 0 { 0.0 } else { self.received as f64 / self.seconds }
+    }
 }
 
 /// Raw NATS: the encoded reports published from another thread and received by a plain
@@ -77,11 +83,7 @@ async fn raw_nats(urls: &[String], prefix: &str, jobs: u64, reports: u64) -> any
     let (client, _) = bus::connect(urls, "bench-raw-sub", 1 << 22).await?;
     let mut sub = client.subscribe(format!("{prefix}.v1.job.*.loss")).await?;
     client.flush().await?;
-    let started = Instant::now();
-    let publisher = publish_from_another_thread(urls.to_vec(), messages);
-    let received = count(&mut sub, reports, started).await;
-    publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
-    Ok(received)
+    publish_and_count(urls, messages, &mut sub).await
 }
 
 /// Raw JetStream (`None`: the server has none): the same reports published into a reports
@@ -97,22 +99,24 @@ async fn raw_jetstream(urls: &[String], prefix: &str, jobs: u64, reports: u64) -
     };
     let measured = async {
         let mut consumer = durable.reports().await?;
-        let messages = encoded_reports(jobs, reports, prefix)?;
-        let started = Instant::now();
-        let publisher = publish_from_another_thread(urls.to_vec(), messages);
-        let received = count(&mut consumer, reports, started).await;
-        publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
-        Ok::<_, anyhow::Error>(received)
+        publish_and_count(urls, encoded_reports(jobs, reports, prefix)?, &mut consumer).await
     }
     .await;
     remove_state(urls, prefix).await;
     measured.map(Some)
 }
 
-/// Counts what `stream` yields, up to `reports`, until `STALL` passes without a message;
-/// returns the count and the seconds from `started` to the last one (a message the server
-/// dropped never comes, and the wait for it is not the receiver's time).
-async fn count<S: futures_util::Stream + Unpin>(stream: &mut S, reports: u64, started: Instant) -> Received {
+/// Publishes `messages` from another thread and counts what `stream` yields of them, until
+/// `STALL` passes without one; timed to the last received (a message the server dropped never
+/// comes, and the wait for it is not the receiver's time).
+async fn publish_and_count<S: futures_util::Stream + Unpin>(
+    urls: &[String],
+    messages: Vec<(String, bytes::Bytes)>,
+    stream: &mut S,
+) -> anyhow::Result<Received> {
+    let reports = messages.len() as u64;
+    let started = Instant::now();
+    let publisher = publish_from_another_thread(urls.to_vec(), messages);
     let (mut received, mut last) = (0u64, started);
     while received < reports {
         match tokio::time::timeout(STALL, futures_util::StreamExt::next(stream)).await {
@@ -120,14 +124,15 @@ async fn count<S: futures_util::Stream + Unpin>(stream: &mut S, reports: u64, st
             _ => break,
         }
     }
-    Received { received, seconds: (last - started).as_secs_f64() }
+    publisher.join()?;
+    Ok(Received { received, seconds: (last - started).as_secs_f64() })
 }
 
 /// What the scheduler's run measured.
 struct SlaqRun {
-    observed: u64,
+    /// The reports its job actors observed.
+    ingest: Received,
     rejected: u64,
-    seconds: f64,
     disconnects: u64,
     dropped: u64,
 }
@@ -163,11 +168,10 @@ async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports
         "observed {observed}, accepted {accepted}, status {:?}",
         status.accepted.get("loss")
     );
-    publisher.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))??;
+    publisher.join()?;
     Ok(SlaqRun {
-        observed,
+        ingest: Received { received: observed, seconds },
         rejected,
-        seconds,
         disconnects: handle.bus.disconnects.load(Ordering::Relaxed),
         dropped: handle.bus.dropped_messages.load(Ordering::Relaxed),
     })
@@ -179,11 +183,7 @@ async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports
 /// server cuts loses what was in flight; a server may drop what it cannot store as fast as it
 /// comes) never arrives: once everything is published, the wait ends after `STALL` without
 /// progress, and the connection's events say why.
-async fn accounted(
-    handle: &slaq::service::ServiceHandle,
-    publisher: &std::thread::JoinHandle<anyhow::Result<()>>,
-    reports: u64,
-) -> (u64, u64, Instant) {
+async fn accounted(handle: &slaq::service::ServiceHandle, publisher: &Publishing, reports: u64) -> (u64, u64, Instant) {
     let deadline = Instant::now() + Duration::from_secs(300);
     let (mut accepted, mut rejected) = (0u64, 0u64);
     let mut progress = (0u64, Instant::now());
@@ -193,7 +193,7 @@ async fn accounted(
         if accepted + rejected > progress.0 {
             progress = (accepted + rejected, Instant::now());
         }
-        if accepted + rejected >= reports || (publisher.is_finished() && progress.1.elapsed() > STALL) {
+        if accepted + rejected >= reports || (publisher.published() && progress.1.elapsed() > STALL) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -3,6 +3,8 @@
 //! reports encoded and published from another thread, and this process's memory and CPU.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use slaq::bus;
@@ -158,20 +160,48 @@ pub(super) fn encoded_reports(jobs: u64, reports: u64, prefix: &str) -> anyhow::
 }
 
 /// Publishes pre-encoded messages from a thread of its own (a load generator must not share
-/// the measured process's thread); returns when the server has them all.
-pub(super) fn publish_from_another_thread(
-    urls: Vec<String>,
-    messages: Vec<(String, bytes::Bytes)>,
-) -> std::thread::JoinHandle<anyhow::Result<()>> {
-    std::thread::spawn(move || {
+/// the measured process's thread). Its connection stays open until [`Publishing::join`]: a
+/// nats-server (2.9.10 here) dropped most of a burst into a stream whose publisher disconnected
+/// right after its last message, which a job that stays connected never sees.
+pub(super) fn publish_from_another_thread(urls: Vec<String>, messages: Vec<(String, bytes::Bytes)>) -> Publishing {
+    let published = Arc::new(AtomicBool::new(false));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let done = published.clone();
+    let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        runtime.block_on(async move {
+        let sent = runtime.block_on(async move {
             let (client, _) = bus::connect(&urls, "bench-publisher", 1024).await?;
             for (subject, payload) in messages {
                 client.publish(subject, payload).await?;
             }
             client.flush().await?;
-            Ok(())
-        })
-    })
+            Ok::<_, anyhow::Error>(client)
+        });
+        done.store(true, Ordering::Release);
+        let client = sent?;
+        let _ = released.recv();
+        drop(client);
+        Ok(())
+    });
+    Publishing { thread, published, release }
+}
+
+/// A publisher thread ([`publish_from_another_thread`]).
+pub(super) struct Publishing {
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+    published: Arc<AtomicBool>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Publishing {
+    /// Whether the server has every message (or the publisher gave up).
+    pub(super) fn published(&self) -> bool {
+        self.published.load(Ordering::Acquire) || self.thread.is_finished()
+    }
+
+    /// Lets the connection go and waits for the thread: whether it published everything.
+    pub(super) fn join(self) -> anyhow::Result<()> {
+        let _ = self.release.send(());
+        self.thread.join().map_err(|_| anyhow::anyhow!("publisher thread panicked"))?
+    }
 }
