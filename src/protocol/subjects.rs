@@ -153,6 +153,11 @@ impl Subjects {
     pub fn part_job_bye(&self, p: u32, job: &str) -> String {
         format!("{}.v1.part.{p}.job.{job}.bye", self.prefix)
     }
+    /// A job's hello as the leader puts it into its partition (the server maps no hello: a job
+    /// may not publish this): where the hello falls among the job's reports and byes.
+    pub fn part_job_hello(&self, p: u32, job: &str) -> String {
+        format!("{}.v1.part.{p}.job.{job}.hello", self.prefix)
+    }
     /// Everything the stream keeps of partition `p`, a job's id one token or a tenant's two
     /// (one filter subject: 2.9 allows no more).
     pub fn part_filter(&self, p: u32) -> String {

@@ -355,19 +355,32 @@ impl Ingest {
         }
         let ack = Ack::ok().with_term(self.term);
         match (&self.durable, reply) {
-            // Answered once the spec is saved: an answered hello survives a fail-over or its
-            // partition's takeover. Not answered if the write is given up (the lease was lost)
-            // or takes longer than a hello waits: the job says hello again.
+            // Answered once the spec is saved (an answered hello survives a fail-over or its
+            // partition's takeover) and, with shared work, once the hello is in the stream (its
+            // partition's owner reads it in order with the job's messages). Not answered if a
+            // write is given up (the lease was lost) or takes longer than a hello waits: the job
+            // says hello again.
             (Some(d), Some(reply)) => {
                 let saved = d.save_job_acked(&spec);
+                let in_stream = d.hello_in_stream(&spec);
                 let (client, reply) = (self.client.clone(), reply.to_string());
                 tokio::spawn(async move {
-                    if let Ok(Ok(())) = tokio::time::timeout(HELLO_SAVE_WAIT, saved).await {
+                    let both = async { saved.await.is_ok() && in_stream.await.is_ok() };
+                    if let Ok(true) = tokio::time::timeout(HELLO_SAVE_WAIT, both).await {
                         status::send_reply(&client, reply, encoding, &ack).await;
                     }
                 });
             }
-            (Some(d), None) => d.save_job(&spec),
+            (Some(d), None) => {
+                d.save_job(&spec);
+                let in_stream = d.hello_in_stream(&spec);
+                let job = spec.job.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = in_stream.await {
+                        warn!(job, error = %e, "cannot put a hello into the stream");
+                    }
+                });
+            }
             (None, Some(reply)) => self.reply(reply, encoding, &ack).await,
             (None, None) => {}
         }

@@ -9,8 +9,9 @@
 //! or went quiet, and, every [`FULL_EVERY`] epochs or when a new leader asks, all of its bids and
 //! the roster of its jobs. The leader (`service::run`) merges them with `intake::Intake`.
 //!
-//! Hellos go to the leader (answered, the spec saved) and to the owner (the actor started);
-//! allocations go to the job and to its owner (the actor's worker count).
+//! Hellos go to the leader, which saves the spec and puts the hello into the job's partition
+//! before it answers: the owner starts the actor from the stream, in order with the job's
+//! reports and byes. Allocations go to the job and to its owner (the actor's worker count).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -31,8 +32,7 @@ use crate::bus::lease::Fence;
 use crate::bus::partitions::{Changes, Partitions};
 use crate::partition;
 use crate::protocol::{
-    self, Encoding, Inbound, JobAllocation, JobSpec, Outcome, PartitionBids, ProtocolError, RejectCause, Subjects,
-    chunks,
+    self, Encoding, Inbound, JobAllocation, JobSpec, Outcome, PartitionBids, ProtocolError, RejectCause, chunks,
 };
 
 /// Every this many epochs an owner sends all its bids and its roster (a lost message is made
@@ -131,7 +131,7 @@ pub async fn run_owner(
             _ = tokio::time::sleep(ttl) => {}
         }
     };
-    let (mut hellos, mut allocs, mut syncs) = subscribe(&clients, &config).await?;
+    let (mut allocs, mut syncs) = subscribe(&clients, &config).await?;
     let mut curves = crate::bus::subscribe(&clients.bus, config.subjects.ctl_curve_all()).await?;
     let (bid_tx, mut bids) = mpsc::unbounded_channel();
     let (stream_tx, mut from_stream) = mpsc::channel(config.subscription_capacity.clamp(1024, 65_536));
@@ -177,7 +177,6 @@ pub async fn run_owner(
             _ = flush.tick() => owner.flush().await,
             Some(update) = bids.recv() => owner.bid(update),
             Some(first) = from_stream.recv() => owner.read_ready(first, &mut from_stream).await,
-            Some(message) = hellos.next() => owner.hello(message).await,
             Some(message) = allocs.next() => owner.alloc(message),
             Some(_) = syncs.next() => owner.full_next = true,
             Some(message) = curves.next() => owner.curve(&clients.bus, message),
@@ -203,21 +202,16 @@ impl Owner {
     }
 }
 
-/// What an owner reads besides its partitions: the jobs' hellos and allocations (bus; a job's
-/// id is one token, or a tenant's job's two), and a new leader's call for every bid (state
-/// connection).
-async fn subscribe(
-    clients: &Connections,
-    config: &ServeConfig,
-) -> Result<(Subscribed, Subscribed, Subscribed), ServiceError> {
-    let both = |subject: fn(&Subjects, &str) -> String| async move {
-        let one = crate::bus::subscribe(&clients.bus, subject(&config.subjects, "*")).await?;
-        let two = crate::bus::subscribe(&clients.bus, subject(&config.subjects, "*.*")).await?;
-        Ok::<_, ServiceError>(futures_util::stream::select_all([one, two]))
-    };
-    let (hellos, allocs) = (both(Subjects::job_hello).await?, both(Subjects::job_alloc).await?);
+/// What an owner reads besides its partitions: the jobs' allocations (bus; a job's id is one
+/// token, or a tenant's job's two), and a new leader's call for every bid (state connection).
+/// A job's hello it reads from its partition, where the leader puts it.
+async fn subscribe(clients: &Connections, config: &ServeConfig) -> Result<(Subscribed, Subscribed), ServiceError> {
+    let allocs = [
+        crate::bus::subscribe(&clients.bus, config.subjects.job_alloc("*")).await?,
+        crate::bus::subscribe(&clients.bus, config.subjects.job_alloc("*.*")).await?,
+    ];
     let syncs = crate::bus::subscribe(&clients.state, config.subjects.part_bids_sync()).await?;
-    Ok((hellos, allocs, futures_util::stream::select_all([syncs])))
+    Ok((futures_util::stream::select_all(allocs), futures_util::stream::select_all([syncs])))
 }
 
 type Subscribed = futures_util::stream::SelectAll<async_nats::Subscriber>;
@@ -462,13 +456,15 @@ impl Owner {
             Some((mapped, subject)) if mapped == p => subject,
             _ => return Err(ProtocolError::UnknownSubject),
         };
-        // A report or bye: only a hello reads the tenants.
-        let limits = self.config.inbound_limits(None);
+        // Only a hello reads the tenants: a report does not touch their lock.
+        let tenants = if subject.ends_with(".hello") { self.config.tenants.get() } else { None };
+        let limits = self.config.inbound_limits(tenants.as_deref());
         let inbound = protocol::inbound(&self.config.subjects, &subject, &message.payload, encoding, &limits)?;
         // A job may publish its mapped subjects itself: only its own partition counts.
         let job = match &inbound {
             Inbound::JobLoss { job, .. } => *job,
             Inbound::JobBye(end) => end.job.as_str(),
+            Inbound::JobHello(spec) => spec.job.as_str(),
             _ => return Err(ProtocolError::UnknownSubject),
         };
         if partition::of(job, self.partitions) != p {
@@ -490,6 +486,10 @@ impl Owner {
                 }
                 // A bye read again from long ago (a partition taken over) waits for no hello.
                 self.end_job(&end.job, how, seq, !stored.is_some_and(fresh));
+                Ok(())
+            }
+            Inbound::JobHello(spec) => {
+                self.hello(p, *spec);
                 Ok(())
             }
             _ => Err(ProtocolError::UnknownSubject),
@@ -553,35 +553,15 @@ impl Owner {
         }
     }
 
-    /// A job's hello (the leader answers it): its actor starts here if its partition is ours.
-    async fn hello(&mut self, message: async_nats::Message) {
-        let encoding = crate::bus::encoding_of(&message);
-        let tenants = self.config.tenants.get();
-        let limits = self.config.inbound_limits(tenants.as_deref());
-        let spec = match protocol::inbound(
-            &self.config.subjects,
-            message.subject.as_str(),
-            &message.payload,
-            encoding,
-            &limits,
-        ) {
-            Ok(Inbound::JobHello(spec)) => *spec,
-            // Counted and answered by the leader.
-            _ => return,
-        };
-        let p = partition::of(&spec.job, self.partitions);
-        if !self.held.contains_key(&p) && !self.gaining.contains_key(&p) {
-            return;
-        }
+    /// A job's hello, read from partition `p` (the leader answered it and put it there): in the
+    /// stream's order, so everything the job's predecessor of the same id sent before it has
+    /// been read, and nothing the job sent once answered has.
+    fn hello(&mut self, p: u32, mut spec: JobSpec) {
         if self.jobs.late_hello(&spec.job, Instant::now()) {
-            // The job's own hello, read after its bye: it has ended, and starts nothing.
+            // The job's own hello, read after its bye (it did not wait for the answer): it has
+            // ended, and starts nothing.
             return;
         }
-        if self.jobs.announced(&spec.job) {
-            self.bye_before_hello(&spec.job, p).await;
-        }
-        let mut spec = spec;
-        // What has been read of the partition (a new job's predecessor's late reports, refused).
         let read = self.last_seq.get(&p).copied().unwrap_or(0);
         match self.jobs.greet(&mut spec, read) {
             Greeting::Known { .. } => {
@@ -592,23 +572,6 @@ impl Owner {
                 }
             }
             Greeting::New => self.start_job(spec, None, true, true),
-        }
-    }
-
-    /// As the leader's ingest loop does without shared work: a hello of a running job that
-    /// follows its own bye not read yet ends the running job first, so the hello starts a new
-    /// one and the bye, read later, ends nothing.
-    async fn bye_before_hello(&mut self, job: &str, p: u32) {
-        let ended_before = self.jobs.get(job).and_then(|r| r.ended_before).unwrap_or(0);
-        let read = self.last_seq.get(&p).copied().unwrap_or(0).max(ended_before);
-        let bye = match tokio::time::timeout(Duration::from_secs(2), self.durable.unread_bye(job, read)).await {
-            Ok(Ok(bye)) => bye,
-            _ => return warn!(job, "cannot read the job's last bye"),
-        };
-        if let Some((end, seq)) = bye
-            && self.jobs.ours(job, Some(seq))
-        {
-            self.end_job(job, end.reason.into(), Some(seq), false);
         }
     }
 

@@ -92,16 +92,13 @@ impl Durable {
         Ok(stream.get_info().await.map_err(|e| reports_error(&e))?.state.last_sequence)
     }
 
-    /// The first bye the reports stream holds for `job` (on its partition's subject with
-    /// `[cluster] shared`) past sequence `read` (what the consumer has delivered), decoded,
-    /// with its sequence. A hello of a running job asks: such a bye means the hello is a new job
-    /// of the same id, sent after its predecessor's bye. The first, not the last: the new job
-    /// may have said bye too by the time its hello is read.
+    /// The first bye the reports stream holds for `job` past sequence `read` (what the consumer
+    /// has delivered), decoded, with its sequence. A hello of a running job asks: such a bye
+    /// means the hello is a new job of the same id, sent after its predecessor's bye. The first,
+    /// not the last: the new job may have said bye too by the time its hello is read. (With
+    /// `[cluster] shared` the owners read hellos from the stream, in order: none asks.)
     pub async fn unread_bye(&self, job: &str, read: u64) -> Result<Option<(protocol::JobEnd, u64)>, BusError> {
-        let subject = match self.0.partitions {
-            None => self.0.subjects.job_bye(job),
-            Some(n) => self.0.subjects.part_job_bye(crate::partition::of(job, n), job),
-        };
+        let subject = self.0.subjects.job_bye(job);
         let stream = self.reports_stream().await?;
         let (message, seq) = match stream.raw_message_builder().sequence(read + 1).next_by_subject(subject).send().await
         {

@@ -347,6 +347,28 @@ impl Durable {
         });
     }
 
+    /// Puts a job's hello into its partition's part of the stream (`[cluster] shared`: the
+    /// leader, before it answers the hello), so that its partition's owner reads it in the
+    /// stream's order: after the bye of an earlier job of the same id, before the job's own
+    /// reports (sent once the hello is answered). Resolves when the stream has stored it.
+    pub fn hello_in_stream(&self, spec: &JobSpec) -> impl std::future::Future<Output = Result<(), BusError>> + use<> {
+        let subject =
+            self.0.partitions.map(|n| self.0.subjects.part_job_hello(crate::partition::of(&spec.job, n), &spec.job));
+        let payload = protocol::encode(Encoding::MsgPack, spec);
+        let js = self.0.js.clone();
+        async move {
+            let fail = |detail: String| BusError::JetStream { what: "the reports stream".into(), detail };
+            let Some(subject) = subject else { return Ok(()) };
+            let payload = payload.map_err(|e| fail(e.to_string()))?;
+            let sent = async { js.publish(subject, payload.into()).await?.await };
+            match tokio::time::timeout(WRITE_TIMEOUT, sent).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(fail(e.to_string())),
+                Err(_) => Err(fail("timed out".into())),
+            }
+        }
+    }
+
     fn put<T: Serialize>(&self, key: Key, value: &T) {
         self.put_then(key, value, None);
     }
