@@ -55,7 +55,8 @@ pub struct PartitionBids {
     pub term: u64,
     #[serde(default)]
     pub bids: Vec<(String, WireBid)>,
-    /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`).
+    /// Jobs that ended, with how (`finished`, `cancelled`, `failed`, `expired`). Read before
+    /// `bids`: a job in both ended, then started again (its new bid is the later news).
     #[serde(default)]
     pub gone: Vec<(String, Outcome)>,
     /// Jobs that went quiet (`true`) or spoke again.
@@ -95,7 +96,8 @@ impl PartitionBids {
 }
 
 /// `m` cut into messages that encode within `budget` bytes: bids split in halves until each
-/// part fits; the roster, gone and quiet lists ride on the last.
+/// part fits; the gone list rides on the first (a job that ended and started again in one
+/// flush is ended before its new bid is read), the roster and quiet lists on the last.
 pub fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
     let size = |m: &PartitionBids| encode(Encoding::MsgPack, m).map_or(usize::MAX, |b| b.len());
     if m.bids.len() <= 1 || size(&m) <= budget {
@@ -105,6 +107,7 @@ pub fn chunks(m: PartitionBids, budget: usize) -> Vec<PartitionBids> {
         PartitionBids { replica: m.replica.clone(), partition: m.partition, term: m.term, ..Default::default() };
     let mut rest = m;
     first.bids = rest.bids.drain(..rest.bids.len() / 2).collect();
+    first.gone = std::mem::take(&mut rest.gone);
     let mut out = chunks(first, budget);
     out.extend(chunks(rest, budget));
     out
@@ -177,7 +180,9 @@ pub(crate) mod tests {
         assert!(parts.len() > 1);
         let back: Vec<String> = parts.iter().flat_map(|c| c.bids.iter().map(|(j, _)| j.clone())).collect();
         assert_eq!(back, jobs);
-        assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.gone.is_empty()));
+        assert!(parts[..parts.len() - 1].iter().all(|c| c.roster.is_none() && c.quiet.is_empty()));
         assert_eq!(parts.last().unwrap().roster, m.roster);
+        assert_eq!(parts[0].gone, m.gone);
+        assert!(parts[1..].iter().all(|c| c.gone.is_empty()));
     }
 }

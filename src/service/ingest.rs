@@ -230,16 +230,17 @@ impl Ingest {
             }
         };
         let now = Instant::now();
-        for (job, _) in &merged.bids {
-            if !self.routes.contains(job) {
-                // Its hello reached its owner; this leader may not have read it yet.
-                self.routes.insert(&JobSpec::new(job.as_str()), None, now, false, false);
-            }
-        }
+        // Ends first: a job in both ended, then started again.
         for (job, _) in &merged.gone {
             // A job whose hello has not reached this leader yet: when it does, it starts nothing.
             if self.routes.end(job, 0, now).is_none() {
                 self.routes.remember_end(job, 0, now, false);
+            }
+        }
+        for (job, _) in &merged.bids {
+            if !self.routes.contains(job) {
+                // Its hello reached its owner; this leader may not have read it yet.
+                self.routes.insert(&JobSpec::new(job.as_str()), None, now, false, false);
             }
         }
         if !(merged.bids.is_empty() && merged.gone.is_empty() && merged.quiet.is_empty()) {
@@ -360,24 +361,18 @@ impl Ingest {
             // partition's owner reads it in order with the job's messages). Not answered if a
             // write is given up (the lease was lost) or takes longer than a hello waits: the job
             // says hello again.
-            (Some(d), Some(reply)) => {
+            // The save before the hello goes into the stream: the owner that reads it may save
+            // the spec again, with what only it knows (`ended_before`).
+            (Some(d), reply) => {
                 let saved = d.save_job_acked(&spec);
                 let in_stream = d.hello_in_stream(&spec);
-                let (client, reply) = (self.client.clone(), reply.to_string());
+                let (client, reply, job) = (self.client.clone(), reply.map(str::to_string), spec.job.clone());
                 tokio::spawn(async move {
                     let both = async { saved.await.is_ok() && in_stream.await.is_ok() };
-                    if let Ok(true) = tokio::time::timeout(HELLO_SAVE_WAIT, both).await {
-                        status::send_reply(&client, reply, encoding, &ack).await;
-                    }
-                });
-            }
-            (Some(d), None) => {
-                d.save_job(&spec);
-                let in_stream = d.hello_in_stream(&spec);
-                let job = spec.job.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = in_stream.await {
-                        warn!(job, error = %e, "cannot put a hello into the stream");
+                    match (tokio::time::timeout(HELLO_SAVE_WAIT, both).await, reply) {
+                        (Ok(true), Some(reply)) => status::send_reply(&client, reply, encoding, &ack).await,
+                        (Ok(true), None) => {}
+                        _ => warn!(job, "a hello not saved or not put into the stream in time: not answered"),
                     }
                 });
             }

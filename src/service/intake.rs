@@ -36,14 +36,15 @@ impl Intake {
     pub fn merge(&mut self, m: PartitionBids) -> RemoteJobs {
         let now = Instant::now();
         let mut out = RemoteJobs::default();
-        for (job, bid) in m.bids {
-            if self.jobs.offer(&job, m.term, None) {
-                out.bids.push((job, Bid::from_wire(bid)));
-            }
-        }
+        // Ends first: a job in both ended, then started again.
         for (job, how) in m.gone {
             if self.jobs.offer(&job, m.term, Some(now)) {
                 out.gone.push((job, how));
+            }
+        }
+        for (job, bid) in m.bids {
+            if self.jobs.offer(&job, m.term, None) {
+                out.bids.push((job, Bid::from_wire(bid)));
             }
         }
         for (job, quiet) in m.quiet {
@@ -101,6 +102,10 @@ mod tests {
         // A job that ends and comes back under the same owner bids again.
         let m = intake.merge(message(1, 7, &[b], &[], None));
         assert_eq!(m.bids.len(), 1);
+        // Both in one message: it ended, then started again (the allocator reads `gone` first).
+        let m = intake.merge(message(1, 7, &[b], &[b], None));
+        assert_eq!((m.gone.len(), m.bids.len()), (1, 1));
+        assert_eq!(intake.jobs.get(b), Some(&None), "b runs");
     }
 
     proptest::proptest! {

@@ -99,6 +99,10 @@ pub struct Owner {
     /// What the next flush sends the leader.
     news: News,
     last_seq: HashMap<u32, u64>,
+    /// Per partition held, the stream's last sequence before its saved jobs were read: a
+    /// message up to it of a job not running here is of a job that ended (or was never
+    /// saved), read again, and starts nothing.
+    replayed_to: HashMap<u32, u64>,
     flushes: u64,
     full_next: bool,
     threads: JobThreads,
@@ -149,6 +153,7 @@ pub async fn run_owner(
         jobs: Routes::for_config(&config),
         news: News::default(),
         last_seq: HashMap::new(),
+        replayed_to: HashMap::new(),
         flushes: 0,
         full_next: false,
         threads: JobThreads::new(config.job_threads),
@@ -264,7 +269,9 @@ async fn hold_leases(
 }
 
 /// Partitions taken, with their saved jobs as read (on a task, off the owner loop).
-type Loaded = (Vec<(u32, u64)>, Result<Vec<(JobSpec, Option<bytes::Bytes>)>, crate::bus::BusError>);
+/// Partitions taken, with the stream's last sequence before their saved jobs were read and
+/// those jobs (on a task, off the owner loop).
+type Loaded = (Vec<(u32, u64)>, Result<(u64, Vec<(JobSpec, Option<bytes::Bytes>)>), crate::bus::BusError>);
 
 impl Owner {
     fn refuse(&mut self, error: ProtocolError) {
@@ -304,8 +311,12 @@ impl Owner {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
             let wanted: HashSet<u32> = gained.iter().map(|&(p, _)| p).collect();
-            let saved = durable.load_jobs(|id| wanted.contains(&partition::of(id, n))).await;
-            let _ = tx.send((gained, saved));
+            // The bound first: a hello stored before it had its spec saved before it.
+            let read = async {
+                let bound = durable.last_sequence().await?;
+                Ok((bound, durable.load_jobs(|id| wanted.contains(&partition::of(id, n))).await?))
+            };
+            let _ = tx.send((gained, read.await));
         });
     }
 
@@ -318,8 +329,8 @@ impl Owner {
         if gained.is_empty() {
             return;
         }
-        let saved = match saved {
-            Ok(saved) => saved,
+        let (bound, saved) = match saved {
+            Ok(read) => read,
             Err(e) => {
                 // Without the saved state its jobs would start afresh: read again.
                 warn!(error = %e, "cannot read the taken partitions' jobs; reading again");
@@ -350,6 +361,7 @@ impl Owner {
         for (p, term) in gained {
             self.gaining.remove(&p);
             self.held.insert(p, term);
+            self.replayed_to.insert(p, bound);
             let from = since.get(&p).copied().flatten();
             self.consumers.insert(p, self.consume(p, from));
         }
@@ -396,6 +408,7 @@ impl Owner {
         for p in released {
             self.held.remove(p);
             self.gaining.remove(p);
+            self.replayed_to.remove(p);
             if let Some(task) = self.consumers.remove(p) {
                 task.abort();
             }
@@ -472,7 +485,7 @@ impl Owner {
         }
         match inbound {
             Inbound::JobLoss { job, point } => {
-                if !self.jobs.admit(job, seq, 0)? {
+                if !self.jobs.admit(job, seq, self.replayed_to.get(&p).copied().unwrap_or(0))? {
                     self.adopt(job).await?;
                 }
                 let was_quiet = self.jobs.deliver(job, Instant::now(), |owned| send_report(&owned.addr, point))?;
@@ -489,7 +502,19 @@ impl Owner {
                 Ok(())
             }
             Inbound::JobHello(spec) => {
-                self.hello(p, *spec);
+                // Read again (a partition taken over): the hello of an earlier job of this id, or
+                // of a job that has ended since (its saved state is gone).
+                if self.jobs.contains(&spec.job) && !self.jobs.ours(&spec.job, seq) {
+                    return Err(ProtocolError::Invalid("a hello of an earlier job of this id", RejectCause::Ended));
+                }
+                let replayed = seq.is_some_and(|s| s <= self.replayed_to.get(&p).copied().unwrap_or(0));
+                if !self.jobs.contains(&spec.job) && replayed {
+                    return Err(ProtocolError::Invalid(
+                        "a kept hello of a job no longer known",
+                        RejectCause::UnknownJob,
+                    ));
+                }
+                self.hello(p, *spec, seq);
                 Ok(())
             }
             _ => Err(ProtocolError::UnknownSubject),
@@ -553,16 +578,19 @@ impl Owner {
         }
     }
 
-    /// A job's hello, read from partition `p` (the leader answered it and put it there): in the
-    /// stream's order, so everything the job's predecessor of the same id sent before it has
-    /// been read, and nothing the job sent once answered has.
-    fn hello(&mut self, p: u32, mut spec: JobSpec) {
+    /// A job's hello, read from partition `p` at `seq` (the leader answered it and put it there):
+    /// in the stream's order, so everything the job's predecessor of the same id sent before it
+    /// has been read, and nothing the job sent once answered has. A new job whose id ran before
+    /// has its spec saved with where its predecessor's messages end (`ended_before`): a replica
+    /// that takes the partition over and reads it again refuses them.
+    fn hello(&mut self, p: u32, mut spec: JobSpec, seq: Option<u64>) {
         if self.jobs.late_hello(&spec.job, Instant::now()) {
             // The job's own hello, read after its bye (it did not wait for the answer): it has
             // ended, and starts nothing.
             return;
         }
-        let read = self.last_seq.get(&p).copied().unwrap_or(0);
+        // Everything before this hello is its predecessor's.
+        let read = seq.map_or_else(|| self.last_seq.get(&p).copied().unwrap_or(0), |s| s.saturating_sub(1));
         match self.jobs.greet(&mut spec, read) {
             Greeting::Known { .. } => {
                 let was_quiet = self.jobs.heard(&spec.job, Instant::now());
@@ -571,7 +599,13 @@ impl Owner {
                     owned.addr.addr.do_send(UpdateSpec(spec));
                 }
             }
-            Greeting::New => self.start_job(spec, None, true, true),
+            Greeting::New => {
+                if spec.ended_before.is_some() {
+                    // After the leader's save of the spec (it saves, then puts the hello here).
+                    self.durable.save_job(&spec);
+                }
+                self.start_job(spec, None, true, true)
+            }
         }
     }
 

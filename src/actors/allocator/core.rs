@@ -65,8 +65,9 @@ pub struct Restore {
     pub plans: HashMap<String, (f64, FloorLedger)>,
 }
 
-/// What the owners of partitions sent, merged by the leader (`[cluster] shared`): new bids (a job
-/// not known yet is registered), jobs that ended there, and jobs that went quiet or spoke again.
+/// What the owners of partitions sent, merged by the leader (`[cluster] shared`): jobs that ended
+/// there, new bids (a job not known yet is registered; one that also ended started again), and
+/// jobs that went quiet or spoke again.
 #[derive(Debug, Default)]
 pub struct RemoteJobs {
     pub bids: Vec<(String, Bid)>,
@@ -151,12 +152,13 @@ impl Allocator {
             Input::WorkerBeat { worker, running } => self.beat(&worker, running, now_s, &mut fx),
             Input::Restore(restore) => self.restore(restore, now_s, &mut fx),
             Input::Remote(remote) => {
+                // Ends first: a job in both ended, then started again.
+                for (job, outcome) in remote.gone {
+                    self.stop_job(job, outcome, now_s);
+                }
                 for (job, bid) in remote.bids {
                     self.register(job.clone(), false, now_s);
                     self.take_bid(&job, bid, now_s, &mut fx);
-                }
-                for (job, outcome) in remote.gone {
-                    self.stop_job(job, outcome, now_s);
                 }
                 for (job, quiet) in remote.quiet {
                     self.set_quiet(&job, quiet);
