@@ -336,6 +336,7 @@ async fn with_shared_work_a_late_report_brings_no_job_back_and_a_new_hello_start
     // Nor did the reading again start the ended job for a while (its hello and reports are
     // older than the takeover, and its saved state is gone).
     let log = replicas[leader.as_str()].log_text();
-    let started = log.lines().filter(|l| l.contains("job actor started") && l.contains(&format!("job={late} "))).count();
+    let started =
+        log.lines().filter(|l| l.contains("job actor started") && l.contains(&format!("job={late} "))).count();
     assert_eq!(started, 0, "the new owner started the ended job again");
 }

@@ -17,6 +17,7 @@ use crate::schedule::{self, PlaceSettings, Placer, PlanSettings, tenants::Tenant
 
 mod gains;
 mod layout;
+mod remote;
 mod terms;
 
 fn settings() -> AllocatorSettings {
@@ -119,28 +120,6 @@ fn a_worker_silent_past_the_timeout_is_gone_and_one_just_inside_it_is_not() {
     assert_eq!(counts(&fx), [Count::BeatFromUnknownWorker]);
     assert!(assigns(&fx)[0].hello_again);
     assert!(assigns(&a.handle(17.0, Input::WorkerBeat { worker: "w".into(), running: None })).is_empty());
-}
-
-/// `[cluster] shared`: an owner's message with a job both gone and bidding says it ended, then
-/// started again: it runs afresh (not ended after its new bid).
-#[test]
-fn a_remote_job_that_ended_and_started_again_in_one_message_runs_afresh() {
-    use super::core::RemoteJobs;
-    use crate::protocol::Outcome;
-    let mut a = Allocator::new(settings(), false);
-    let remote = |gone: &[&str], bids: &[&str]| {
-        Input::Remote(RemoteJobs {
-            gone: gone.iter().map(|j| (j.to_string(), Outcome::Finished)).collect(),
-            bids: bids.iter().map(|j| (j.to_string(), bid(j, None, 8))).collect(),
-            quiet: Vec::new(),
-        })
-    };
-    a.handle(0.0, remote(&[], &["j"]));
-    assert_eq!(a.snapshot(0.0, &Default::default()).num_jobs, 1);
-    a.handle(1.0, remote(&["j"], &["j"]));
-    let st = a.snapshot(1.0, &Default::default());
-    assert_eq!(st.num_jobs, 1, "{st:?}");
-    assert_eq!(st.ended.iter().map(|o| o.job.as_str()).collect::<Vec<_>>(), ["j"], "its predecessor ended");
 }
 
 #[test]
