@@ -357,12 +357,10 @@ impl Ingest {
         let ack = Ack::ok().with_term(self.term);
         match (&self.durable, reply) {
             // Answered once the spec is saved (an answered hello survives a fail-over or its
-            // partition's takeover) and, with shared work, once the hello is in the stream (its
-            // partition's owner reads it in order with the job's messages). Not answered if a
-            // write is given up (the lease was lost) or takes longer than a hello waits: the job
-            // says hello again.
-            // The save before the hello goes into the stream: the owner that reads it may save
-            // the spec again, with what only it knows (`ended_before`).
+            // partition's takeover), then, with shared work, once the hello is in the stream (its
+            // partition's owner reads it in order with the job's messages, and may save the spec
+            // again with what only it knows, `ended_before`). Not answered if a write is given up
+            // (the lease was lost) or takes longer than a hello waits: the job says hello again.
             (Some(d), reply) => {
                 let saved = d.save_job_acked(&spec);
                 let in_stream = d.hello_in_stream(&spec);

@@ -485,7 +485,7 @@ impl Owner {
         }
         match inbound {
             Inbound::JobLoss { job, point } => {
-                if !self.jobs.admit(job, seq, self.replayed_to.get(&p).copied().unwrap_or(0))? {
+                if !self.jobs.admit(job, seq, self.replayed_to(p))? {
                     self.adopt(job).await?;
                 }
                 let was_quiet = self.jobs.deliver(job, Instant::now(), |owned| send_report(&owned.addr, point))?;
@@ -504,21 +504,26 @@ impl Owner {
             Inbound::JobHello(spec) => {
                 // Read again (a partition taken over): the hello of an earlier job of this id, or
                 // of a job that has ended since (its saved state is gone).
-                if self.jobs.contains(&spec.job) && !self.jobs.ours(&spec.job, seq) {
-                    return Err(ProtocolError::Invalid("a hello of an earlier job of this id", RejectCause::Ended));
+                match self.jobs.contains(&spec.job) {
+                    true if !self.jobs.ours(&spec.job, seq) => {
+                        Err(ProtocolError::Invalid("a hello of an earlier job of this id", RejectCause::Ended))
+                    }
+                    false if seq.is_some_and(|s| s <= self.replayed_to(p)) => {
+                        Err(ProtocolError::Invalid("a kept hello of a job no longer known", RejectCause::UnknownJob))
+                    }
+                    _ => {
+                        self.hello(p, *spec, seq);
+                        Ok(())
+                    }
                 }
-                let replayed = seq.is_some_and(|s| s <= self.replayed_to.get(&p).copied().unwrap_or(0));
-                if !self.jobs.contains(&spec.job) && replayed {
-                    return Err(ProtocolError::Invalid(
-                        "a kept hello of a job no longer known",
-                        RejectCause::UnknownJob,
-                    ));
-                }
-                self.hello(p, *spec, seq);
-                Ok(())
             }
             _ => Err(ProtocolError::UnknownSubject),
         }
+    }
+
+    /// What partition `p`'s consumer reads again, up to this sequence (see `replayed_to`).
+    fn replayed_to(&self, p: u32) -> u64 {
+        self.replayed_to.get(&p).copied().unwrap_or(0)
     }
 
     /// A report for a job not running here: started from its saved state (its hello reached

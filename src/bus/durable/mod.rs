@@ -330,18 +330,10 @@ impl Durable {
     /// restarts are used up): a bye on its partition's subject, which its owner reads as the
     /// job's own, durably. Sent on a task; failures are logged.
     pub fn end_in_stream(&self, job: &str, reason: crate::protocol::EndReason) {
-        let Some(n) = self.0.partitions else { return };
-        let subject = self.0.subjects.part_job_bye(crate::partition::of(job, n), job);
         let end = crate::protocol::JobEnd { job: job.to_string(), reason };
-        let Ok(payload) = protocol::encode(Encoding::MsgPack, &end) else { return };
-        let js = self.0.js.clone();
+        let sent = self.publish_in_partition(job, Subjects::part_job_bye, &end);
         tokio::spawn(async move {
-            let sent = async { js.publish(subject, payload.into()).await?.await };
-            if let Err(e) = tokio::time::timeout(WRITE_TIMEOUT, sent)
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
+            if let Err(e) = sent.await {
                 warn!(error = %e, "cannot end a job through the stream");
             }
         });
@@ -352,9 +344,19 @@ impl Durable {
     /// stream's order: after the bye of an earlier job of the same id, before the job's own
     /// reports (sent once the hello is answered). Resolves when the stream has stored it.
     pub fn hello_in_stream(&self, spec: &JobSpec) -> impl std::future::Future<Output = Result<(), BusError>> + use<> {
-        let subject =
-            self.0.partitions.map(|n| self.0.subjects.part_job_hello(crate::partition::of(&spec.job, n), &spec.job));
-        let payload = protocol::encode(Encoding::MsgPack, spec);
+        self.publish_in_partition(&spec.job, Subjects::part_job_hello, spec)
+    }
+
+    /// Publishes `message` on `job`'s partition subject (`subject`) into the reports stream;
+    /// resolves when the stream has stored it (at once without partitions: nothing to do).
+    fn publish_in_partition<T: Serialize>(
+        &self,
+        job: &str,
+        subject: fn(&Subjects, u32, &str) -> String,
+        message: &T,
+    ) -> impl std::future::Future<Output = Result<(), BusError>> + use<T> {
+        let subject = self.0.partitions.map(|n| subject(&self.0.subjects, crate::partition::of(job, n), job));
+        let payload = protocol::encode(Encoding::MsgPack, message);
         let js = self.0.js.clone();
         async move {
             let fail = |detail: String| BusError::JetStream { what: "the reports stream".into(), detail };
