@@ -5,7 +5,7 @@
 
 use super::super::bid::Bid;
 use super::super::types;
-use super::state::{Allocator, AllocatorSettings, Count, Effect, JobEntry, KeptTerm, PendingGain};
+use super::state::{Allocator, AllocatorSettings, BidHead, Count, Effect, JobEntry, KeptTerm, PendingGain};
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
 use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
@@ -97,7 +97,7 @@ pub(super) enum Hold {
 
 impl Allocator {
     /// A job's new bid (a job unknown here is ignored).
-    pub(super) fn take_bid(&mut self, job: &str, bid: Bid, now_s: f64, fx: &mut Vec<Effect>) {
+    pub(super) fn take_bid(&mut self, job: &str, mut bid: Bid, now_s: f64, fx: &mut Vec<Effect>) {
         if let Some(entry) = self.jobs.get_mut(job) {
             if bid.points > entry.bid.as_ref().map_or(0, |b| b.points) {
                 let sup = &mut entry.supervision;
@@ -140,6 +140,8 @@ impl Allocator {
             }
             entry.last_loss = bid.last_loss;
             entry.saves_on_request = bid.save_on_request;
+            entry.head = Some(BidHead::of(&bid));
+            entry.gain = bid.gain.take().map(Box::new);
             entry.bid = Some(Box::new(bid));
             entry.pending_for = None;
         }
@@ -316,8 +318,7 @@ impl Allocator {
     /// type or several.
     pub(super) fn typed_cluster(&mut self, names: &[String], now_s: f64) -> Option<TypedCluster> {
         for entry in self.jobs.values_mut() {
-            let bid = entry.bid.as_ref();
-            let (iter, time) = (bid.and_then(|b| b.last_iter).unwrap_or(0), bid.and_then(|b| b.gain.as_ref()));
+            let (iter, time) = (entry.head.as_ref().and_then(|h| h.last_iter).unwrap_or(0), entry.gain.as_deref());
             let on = types::world_type(&self.registry, &entry.workers);
             let count = entry.workers.len() as u32;
             entry.speeds.epoch(on, count, iter, entry.generation, time.map(|g| &g.curve().time), now_s);
@@ -331,7 +332,7 @@ impl Allocator {
             .jobs
             .values()
             .map(|e| {
-                let t1 = e.bid.as_ref().and_then(|b| b.gain.as_ref()).map(|g| g.curve().time.seconds(1));
+                let t1 = e.gain.as_ref().map(|g| g.curve().time.seconds(1));
                 e.speeds.row(names, t1, &ratios, e.bid.as_ref().and_then(|b| b.speeds.as_deref()))
             })
             .collect();
@@ -378,8 +379,9 @@ impl Allocator {
         let num_workers = self.registry.len() as u32;
         // A job's weight counts where its tenant allows (`max_weight`); without tenants, none.
         let tenants = self.settings.tenants.get();
-        let weight_of =
-            |id: &str, b: &Bid| tenants.as_deref().and_then(|t| t.config_of(id)).map_or(1.0, |c| c.weight_of(b.weight));
+        let weight_of = |id: &str, h: &BidHead| {
+            tenants.as_deref().and_then(|t| t.config_of(id)).map_or(1.0, |c| c.weight_of(h.weight))
+        };
         self.jobs
             .iter()
             .zip(pinned)
@@ -388,25 +390,25 @@ impl Allocator {
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 let attained_service = entry.attained_service;
-                let bid = match &entry.bid {
+                let bid = match &entry.head {
                     _ if pinned => {
                         JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 }
                     }
                     _ if stale => JobBid { min_workers: 0, max_workers: 0, attained_service, gain: None, weight: 1.0 },
-                    Some(b) => JobBid {
+                    Some(h) => JobBid {
                         // Held (its tenant's min_run_s): what it has is its minimum, which stands;
                         // between two saves, what it has is all it gets too.
-                        min_workers: if held == Hold::None { b.min_workers } else { have.min(b.max_workers) },
-                        max_workers: if held == Hold::Save { have.min(b.max_workers) } else { b.max_workers },
+                        min_workers: if held == Hold::None { h.min_workers } else { have.min(h.max_workers) },
+                        max_workers: if held == Hold::Save { have.min(h.max_workers) } else { h.max_workers },
                         attained_service,
-                        gain: b.gain.as_ref().map(|g| self.finishing(entry, b, g, have, num_workers)),
-                        weight: weight_of(id, b),
+                        gain: entry.gain.as_deref().map(|g| self.finishing(entry, g, have, num_workers)),
+                        weight: weight_of(id, h),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 },
                 };
-                let own = entry.bid.as_ref().filter(|_| !pinned);
-                let pace = own.filter(|_| !stale && !entry.pace_rates.is_empty()).and_then(|b| {
-                    let last = b.last_iter?;
+                let own = entry.head.as_ref().filter(|_| !pinned);
+                let pace = own.filter(|_| !stale && !entry.pace_rates.is_empty()).and_then(|h| {
+                    let last = h.last_iter?;
                     Some(schedule::Pace {
                         age_s: now_s - entry.since_s,
                         done: last as f64,
@@ -419,8 +421,8 @@ impl Allocator {
                     bid,
                     // A held job's minimum is the scheduler's, and stands.
                     own_minimum: own.is_some() && (stale || held == Hold::None),
-                    sizes: own.and_then(|b| b.sizes.as_deref()),
-                    model: entry.bid.as_ref().map_or(self.default_model.as_ref(), |b| b.model.as_ref()),
+                    sizes: own.and_then(|h| h.sizes.as_deref()),
+                    model: entry.head.as_ref().map_or(self.default_model.as_ref(), |h| h.model.as_ref()),
                     pace,
                 }
             })
@@ -434,7 +436,6 @@ impl Allocator {
     pub(super) fn finishing<'a>(
         &'a self,
         entry: &'a JobEntry,
-        b: &Bid,
         g: &'a Tabled<GainCurve>,
         have: u32,
         num_workers: u32,
@@ -451,12 +452,14 @@ impl Allocator {
             };
         }
         let restart_s = entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s);
+        let checkpoint_age_s = entry.bid.as_ref().and_then(|b| b.checkpoint_age_s).unwrap_or(0.0);
+        let max_workers = entry.head.as_ref().map_or(0, |h| h.max_workers);
         let priced = schedule::restart_priced(
             g,
             have,
-            restart_s + b.checkpoint_age_s.unwrap_or(0.0),
+            restart_s + checkpoint_age_s,
             self.settings.bid_horizon_s,
-            b.max_workers.min(num_workers),
+            max_workers.min(num_workers),
             PRICED_TABLE_LEN,
         );
         schedule::Finishing::tabled(BidGain::Priced(priced), finish, terms)
@@ -505,7 +508,7 @@ pub(super) fn check_prediction(entry: &mut JobEntry, epoch_s: f64, gains: &mut E
     }
     entry.pending_for = Some(workers);
     entry.pending = entry.bid.as_ref().and_then(|b| {
-        let (gain, loss) = (b.gain.as_ref()?.curve(), b.last_loss?);
+        let (gain, loss) = (entry.gain.as_ref()?.curve(), b.last_loss?);
         // A prior (no points yet) predicts nothing checkable.
         (b.points >= 2).then(|| PendingGain {
             loss_at_start: loss,
