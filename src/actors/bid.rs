@@ -16,8 +16,9 @@ pub struct Bid {
     pub model: Arc<JobModel>,
     pub min_workers: u32,
     pub max_workers: u32,
-    /// The gain curve, tabulated for the first workers ([`Tabled`]).
-    pub gain: Option<Tabled<GainCurve>>,
+    /// The gain curve, tabulated for the first workers ([`Tabled`]); boxed, so that the
+    /// allocator keeps it apart from the rest of the bid (`JobEntry::gain`) without a copy.
+    pub gain: Option<Box<Tabled<GainCurve>>>,
     pub last_iter: Option<u64>,
     pub last_loss: Option<f64>,
     /// Predicted gain over the horizon with its current workers (for `status`).
@@ -59,7 +60,7 @@ impl Bid {
             min_workers: spec.min_workers,
             max_workers,
             // Tabulated here, at refit, so the allocator's decision reads numbers.
-            gain: gain.map(|g| Tabled::new(g, max_workers, DEFAULT_TABLE_LEN)),
+            gain: gain.map(|g| Box::new(Tabled::new(g, max_workers, DEFAULT_TABLE_LEN))),
             last_iter: predictor.last_iter(),
             last_loss: predictor.last_loss(),
             predicted_gain: gain.map(|g| g.gain(workers.max(1))),
@@ -109,7 +110,7 @@ impl Bid {
             model: Arc::new(w.model),
             min_workers: w.min_workers,
             max_workers: w.max_workers,
-            gain: w.gain.map(|g| Tabled::new(g, w.max_workers, DEFAULT_TABLE_LEN)),
+            gain: w.gain.map(|g| Box::new(Tabled::new(g, w.max_workers, DEFAULT_TABLE_LEN))),
             last_iter: w.last_iter,
             last_loss: w.last_loss,
             predicted_gain: w.predicted_gain,

@@ -258,7 +258,7 @@ mod wire_bids {
                     min_workers: b.min_workers,
                     max_workers: b.max_workers,
                     attained_service: j.service,
-                    gain: b.gain.as_ref().map(ByRef),
+                    gain: b.gain.as_deref().map(ByRef),
                     weight: b.weight,
                 },
                 own_minimum: true,

@@ -131,7 +131,7 @@ impl Allocator {
             let len = bid.max_workers as usize + 1;
             entry.kept_term = match (&entry.finish, &bid.gain) {
                 (Some(f), Some(_)) if entry.command.is_some() => KeptTerm::Terms(f.terms(len.min(PRICED_TABLE_LEN))),
-                (Some(f), Some(g)) => KeptTerm::Summed(f.summed_past(g, len.min(DEFAULT_TABLE_LEN))),
+                (Some(f), Some(g)) => KeptTerm::Summed(f.summed_past(g.as_ref(), len.min(DEFAULT_TABLE_LEN))),
                 _ => KeptTerm::None,
             };
             entry.saves.declare(bid.checkpoint_every_s);
@@ -141,7 +141,7 @@ impl Allocator {
             entry.last_loss = bid.last_loss;
             entry.saves_on_request = bid.save_on_request;
             entry.head = Some(BidHead::of(&bid));
-            entry.gain = bid.gain.take().map(Box::new);
+            entry.gain = bid.gain.take();
             entry.bid = Some(Box::new(bid));
             entry.pending_for = None;
         }

@@ -158,7 +158,7 @@ pub(super) struct JobEntry {
     /// from the boxed bid, these were a cache miss per job per epoch (perf, 4,000 jobs: the
     /// bid's first load alone was 8% of an epoch).
     pub(super) head: Option<BidHead>,
-    /// Its latest bid's gain, kept apart from the bid, so that the epoch borrows it without
+    /// Its latest bid's gain, moved out of the bid, so that the epoch borrows it without
     /// loading the bid.
     pub(super) gain: Option<Box<Tabled<GainCurve>>>,
     /// Its latest bid's last loss and `save_on_request`, kept beside it: every epoch reads them
