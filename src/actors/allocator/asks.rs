@@ -70,7 +70,7 @@ impl Allocator {
         }
         let epoch_s = self.settings.epoch.as_secs_f64();
         for (j, (id, e)) in self.jobs.iter_mut().enumerate() {
-            let asks = e.saves_on_request && e.saves.on_schedule();
+            let asks = e.head.as_ref().is_some_and(|h| h.save_on_request) && e.saves.on_schedule();
             if !(changes[j] && asks && !e.workers.is_empty()) {
                 e.asked_s = None;
                 continue;

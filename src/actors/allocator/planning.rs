@@ -138,8 +138,6 @@ impl Allocator {
             if let Some(age) = bid.checkpoint_age_s {
                 entry.saves.observe(now_s, age);
             }
-            entry.last_loss = bid.last_loss;
-            entry.saves_on_request = bid.save_on_request;
             entry.head = Some(BidHead::of(&bid));
             entry.gain = bid.gain.take();
             entry.bid = Some(Box::new(bid));
@@ -188,7 +186,7 @@ impl Allocator {
                 min_run: !idle
                     && min_run.and_then(|t| t.config_of(id)).is_some_and(|c| now_s - e.workers_since_s < c.min_run_s),
             });
-            state.saves_on_request |= e.saves_on_request;
+            state.saves_on_request |= e.head.as_ref().is_some_and(|h| h.save_on_request);
             state.asked |= e.asked_s.is_some();
             state.ledgers.push(std::mem::take(&mut e.ledger));
             let sup = &e.supervision;
@@ -401,7 +399,7 @@ impl Allocator {
                         min_workers: if held == Hold::None { h.min_workers } else { have.min(h.max_workers) },
                         max_workers: if held == Hold::Save { have.min(h.max_workers) } else { h.max_workers },
                         attained_service,
-                        gain: entry.gain.as_deref().map(|g| self.finishing(entry, g, have, num_workers)),
+                        gain: entry.gain.as_deref().map(|g| self.finishing(entry, h, g, have, num_workers)),
                         weight: weight_of(id, h),
                     },
                     None => JobBid { min_workers: have, max_workers: have, attained_service, gain: None, weight: 1.0 },
@@ -436,6 +434,7 @@ impl Allocator {
     pub(super) fn finishing<'a>(
         &'a self,
         entry: &'a JobEntry,
+        h: &BidHead,
         g: &'a Tabled<GainCurve>,
         have: u32,
         num_workers: u32,
@@ -452,14 +451,12 @@ impl Allocator {
             };
         }
         let restart_s = entry.supervision.restart_s.unwrap_or(self.settings.place.restart_s);
-        let checkpoint_age_s = entry.bid.as_ref().and_then(|b| b.checkpoint_age_s).unwrap_or(0.0);
-        let max_workers = entry.head.as_ref().map_or(0, |h| h.max_workers);
         let priced = schedule::restart_priced(
             g,
             have,
-            restart_s + checkpoint_age_s,
+            restart_s + h.checkpoint_age_s.unwrap_or(0.0),
             self.settings.bid_horizon_s,
-            max_workers.min(num_workers),
+            h.max_workers.min(num_workers),
             PRICED_TABLE_LEN,
         );
         schedule::Finishing::tabled(BidGain::Priced(priced), finish, terms)
@@ -497,7 +494,7 @@ pub(super) struct HoldIn {
 /// at the same count predicts the same, so it is not recomputed. Called by `new_generations`
 /// once the job's workers are decided, in its one pass over the jobs.
 pub(super) fn check_prediction(entry: &mut JobEntry, epoch_s: f64, gains: &mut EpochGains) {
-    if let (Some(p), Some(loss)) = (entry.pending, entry.last_loss) {
+    if let (Some(p), Some(loss)) = (entry.pending, entry.head.as_ref().and_then(|h| h.last_loss)) {
         gains.jobs += 1;
         gains.predicted += p.predicted;
         gains.realised += (p.loss_at_start - loss) / p.scale;

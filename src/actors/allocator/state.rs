@@ -124,6 +124,9 @@ pub(super) struct BidHead {
     pub(super) max_workers: u32,
     pub(super) weight: f64,
     pub(super) last_iter: Option<u64>,
+    pub(super) last_loss: Option<f64>,
+    pub(super) save_on_request: bool,
+    pub(super) checkpoint_age_s: Option<f64>,
     pub(super) model: Arc<JobModel>,
     pub(super) sizes: Option<Arc<[u32]>>,
 }
@@ -135,6 +138,9 @@ impl BidHead {
             max_workers: bid.max_workers,
             weight: bid.weight,
             last_iter: bid.last_iter,
+            last_loss: bid.last_loss,
+            save_on_request: bid.save_on_request,
+            checkpoint_age_s: bid.checkpoint_age_s,
             model: Arc::clone(&bid.model),
             sizes: bid.sizes.clone(),
         }
@@ -156,16 +162,12 @@ pub(super) struct JobEntry {
     pub(super) bid: Option<Box<Bid>>,
     /// What each epoch reads of its latest bid, inline (`None` before its first bid): loaded
     /// from the boxed bid, these were a cache miss per job per epoch (perf, 4,000 jobs: the
-    /// bid's first load alone was 8% of an epoch).
+    /// bid's first load alone was 8% of an epoch; at 100,000 jobs its last loss and
+    /// `save_on_request` alone were about 10 ms).
     pub(super) head: Option<BidHead>,
     /// Its latest bid's gain, moved out of the bid, so that the epoch borrows it without
     /// loading the bid.
     pub(super) gain: Option<Box<Tabled<GainCurve>>>,
-    /// Its latest bid's last loss and `save_on_request`, kept beside it: every epoch reads them
-    /// for every job, and a load of each job's boxed bid for them was a miss per job (at
-    /// 100,000 jobs about 10 ms of an epoch).
-    pub(super) last_loss: Option<f64>,
-    pub(super) saves_on_request: bool,
     /// What the last epoch predicted for this job, checked against its reports at the next.
     pub(super) pending: Option<PendingGain>,
     /// The worker count `pending` was predicted at, with the current bid (`None`: a new bid
@@ -222,8 +224,6 @@ impl JobEntry {
             bid: None,
             head: None,
             gain: None,
-            last_loss: None,
-            saves_on_request: false,
             pending: None,
             pending_for: None,
             saved_plan: None,

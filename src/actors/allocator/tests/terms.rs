@@ -46,8 +46,8 @@ fn a_command_given_after_a_bid_gets_the_gains_its_next_bid_would_give() {
     a.handle(0.0, Input::WorkerHello(worker("w", None)));
     let table = |a: &Allocator| -> Vec<u64> {
         let entry = &a.jobs["j"];
-        let g = entry.gain.as_deref().expect("a gain");
-        a.finishing(entry, g, 0, 1).table().iter().map(|v| v.to_bits()).collect()
+        let (h, g) = (entry.head.as_ref().expect("a bid"), entry.gain.as_deref().expect("a gain"));
+        a.finishing(entry, h, g, 0, 1).table().iter().map(|v| v.to_bits()).collect()
     };
     a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: None });
     a.handle(0.0, Input::Bid { job: "j".into(), bid: bid("j", Some(8), 40) });
