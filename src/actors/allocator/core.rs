@@ -13,6 +13,7 @@ use super::super::bid::{Bid, job_model};
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
 use super::state::{Allocator, AllocatorSettings, Count, Current, Effect, JobEntry, Layout, per_job};
+use super::tables::KeptTables;
 use crate::cluster::ranks::PortBook;
 use crate::protocol::{EpochSummary, JobCommand, JobOutcome, Outcome, Role, Running, WorkerSpec};
 use crate::schedule::FloorLedger;
@@ -117,6 +118,7 @@ impl Allocator {
             submitted: 0,
             jobs_changed: 0,
             last_layout: None,
+            kept_tables: KeptTables::default(),
         }
     }
 
@@ -174,6 +176,9 @@ impl Allocator {
     pub fn epoch(&mut self, now_s: f64, connected: bool, stopwatch_ms: &dyn Fn() -> f64) -> EpochOutput {
         let started = stopwatch_ms();
         let mut fx = Vec::new();
+        if self.kept_tables.due(self.jobs.len()) {
+            self.kept_tables.compact(self.jobs.values_mut().filter_map(|e| e.kept_term.slot_mut()));
+        }
         self.supervise(now_s, connected, &mut fx);
         let collected = stopwatch_ms();
         let mut state = self.epoch_state(now_s);
@@ -318,6 +323,9 @@ impl Allocator {
     fn stop_job(&mut self, job: String, outcome: Outcome, now_s: f64) {
         let Some(entry) = self.jobs.remove(&job) else { return };
         self.jobs_changed += 1;
+        if let Some(slot) = entry.kept_term.slot() {
+            self.kept_tables.free(slot);
+        }
         if entry.generation > 0 {
             if self.past_order.len() >= PAST_GENERATIONS_KEPT
                 && let Some(oldest) = self.past_order.pop_front()

@@ -13,6 +13,7 @@ mod planning;
 mod state;
 mod status;
 mod supervision;
+mod tables;
 #[cfg(test)]
 mod tests;
 

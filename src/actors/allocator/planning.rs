@@ -129,10 +129,22 @@ impl Allocator {
                 .and_then(|g| finish_of(&self.settings, g.curve(), entry.remaining_iters))
                 .map(Box::new);
             let len = bid.max_workers as usize + 1;
+            let old = entry.kept_term.slot();
             entry.kept_term = match (&entry.finish, &bid.gain) {
-                (Some(f), Some(_)) if entry.command.is_some() => KeptTerm::Terms(f.terms(len.min(PRICED_TABLE_LEN))),
-                (Some(f), Some(g)) => KeptTerm::Summed(f.summed_past(g.as_ref(), len.min(DEFAULT_TABLE_LEN))),
-                _ => KeptTerm::None,
+                (Some(f), Some(_)) if entry.command.is_some() => {
+                    let room = len.min(PRICED_TABLE_LEN);
+                    KeptTerm::Terms(self.kept_tables.put(old, &f.terms(room), room))
+                }
+                (Some(f), Some(g)) => {
+                    let room = len.min(DEFAULT_TABLE_LEN);
+                    KeptTerm::Summed(self.kept_tables.put(old, &f.summed_past(g.as_ref(), room), room))
+                }
+                _ => {
+                    if let Some(old) = old {
+                        self.kept_tables.free(old);
+                    }
+                    KeptTerm::None
+                }
             };
             entry.saves.declare(bid.checkpoint_every_s);
             if let Some(age) = bid.checkpoint_age_s {
@@ -440,13 +452,15 @@ impl Allocator {
         num_workers: u32,
     ) -> schedule::Finishing<'a, BidGain<'a>> {
         let finish = entry.finish.as_deref();
-        let terms: &[f64] = match &entry.kept_term {
-            KeptTerm::Terms(terms) => terms,
+        let terms: &[f64] = match entry.kept_term {
+            KeptTerm::Terms(slot) => self.kept_tables.get(slot),
             _ => &[],
         };
         if entry.command.is_none() {
-            return match &entry.kept_term {
-                KeptTerm::Summed(table) => schedule::Finishing::kept(BidGain::Curve(ByRef(g)), finish, table),
+            return match entry.kept_term {
+                KeptTerm::Summed(slot) => {
+                    schedule::Finishing::kept(BidGain::Curve(ByRef(g)), finish, self.kept_tables.get(slot))
+                }
                 _ => schedule::Finishing::tabled(BidGain::Curve(ByRef(g)), finish, terms),
             };
         }

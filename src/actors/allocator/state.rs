@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::super::bid::Bid;
 use super::super::registry::WorkerRegistry;
 use super::super::types::{self, JobSpeeds};
+use super::tables::{KeptTables, Slot};
 use crate::cluster::ranks::PortBook;
 use crate::policy::PolicyKind;
 use crate::policy::table::Tabled;
@@ -103,18 +104,35 @@ pub enum Count {
     RendezvousPortsBusy(usize),
 }
 
-/// What is kept of a job's completion term between its bids, as its bid found the job. It says
-/// what it holds: a job's command can come or go between two bids (a hello that changes it), and
-/// then the epoch computes what the kept values do not give.
-#[derive(Debug, Default)]
+/// What is kept of a job's completion term between its bids, as its bid found the job, in its
+/// slot of the allocator's [`KeptTables`]. It says what it holds: a job's command can come or
+/// go between two bids (a hello that changes it), and then the epoch computes what the kept
+/// values do not give.
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) enum KeptTerm {
     #[default]
     None,
     /// A submitted job, whose gains are priced each epoch: the term's values at 0, 1, …
     /// workers as far as its priced table reaches (`schedule::Finish::terms`).
-    Terms(Vec<f64>),
+    Terms(Slot),
     /// Any other: its gain table with the term added (`schedule::Finish::summed_past`).
-    Summed(Vec<f64>),
+    Summed(Slot),
+}
+
+impl KeptTerm {
+    pub(super) fn slot(&self) -> Option<Slot> {
+        match *self {
+            KeptTerm::None => None,
+            KeptTerm::Terms(s) | KeptTerm::Summed(s) => Some(s),
+        }
+    }
+
+    pub(super) fn slot_mut(&mut self) -> Option<&mut Slot> {
+        match self {
+            KeptTerm::None => None,
+            KeptTerm::Terms(s) | KeptTerm::Summed(s) => Some(s),
+        }
+    }
 }
 
 /// What each epoch reads of a job's latest bid ([`JobEntry::head`]).
@@ -284,6 +302,8 @@ pub struct Allocator {
     /// The workers as the last epoch left them: the next epoch's while no job and no worker
     /// came or went, instead of a pass over the workers (`Allocator::current_jobs`).
     pub(super) last_layout: Option<Layout>,
+    /// Every job's kept completion term, in job order (`JobEntry::kept_term` names its slot).
+    pub(super) kept_tables: KeptTables,
 }
 
 /// The workers as an epoch left them (their roles known), with the jobs' and the registry's
