@@ -302,6 +302,15 @@ impl Ingest {
     /// A loss report to its job's actor (a job unknown so far is registered, if allowed). A job
     /// flooding reports loses its own excess, never another job's reports.
     fn report(&mut self, id: &str, point: LossPoint, seq: Option<u64>) -> Result<(), ProtocolError> {
+        let send = |addr: &Option<Addr<JobActor>>| match addr {
+            Some(addr) => send_report(addr, point),
+            None => Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob)),
+        };
+        // A job known here, the rule: its report reaches its actor in one lookup.
+        if let Some(was_quiet) = self.routes.deliver_known(id, seq, Instant::now(), send) {
+            self.spoke(id, was_quiet?);
+            return Ok(());
+        }
         if !self.routes.admit(id, seq, self.replay_until)? {
             self.routes.may_register()?;
             let spec = JobSpec::new(id);
@@ -312,10 +321,7 @@ impl Ingest {
                 d.save_job(&spec);
             }
         }
-        let was_quiet = self.routes.deliver(id, Instant::now(), |addr| match addr {
-            Some(addr) => send_report(addr, point),
-            None => Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob)),
-        })?;
+        let was_quiet = self.routes.deliver(id, Instant::now(), send)?;
         self.spoke(id, was_quiet);
         Ok(())
     }
