@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::policy::{Allocation, ByRef, GainFn, JobBid, PolicyKind, Problem};
 
-use super::slowdown::{Pace, PaceLedger, grant_in_order, slowdown_floors, water_level};
+use super::slowdown::{Pace, PaceLedger, grant_in_order, slowdown_floors, slowdown_floors_on_levels, water_level};
 
 /// How the planner decides.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -232,7 +232,10 @@ pub fn plan<G: GainFn>(
     let allocation = if policy == PolicyKind::Fair || !settings.bounded() {
         policy.allocate(&Problem { num_workers, jobs: bids })
     } else {
-        let floors = floors(settings, num_workers, bids, &fair, paces, ledgers);
+        // Without minimums, the fair shares are the fair cluster's water level (its bounds
+        // are each job's [0, max] while no job is done).
+        let fair_is_level = bids.iter().all(|b| b.min_workers == 0 || b.max_workers == 0);
+        let floors = floors(settings, num_workers, bids, (&fair, fair_is_level), paces, ledgers);
         let raised: Vec<JobBid<ByRef<'_, G>>> = bids
             .iter()
             .zip(&floors)
@@ -247,13 +250,15 @@ pub fn plan<G: GainFn>(
 
 /// The workers each job must get this epoch before the policy decides: the finish-time bound's
 /// (for the jobs with a `pace`; `paces` empty: none has one), then the service floor's, `fair`
-/// being the jobs' [`fair_shares`]. Moves every job's fair clock. What the jobs then got is
-/// booked with [`book`].
+/// being the jobs' [`fair_shares`], and `fair_is_level` saying that they are also the water
+/// level of `num_workers` over each job's `[0, max]` (no job has a minimum), which the bound's
+/// fair cluster then reuses. Moves every job's fair clock. What the jobs then got is booked
+/// with [`book`].
 pub fn floors<G>(
     settings: &PlanSettings,
     num_workers: u32,
     bids: &[JobBid<G>],
-    fair: &[f64],
+    (fair, fair_is_level): (&[f64], bool),
     paces: &[Option<Pace<'_>>],
     ledgers: &mut [FloorLedger],
 ) -> Vec<u32> {
@@ -262,7 +267,11 @@ pub fn floors<G>(
     } else {
         debug_assert_eq!(paces.len(), bids.len());
         let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
-        slowdown_floors(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
+        if fair_is_level {
+            slowdown_floors_on_levels(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
+        } else {
+            slowdown_floors(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
+        }
     };
     if settings.floor > 0.0 {
         floor_workers(settings.floor, num_workers, bids, ledgers, fair, &mut floors);

@@ -308,6 +308,32 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     paces: &[Option<Pace<'_>>],
     ledgers: &mut [L],
 ) -> Vec<u32> {
+    floors_of(max_slowdown, num_workers, max_workers, (fair, false), paces, ledgers)
+}
+
+/// [`slowdown_floors`] where `fair` is also the fair cluster's water level while no job is done
+/// (`fair` is `water_level(num_workers, [0, max] each)`, as `counts::fair_shares` gives it when
+/// no job has a minimum): the level is not computed twice (at 4,000 jobs each is a few percent
+/// of an epoch).
+pub fn slowdown_floors_on_levels<L: AsMut<PaceLedger>>(
+    max_slowdown: f64,
+    num_workers: u32,
+    max_workers: &[u32],
+    fair: &[f64],
+    paces: &[Option<Pace<'_>>],
+    ledgers: &mut [L],
+) -> Vec<u32> {
+    floors_of(max_slowdown, num_workers, max_workers, (fair, true), paces, ledgers)
+}
+
+fn floors_of<L: AsMut<PaceLedger>>(
+    max_slowdown: f64,
+    num_workers: u32,
+    max_workers: &[u32],
+    (fair, fair_is_level): (&[f64], bool),
+    paces: &[Option<Pace<'_>>],
+    ledgers: &mut [L],
+) -> Vec<u32> {
     let k = max_slowdown;
     let mut need = vec![0u32; paces.len()];
     let mut urgency = vec![0.0f64; paces.len()];
@@ -316,7 +342,8 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     let mut due_now = 0.0f64;
     let done_at: Vec<Option<f64>> =
         paces.iter().zip(ledgers.iter_mut()).map(|(p, l)| p.as_ref().and_then(|p| l.as_mut().advance(p))).collect();
-    let (counts, virtual_fair) = fair_cluster(num_workers, max_workers, &done_at, paces, ledgers);
+    let levels = fair_is_level.then_some(fair).filter(|_| done_at.iter().all(Option::is_none));
+    let (counts, virtual_fair) = fair_cluster(num_workers, max_workers, &done_at, levels, paces, ledgers);
     for (j, pace) in paces.iter().enumerate() {
         let Some(pace) = pace else { continue };
         let fair_finish = match done_at[j] {
@@ -371,12 +398,25 @@ fn fair_cluster<L: AsMut<PaceLedger>>(
     num_workers: u32,
     max_workers: &[u32],
     done_at: &[Option<f64>],
+    levels: Option<&[f64]>,
     paces: &[Option<Pace<'_>>],
     ledgers: &mut [L],
 ) -> (Vec<u32>, Vec<f64>) {
-    let bounds: Vec<(f64, f64)> =
-        max_workers.iter().zip(done_at).map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) })).collect();
-    let levels = water_level(f64::from(num_workers), &bounds);
+    let level = || {
+        let bounds: Vec<(f64, f64)> = max_workers
+            .iter()
+            .zip(done_at)
+            .map(|(&m, d)| (0.0, if d.is_some() { 0.0 } else { f64::from(m) }))
+            .collect();
+        water_level(f64::from(num_workers), &bounds)
+    };
+    let levels = match levels {
+        Some(levels) => {
+            debug_assert!(levels.iter().zip(level()).all(|(a, b)| a.to_bits() == b.to_bits()), "the levels given");
+            levels.to_vec()
+        }
+        None => level(),
+    };
     let bids: Vec<JobBid<()>> = (0..paces.len())
         .map(|j| JobBid {
             min_workers: 0,

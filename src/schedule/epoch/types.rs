@@ -517,7 +517,7 @@ fn equal_share_floors<G>(
     } else {
         Vec::new()
     };
-    floors(&input.plan, num_workers, bids, fair, &paces, ledgers)
+    floors(&input.plan, num_workers, bids, (fair, false), &paces, ledgers)
 }
 
 /// Restricts a job's options to those that give it at least `min` workers and a rate
