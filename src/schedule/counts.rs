@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::policy::{Allocation, ByRef, GainFn, JobBid, PolicyKind, Problem};
 
-use super::slowdown::{Pace, PaceLedger, grant_in_order, slowdown_floors, slowdown_floors_on_levels, water_level};
+use super::slowdown::{Pace, PaceLedger, bound_floors, grant_in_order, water_level};
 
 /// How the planner decides.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -267,11 +267,7 @@ pub fn floors<G>(
     } else {
         debug_assert_eq!(paces.len(), bids.len());
         let max: Vec<u32> = bids.iter().map(|b| b.max_workers).collect();
-        if fair_is_level {
-            slowdown_floors_on_levels(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
-        } else {
-            slowdown_floors(settings.slowdown_bound(), num_workers, &max, fair, paces, ledgers)
-        }
+        bound_floors(settings.slowdown_bound(), num_workers, &max, (fair, fair_is_level), paces, ledgers)
     };
     if settings.floor > 0.0 {
         floor_workers(settings.floor, num_workers, bids, ledgers, fair, &mut floors);

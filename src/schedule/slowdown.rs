@@ -308,25 +308,14 @@ pub fn slowdown_floors<L: AsMut<PaceLedger>>(
     paces: &[Option<Pace<'_>>],
     ledgers: &mut [L],
 ) -> Vec<u32> {
-    floors_of(max_slowdown, num_workers, max_workers, (fair, false), paces, ledgers)
+    bound_floors(max_slowdown, num_workers, max_workers, (fair, false), paces, ledgers)
 }
 
-/// [`slowdown_floors`] where `fair` is also the fair cluster's water level while no job is done
-/// (`fair` is `water_level(num_workers, [0, max] each)`, as `counts::fair_shares` gives it when
-/// no job has a minimum): the level is not computed twice (at 4,000 jobs each is a few percent
-/// of an epoch).
-pub fn slowdown_floors_on_levels<L: AsMut<PaceLedger>>(
-    max_slowdown: f64,
-    num_workers: u32,
-    max_workers: &[u32],
-    fair: &[f64],
-    paces: &[Option<Pace<'_>>],
-    ledgers: &mut [L],
-) -> Vec<u32> {
-    floors_of(max_slowdown, num_workers, max_workers, (fair, true), paces, ledgers)
-}
-
-fn floors_of<L: AsMut<PaceLedger>>(
+/// [`slowdown_floors`], where `fair_is_level` says that `fair` is also the fair cluster's water
+/// level while no job is done (`fair` is `water_level(num_workers, [0, max] each)`, as
+/// `counts::fair_shares` gives it when no job has a minimum): the level is then not computed
+/// twice (at 4,000 jobs each is a few percent of an epoch).
+pub(crate) fn bound_floors<L: AsMut<PaceLedger>>(
     max_slowdown: f64,
     num_workers: u32,
     max_workers: &[u32],
