@@ -306,7 +306,7 @@ impl Ingest {
             Some(addr) => send_report(addr, point),
             None => Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob)),
         };
-        // A job known here, the rule: its report reaches its actor in one lookup.
+        // The common case, a job known here: its report reaches its actor in one lookup.
         if let Some(was_quiet) = self.routes.deliver_known(id, seq, Instant::now(), send) {
             self.spoke(id, was_quiet?);
             return Ok(());

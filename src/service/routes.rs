@@ -92,6 +92,36 @@ pub struct Route<A> {
     pub announced: bool,
 }
 
+impl<A> Route<A> {
+    /// Whether a message at stream sequence `seq` is this job's, not an earlier job's of its id.
+    fn takes(&self, seq: Option<u64>) -> Result<(), ProtocolError> {
+        match ended::ours(self.ended_before, seq) {
+            true => Ok(()),
+            false => Err(ProtocolError::Invalid("a report of an earlier job of this id", RejectCause::Ended)),
+        }
+    }
+
+    /// Passes a report on within the job's rate (`send` hands it to its actor; a refusal is the
+    /// job's own excess, counted) and ends its silence: whether it was quiet.
+    fn pass_on(
+        &mut self,
+        now: Instant,
+        send: impl FnOnce(&A) -> Result<(), ProtocolError>,
+    ) -> Result<bool, ProtocolError> {
+        // A job flooding reports loses its own excess, never another job's reports.
+        if self.limiter.check().is_err() {
+            self.dropped += 1;
+            return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
+        }
+        if let Err(e) = send(&self.addr) {
+            self.dropped += 1;
+            return Err(e);
+        }
+        self.last_heard = now;
+        Ok(std::mem::take(&mut self.quiet))
+    }
+}
+
 /// What a hello of a job that is not a late one does.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Greeting {
@@ -193,10 +223,7 @@ impl<A> Routes<A> {
     /// (up to `replay_until`) of a job no longer known.
     pub fn admit(&self, id: &str, seq: Option<u64>, replay_until: u64) -> Result<bool, ProtocolError> {
         match self.jobs.get(id) {
-            Some(route) if !ended::ours(route.ended_before, seq) => {
-                Err(ProtocolError::Invalid("a report of an earlier job of this id", RejectCause::Ended))
-            }
-            Some(_) => Ok(true),
+            Some(route) => route.takes(seq).map(|()| true),
             None if self.ended.get(id).is_some() => {
                 Err(ProtocolError::Invalid("a report after the job's bye", RejectCause::Ended))
             }
@@ -224,19 +251,10 @@ impl<A> Routes<A> {
         send: impl FnOnce(&A) -> Result<(), ProtocolError>,
     ) -> Result<bool, ProtocolError> {
         self.clock.set(now);
-        let Some(route) = self.jobs.get_mut(id) else {
-            return Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob));
-        };
-        // A job flooding reports loses its own excess, never another job's reports.
-        if route.limiter.check().is_err() {
-            route.dropped += 1;
-            return Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited));
+        match self.jobs.get_mut(id) {
+            Some(route) => route.pass_on(now, send),
+            None => Err(ProtocolError::Invalid("no such job", RejectCause::UnknownJob)),
         }
-        if let Err(e) = send(&route.addr) {
-            route.dropped += 1;
-            return Err(e);
-        }
-        Ok(self.heard(id, now))
     }
 
     /// [`Routes::admit`], [`Routes::deliver`] and [`Routes::heard`] of a report of a job
@@ -251,21 +269,11 @@ impl<A> Routes<A> {
         send: impl FnOnce(&A) -> Result<(), ProtocolError>,
     ) -> Option<Result<bool, ProtocolError>> {
         let route = self.jobs.get_mut(id)?;
-        if !ended::ours(route.ended_before, seq) {
-            return Some(Err(ProtocolError::Invalid("a report of an earlier job of this id", RejectCause::Ended)));
-        }
-        // Only a report that reaches the limiter moves its clock, as `deliver`'s.
-        self.clock.set(now);
-        if route.limiter.check().is_err() {
-            route.dropped += 1;
-            return Some(Err(ProtocolError::Invalid("job over its report rate", RejectCause::RateLimited)));
-        }
-        if let Err(e) = send(&route.addr) {
-            route.dropped += 1;
-            return Some(Err(e));
-        }
-        route.last_heard = now;
-        Some(Ok(std::mem::take(&mut route.quiet)))
+        Some(route.takes(seq).and_then(|()| {
+            // Only a report that reaches the limiter moves its clock, as `deliver`'s.
+            self.clock.set(now);
+            route.pass_on(now, send)
+        }))
     }
 
     /// A job was heard from: its silence ends. Returns whether it was quiet.
