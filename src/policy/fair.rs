@@ -21,18 +21,42 @@ pub fn allocate<G>(problem: &Problem<'_, G>) -> Allocation {
     let at_level = |level: u32| -> u64 {
         jobs.iter().zip(&minima).map(|(j, &min)| u64::from(level.clamp(min, j.max_workers.max(min)))).sum()
     };
-    // The highest level whose water-filling fits the capacity.
-    let (mut lo, mut hi) = (0u32, problem.num_workers);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if at_level(mid) <= capacity { lo = mid } else { hi = mid - 1 }
-    }
-    let level = lo;
+    let level = highest_fitting(at_level, capacity, problem.num_workers, jobs.len());
     let mut workers: Vec<u32> =
         jobs.iter().zip(&minima).map(|(j, &min)| level.clamp(min, j.max_workers.max(min))).collect();
     let spare = capacity - workers.iter().map(|&w| u64::from(w)).sum::<u64>();
     one_each_by_least_service(jobs, &mut workers, spare as u32, |w, o| w[o] == level && jobs[o].max_workers > level);
     Allocation { workers }
+}
+
+/// The highest level in `0..=top` whose water-filling (`at_level`, not decreasing) fits
+/// `capacity`, level 0 fitting. The search starts at the mean share and gallops from there:
+/// the level is most often within one of it, found in two or three passes over the jobs
+/// instead of a bisection's `log2(top)` (at 4,000 jobs on 16,000 workers, fourteen passes were
+/// a tenth of the finish-time bound, which asks for a fair cluster every epoch).
+fn highest_fitting(at_level: impl Fn(u32) -> u64, capacity: u64, top: u32, jobs: usize) -> u32 {
+    let guess = (capacity / jobs.max(1) as u64).min(u64::from(top)) as u32;
+    let (mut lo, mut hi) = if at_level(guess) <= capacity {
+        let (mut lo, mut step) = (guess, 1u32);
+        loop {
+            let next = lo.saturating_add(step).min(top);
+            if next == lo {
+                break (lo, lo);
+            }
+            if at_level(next) > capacity {
+                break (lo, next - 1);
+            }
+            lo = next;
+            step = step.saturating_mul(2);
+        }
+    } else {
+        (0, guess.saturating_sub(1))
+    };
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if at_level(mid) <= capacity { lo = mid } else { hi = mid - 1 }
+    }
+    lo
 }
 
 /// Weighted water-filling: the real level `L` at which `Σ clamp(L·weight, min, max)` fills the
@@ -120,5 +144,28 @@ mod tests {
     fn minima_come_first() {
         let jobs = [bid(6, 100, 0.0), bid(0, 100, 0.0)];
         assert_eq!(allocate(&Problem { num_workers: 8, jobs: &jobs }).workers, vec![6, 2]);
+    }
+
+    proptest::proptest! {
+        /// The galloping search finds the level a bisection over the whole cluster finds, for
+        /// any minima, caps and capacity (caps below, at and above the mean share all occur).
+        #[test]
+        fn the_gallop_finds_the_bisections_level(
+            bounds in proptest::collection::vec((0u32..4, 0u32..40), 1..30),
+            capacity in 0u64..400,
+            top in 0u32..400,
+        ) {
+            let at_level = |level: u32| -> u64 {
+                bounds.iter().map(|&(min, max)| u64::from(level.clamp(min, max.max(min)))).sum()
+            };
+            let at_zero: u64 = bounds.iter().map(|&(min, _)| u64::from(min)).sum();
+            proptest::prop_assume!(at_zero <= capacity);
+            let (mut lo, mut hi) = (0u32, top);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if at_level(mid) <= capacity { lo = mid } else { hi = mid - 1 }
+            }
+            proptest::prop_assert_eq!(highest_fitting(at_level, capacity, top, bounds.len()), lo);
+        }
     }
 }
