@@ -29,6 +29,12 @@ pub struct JobModel {
 }
 
 impl JobModel {
+    /// Whether an epoch has more to decide for it than its count and its workers: a batch
+    /// size among its `batches`, or its parameter servers' roles.
+    pub fn is_special(&self) -> bool {
+        self.ps || !self.batches.is_empty()
+    }
+
     /// A job that declares no batch sizes, serves no parameters and has not run anywhere: the
     /// prior time model.
     pub fn unknown() -> Self {

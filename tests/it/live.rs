@@ -615,6 +615,7 @@ async fn the_live_scheduler_places_and_batches_as_the_planner_does() {
             seed: e as u64,
             types: None,
             tenants: None,
+            special: None,
         };
         let plan = schedule::plan_epoch(&input, &mut ledgers);
         let want: Vec<(Option<String>, Role)> = plan

@@ -278,6 +278,7 @@ mod wire_bids {
             seed,
             types: None,
             tenants: None,
+            special: None,
         };
         let mut ledgers = vec![FloorLedger::default(); bids.len()];
         schedule::plan_epoch(&input, &mut ledgers)

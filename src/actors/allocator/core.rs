@@ -98,6 +98,7 @@ impl Allocator {
     pub fn new(settings: AllocatorSettings, persist: bool) -> Self {
         let (base, span, cooldown) = settings.rendezvous;
         let registry = WorkerRegistry::new(settings.worker_timeout.as_secs_f64());
+        let default_model = Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None));
         Allocator {
             ports: PortBook::new(base, span, cooldown.as_secs_f64()),
             settings,
@@ -109,7 +110,8 @@ impl Allocator {
             was_disconnected: false,
             prompted: HashMap::new(),
             next_key: 0,
-            default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
+            default_model: Arc::clone(&default_model),
+            default_special: default_model.is_special(),
             tell_all: true,
             ended: VecDeque::new(),
             past_generations: HashMap::new(),

@@ -289,7 +289,7 @@ impl Allocator {
         typed: Option<&TypedCluster>,
         tenancy: Option<&TenancyInput>,
     ) -> EpochPlan {
-        let jobs = self.epoch_jobs(pinned, held, now_s);
+        let (jobs, special) = self.epoch_jobs(pinned, held, now_s);
         let machine_of = self.machines();
         let horizon = self.settings.bid_horizon_s;
         let types = typed.map(|t| schedule::Types {
@@ -318,6 +318,7 @@ impl Allocator {
                 held: &t.held,
                 class_of: &t.class_of,
             }),
+            special: Some(special),
         };
         schedule::plan_epoch(&input, ledgers)
     }
@@ -378,13 +379,14 @@ impl Allocator {
     /// workers and said nothing for `stale_job` bids for none until it reports again: a dead
     /// job's last prediction must not keep winning workers. A submitted job's gains carry the
     /// restart that any change costs it. Otherwise a job's own minimum is a request (honoured up
-    /// to its fair share) and its own allowed sizes hold.
+    /// to its fair share) and its own allowed sizes hold. With them, whether some job's model is
+    /// special (`EpochInput::special`), as its bid said.
     fn epoch_jobs(
         &self,
         pinned: &[bool],
         held: &[Hold],
         now_s: f64,
-    ) -> Vec<EpochJob<'_, schedule::Finishing<'_, BidGain<'_>>>> {
+    ) -> (Vec<EpochJob<'_, schedule::Finishing<'_, BidGain<'_>>>>, bool) {
         let stale_s = self.settings.stale_job.map_or(f64::INFINITY, |d| d.as_secs_f64());
         let num_workers = self.registry.len() as u32;
         // A job's weight counts where its tenant allows (`max_weight`); without tenants, none.
@@ -392,11 +394,14 @@ impl Allocator {
         let weight_of = |id: &str, h: &BidHead| {
             tenants.as_deref().and_then(|t| t.config_of(id)).map_or(1.0, |c| c.weight_of(h.weight))
         };
-        self.jobs
+        let mut special = false;
+        let jobs = self
+            .jobs
             .iter()
             .zip(pinned)
             .zip(held)
             .map(|(((id, entry), &pinned), &held)| {
+                special |= entry.head.as_ref().map_or(self.default_special, |h| h.special);
                 let have = entry.workers.len() as u32;
                 let stale = entry.quiet && have > 0 && now_s - entry.workers_since_s > stale_s;
                 let attained_service = entry.attained_service;
@@ -436,7 +441,8 @@ impl Allocator {
                     pace,
                 }
             })
-            .collect()
+            .collect();
+        (jobs, special)
     }
 
     /// A job's gains this epoch with its completion term: a submitted job's priced for the

@@ -146,6 +146,8 @@ pub(super) struct BidHead {
     pub(super) save_on_request: bool,
     pub(super) checkpoint_age_s: Option<f64>,
     pub(super) model: Arc<JobModel>,
+    /// Its model is special ([`JobModel::is_special`]), read once per bid, not per epoch.
+    pub(super) special: bool,
     pub(super) sizes: Option<Arc<[u32]>>,
 }
 
@@ -160,6 +162,7 @@ impl BidHead {
             save_on_request: bid.save_on_request,
             checkpoint_age_s: bid.checkpoint_age_s,
             model: Arc::clone(&bid.model),
+            special: bid.model.is_special(),
             sizes: bid.sizes.clone(),
         }
     }
@@ -281,8 +284,9 @@ pub struct Allocator {
     pub(super) prompted: HashMap<String, f64>,
     /// The last job key handed out.
     pub(super) next_key: u64,
-    /// The model of a job that has not bid yet.
+    /// The model of a job that has not bid yet, and whether it is special.
     pub(super) default_model: Arc<JobModel>,
+    pub(super) default_special: bool,
     /// The next epoch publishes every worker's assignment, changed or not: the first epoch of
     /// a term (a restart or a fail-over), so that assignments lost in a crash are made good.
     pub(super) tell_all: bool,

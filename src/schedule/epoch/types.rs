@@ -45,6 +45,7 @@ pub(super) fn typed_plan<G: GainFn>(
             seed: input.seed,
             types: None,
             tenants: None,
+            special: input.special,
         };
         let moved = workers(&sub, &counts_t);
         for (&w, &job) in members.iter().zip(moved.as_deref().unwrap_or(&current_t)) {
@@ -194,6 +195,7 @@ fn typed_round<G: GainFn>(
         seed: input.seed,
         types: Some(sub_types),
         tenants: None,
+        special: None,
     };
     let mut own: Vec<FloorLedger> = round.iter().map(|&j| std::mem::take(&mut ledgers[j])).collect();
     let chosen = typed_counts(&sub, &sub_types, &mut own, Some(room));

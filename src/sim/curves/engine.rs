@@ -607,6 +607,7 @@ fn reallocate(
             held: &view.saving,
             class_of: &view.class_of,
         }),
+        special: None,
     };
     let planned = schedule::plan_epoch(&input, &mut ledgers);
     debug_assert!(planned.counts.iter().sum::<u32>() <= config.num_workers);

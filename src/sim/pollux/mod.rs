@@ -344,6 +344,7 @@ pub fn run(workload: &[WorkloadJob], policy: Policy, config: &Config) -> (Summar
             seed: config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ decision,
             types: None,
             tenants: None,
+            special: None,
         };
         let mut ledgers: Vec<FloorLedger> = active.iter().map(|&j| std::mem::take(&mut jobs[j].ledger)).collect();
         let planned = plan_epoch(&input, &mut ledgers);
