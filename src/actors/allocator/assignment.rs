@@ -251,7 +251,7 @@ impl Allocator {
     ) -> (Vec<(String, u32)>, Option<EpochGains>) {
         let (job_changed, taken, cut) = (&moved.job_changed, &moved.taken, &moved.cut);
         let batches: Vec<Option<u32>> = plan.batches.iter().map(|c| c.map(|c| c.config.batch)).collect();
-        let new_workers = self.new_members(&moved.next, job_changed);
+        let mut new_workers = self.new_members(&moved.next, job_changed);
         let epoch_s = self.settings.epoch.as_secs_f64();
         let mut resized = Vec::new();
         let mut gains = EpochGains::default();
@@ -270,8 +270,9 @@ impl Allocator {
             now_s,
         };
         let ledgers = regranted(ledgers, plan, moved);
-        for (j, (((id, entry), workers), ledger)) in self.jobs.iter_mut().zip(new_workers).zip(ledgers).enumerate() {
+        for (j, ((id, entry), ledger)) in self.jobs.iter_mut().zip(ledgers).enumerate() {
             entry.ledger = ledger;
+            let workers = if job_changed[j] { std::mem::take(&mut new_workers[j]) } else { Vec::new() };
             let count = if job_changed[j] { workers.len() } else { entry.workers.len() };
             entry.attained_service += epoch_s * count as f64;
             // Each job's plan is saved about once a PLAN_SAVE_S, the jobs spread over the epochs,
@@ -315,13 +316,14 @@ impl Allocator {
         (resized, (gains.jobs > 0).then_some(gains))
     }
 
-    /// The workers of each job whose membership changed, as moved (empty for the others).
+    /// The workers of each job whose membership changed, as moved (empty for the others; none
+    /// at all when no membership changed, as in most epochs: then no worker is read, and no
+    /// list per job is made).
     fn new_members(&self, next: &[Option<usize>], job_changed: &[bool]) -> Vec<Vec<String>> {
-        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
-        // Most epochs change no membership: then no worker needs reading.
         if !job_changed.contains(&true) {
-            return new_workers;
+            return Vec::new();
         }
+        let mut new_workers: Vec<Vec<String>> = vec![Vec::new(); self.jobs.len()];
         for ((worker, _), &after) in self.registry.iter().zip(next) {
             if let Some(j) = after.filter(|&j| job_changed[j]) {
                 new_workers[j].push(worker.clone());
