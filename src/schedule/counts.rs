@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::policy::{Allocation, ByRef, GainFn, JobBid, PolicyKind, Problem};
 
-use super::slowdown::{Pace, PaceLedger, bound_floors, grant_in_order, water_level};
+use super::slowdown::{Pace, PaceLedger, bound_floors, grant_in_order, in_key_order, total_order, water_level};
 
 /// How the planner decides.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -308,14 +308,9 @@ fn floor_workers<G>(
         .map(|(w, &already)| w.saturating_sub(already))
         .collect();
     let behind = |j: usize| ledgers[j].granted / (ledgers[j].entitled + fair[j]).max(1e-12);
-    // Sorted as (how far behind, job) pairs side by side: no two are equal, so an unstable sort
-    // gives the one order, and no comparison reads a ledger (at 100,000 jobs the comparisons'
-    // reads were 4% of an epoch).
-    let order = || {
-        let mut keyed: Vec<(f64, usize)> = (0..bids.len()).filter(|&j| want[j] > 0).map(|j| (behind(j), j)).collect();
-        keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        keyed.into_iter().map(|(_, j)| j).collect()
-    };
+    // The furthest behind first, equals in job order; no comparison reads a ledger (at 100,000
+    // jobs the comparisons' reads were 4% of an epoch).
+    let order = || in_key_order((0..bids.len()).filter(|&j| want[j] > 0).map(|j| (total_order(behind(j)), j)));
     let left = num_workers.saturating_sub(floors.iter().sum());
     grant_in_order(&want, order, left, floors);
 }
