@@ -12,11 +12,14 @@ use std::sync::Arc;
 use super::super::bid::{Bid, job_model};
 use super::super::registry::{JobRef, WorkerRegistry};
 use super::super::types;
+use super::assignment::Moved;
+use super::planning::{TenancyInput, TypedCluster, current_jobs};
 use super::state::{Allocator, AllocatorSettings, Count, Current, Effect, JobEntry, Layout, per_job};
 use super::tables::KeptTables;
 use crate::cluster::ranks::PortBook;
-use crate::protocol::{EpochSummary, JobCommand, JobOutcome, Outcome, Role, Running, WorkerSpec};
-use crate::schedule::FloorLedger;
+use crate::protocol::{EpochGains, EpochSummary, JobCommand, JobOutcome, Outcome, Role, Running, WorkerSpec};
+use crate::schedule::tenants::TenantSet;
+use crate::schedule::{EpochPlan, FloorLedger};
 
 /// What happens to the allocator, with the time it happened at (`Allocator::handle`). Each is
 /// moved once into `handle` and never kept, so a bid's size in the enum costs nothing.
@@ -183,9 +186,6 @@ impl Allocator {
         }
         self.supervise(now_s, connected, &mut fx);
         let collected = stopwatch_ms();
-        let mut state = self.epoch_state(now_s);
-        let (mut ledgers, lost_workers) = (std::mem::take(&mut state.ledgers), std::mem::take(&mut state.lost_workers));
-        let now = self.layout_now(&state.keys);
         // The worker types in use (`None`: all of the default type).
         let names = types::names(&self.registry);
         let typed = names.as_deref().and_then(|names| self.typed_cluster(names, now_s));
@@ -199,20 +199,36 @@ impl Allocator {
             (Some(shares), Some(tenant_of)) => self.guarantee_owed(shares, tenant_of),
             _ => false,
         };
-        let held_jobs = super::planning::held(&state.holds, owed);
-        let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((t, shares), tenant_of)| {
-            let held = self.held_by_tenant(&held_jobs, &tenant_of, t.names.len());
+        let last_layout = self.last_layout.take();
+        // One pass over the jobs: what the rest of the epoch reads of each, and each as the
+        // planner sees it (borrowing from its entry until the plan is made).
+        let cx = super::planning::PassInput {
+            settings: &self.settings,
+            kept_tables: &self.kept_tables,
+            default_model: (&self.default_model, self.default_special),
+            num_workers: self.registry.len() as u32,
+            owed,
+            tenants: tenants.as_deref().zip(tenant_of.as_deref()),
+        };
+        let mut pass = super::planning::epoch_pass(&mut self.jobs, &cx, now_s);
+        let (mut ledgers, lost_workers) =
+            (std::mem::take(&mut pass.state.ledgers), std::mem::take(&mut pass.state.lost_workers));
+        let now = layout_now(last_layout, (self.jobs_changed, &self.registry), &pass.state.keys);
+        let tenancy = tenants.as_deref().zip(shares).zip(tenant_of).map(|((_, shares), tenant_of)| {
+            let held = std::mem::take(&mut pass.held_by_tenant);
             super::planning::TenancyInput { shares, tenant_of, held, class_of }
         });
-        let plan = self.plan(
-            &state.pinned,
-            &held_jobs,
+        let plan = super::planning::plan(
+            &self.settings,
+            &self.registry,
+            self.epoch,
+            &pass,
             (&now.jobs, &now.counts),
             &mut ledgers,
-            now_s,
             typed.as_ref(),
             tenancy.as_ref(),
         );
+        let state = pass.state;
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let asked = self.ask_saves(epoch, (&now.jobs, &plan), &state, now_s, owed, names.is_some(), &mut fx);
@@ -220,33 +236,9 @@ impl Allocator {
         let (resized, gains) = self.new_generations(epoch, &plan, &moved, ledgers, now_s, names.is_some(), &mut fx);
         // Jobs whose worker count changed, told after the assignments are out.
         fx.extend(resized.into_iter().map(|(job, workers)| Effect::TellJob { job, workers }));
-        let accelerators = types::accelerator_use_after(
-            &self.registry,
-            (&moved.next, &moved.counts),
-            typed.as_ref().map(|t| &t.type_of[..]),
-        );
-        debug_assert_eq!(accelerators, types::accelerator_use(&self.registry), "the counts kept are the registry's");
-        let summary = EpochSummary {
-            epoch,
-            num_jobs: self.jobs.len(),
-            num_workers: self.registry.len(),
-            workers_assigned: plan.counts.iter().map(|&c| u64::from(c)).sum(),
-            workers_moved: moved.workers,
-            jobs_without_bid: state.without_bid,
-            collect_ms: collected - started,
-            policy_ms: planned - collected,
-            publish_ms: 0.0,
-            total_ms: 0.0,
-            cpu_ms: None,
-            gains,
-            slo_jobs: plan.slo_jobs,
-            slo_missed: plan.slo_missed,
-            accelerators,
-            tenants: match (&tenants, &tenancy, &plan.quotas) {
-                (Some(t), Some(input), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts),
-                _ => Default::default(),
-            },
-        };
+        let timings = (collected - started, planned - collected);
+        let teams = tenants.as_deref().zip(tenancy.as_ref());
+        let summary = self.summary(epoch, (&plan, &moved), typed.as_ref(), teams, (state.without_bid, timings, gains));
         self.epoch = epoch;
         self.last_layout = Some(Layout {
             jobs_changed: self.jobs_changed,
@@ -256,28 +248,41 @@ impl Allocator {
         EpochOutput { effects: fx, summary }
     }
 
-    /// The workers as the epoch starts: the layout the last epoch left while no job and no
-    /// worker came or went since (nothing read), else read from the registry.
-    fn layout_now(&mut self, keys: &[u64]) -> Current {
-        let unchanged =
-            |l: &Layout| (l.jobs_changed, l.workers_changed) == (self.jobs_changed, self.registry.changes());
-        let now = match self.last_layout.take().filter(unchanged) {
-            Some(layout) => layout.workers,
-            None => {
-                let jobs = self.current_jobs(keys);
-                let counts = per_job(&jobs, keys.len());
-                Current { jobs, serves: None, counts }
-            }
-        };
-        debug_assert_eq!(now.jobs, self.current_jobs(keys), "the layout kept is the registry's");
-        debug_assert_eq!(now.counts, per_job(&now.jobs, keys.len()), "the counts kept are the layout's");
-        debug_assert!(
-            now.serves
-                .as_ref()
-                .is_none_or(|s| s.iter().copied().eq(self.registry.iter().map(|(_, w)| w.role == Role::Ps))),
-            "the roles kept are the registry's"
-        );
-        now
+    /// An epoch's summary: what it planned and moved, the accelerators and each team's use as
+    /// the workers now are, the jobs without a bid, the core's phase timings (collecting,
+    /// planning) and the gains checked.
+    fn summary(
+        &self,
+        epoch: u64,
+        (plan, moved): (&EpochPlan, &Moved),
+        typed: Option<&TypedCluster>,
+        teams: Option<(&TenantSet, &TenancyInput)>,
+        (jobs_without_bid, (collect_ms, policy_ms), gains): (usize, (f64, f64), Option<EpochGains>),
+    ) -> EpochSummary {
+        let accelerators =
+            types::accelerator_use_after(&self.registry, (&moved.next, &moved.counts), typed.map(|t| &t.type_of[..]));
+        debug_assert_eq!(accelerators, types::accelerator_use(&self.registry), "the counts kept are the registry's");
+        EpochSummary {
+            epoch,
+            num_jobs: self.jobs.len(),
+            num_workers: self.registry.len(),
+            workers_assigned: plan.counts.iter().map(|&c| u64::from(c)).sum(),
+            workers_moved: moved.workers,
+            jobs_without_bid,
+            collect_ms,
+            policy_ms,
+            publish_ms: 0.0,
+            total_ms: 0.0,
+            cpu_ms: None,
+            gains,
+            slo_jobs: plan.slo_jobs,
+            slo_missed: plan.slo_missed,
+            accelerators,
+            tenants: match (teams, &plan.quotas) {
+                (Some((t, input)), Some(q)) => t.usage(q, &input.tenant_of, &input.class_of, &moved.counts),
+                _ => Default::default(),
+            },
+        }
     }
 
     /// Keeps an epoch's summary, with the shell's timings, for `status` and benchmarks.
@@ -413,4 +418,26 @@ impl Allocator {
             entry.generation = entry.generation.max(generation);
         }
     }
+}
+
+/// The workers as the epoch starts: the layout the last epoch left (`last`) while no job and no
+/// worker came or went since (nothing read; `jobs_changed`, `Allocator::jobs_changed`), else
+/// read from the registry.
+fn layout_now(last: Option<Layout>, (jobs_changed, registry): (u64, &WorkerRegistry), keys: &[u64]) -> Current {
+    let unchanged = |l: &Layout| (l.jobs_changed, l.workers_changed) == (jobs_changed, registry.changes());
+    let now = match last.filter(unchanged) {
+        Some(layout) => layout.workers,
+        None => {
+            let jobs = current_jobs(registry, keys);
+            let counts = per_job(&jobs, keys.len());
+            Current { jobs, serves: None, counts }
+        }
+    };
+    debug_assert_eq!(now.jobs, current_jobs(registry, keys), "the layout kept is the registry's");
+    debug_assert_eq!(now.counts, per_job(&now.jobs, keys.len()), "the counts kept are the layout's");
+    debug_assert!(
+        now.serves.as_ref().is_none_or(|s| s.iter().copied().eq(registry.iter().map(|(_, w)| w.role == Role::Ps))),
+        "the roles kept are the registry's"
+    );
+    now
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{bid, command, epoch, members, settings, worker};
 use crate::actors::allocator::core::Input;
+use crate::actors::allocator::planning::PassInput;
 use crate::actors::allocator::state::{Allocator, AllocatorSettings};
 use crate::policy::GainFn;
 
@@ -47,7 +48,15 @@ fn a_command_given_after_a_bid_gets_the_gains_its_next_bid_would_give() {
     let table = |a: &Allocator| -> Vec<u64> {
         let entry = &a.jobs["j"];
         let (h, g) = (entry.head.as_ref().expect("a bid"), entry.gain.as_deref().expect("a gain"));
-        a.finishing(entry, h, g, 0, 1).table().iter().map(|v| v.to_bits()).collect()
+        let cx = PassInput {
+            settings: &a.settings,
+            kept_tables: &a.kept_tables,
+            default_model: (&a.default_model, a.default_special),
+            num_workers: 1,
+            owed: false,
+            tenants: None,
+        };
+        cx.finishing(entry, h, g, 0).table().iter().map(|v| v.to_bits()).collect()
     };
     a.handle(0.0, Input::JobStarted { job: "j".into(), local: true, command: None });
     a.handle(0.0, Input::Bid { job: "j".into(), bid: bid("j", Some(8), 40) });
