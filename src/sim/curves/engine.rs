@@ -585,8 +585,7 @@ fn reallocate(
             (min_workers, max_workers) = (s.replay.workers, s.replay.workers);
         }
         let bid = JobBid { min_workers, max_workers, attained_service: s.attained_service, gain, weight: 1.0 };
-        // The curves' jobs declare no batch and run on workers without machines: the plan is
-        // their counts (the fewest moves maps them to workers, which the simulator does not track).
+        // They declare no batch and name no machine: the plan is their counts (no worker tracked).
         let pace = rates.get(i).map(|rates| pace_of(s, rates, config, now));
         epoch_jobs.push(EpochJob { bid, own_minimum: !waits, sizes: None, model: &model, pace });
     }
