@@ -101,7 +101,6 @@ impl Allocator {
     pub fn new(settings: AllocatorSettings, persist: bool) -> Self {
         let (base, span, cooldown) = settings.rendezvous;
         let registry = WorkerRegistry::new(settings.worker_timeout.as_secs_f64());
-        let default_model = Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None));
         Allocator {
             ports: PortBook::new(base, span, cooldown.as_secs_f64()),
             settings,
@@ -113,8 +112,7 @@ impl Allocator {
             was_disconnected: false,
             prompted: HashMap::new(),
             next_key: 0,
-            default_model: Arc::clone(&default_model),
-            default_special: default_model.is_special(),
+            default_model: Arc::new(job_model(&crate::protocol::JobSpec::new("-"), &[], None)),
             tell_all: true,
             ended: VecDeque::new(),
             past_generations: HashMap::new(),
@@ -205,7 +203,7 @@ impl Allocator {
         let cx = super::planning::PassInput {
             settings: &self.settings,
             kept_tables: &self.kept_tables,
-            default_model: (&self.default_model, self.default_special),
+            default_model: (&self.default_model, self.default_model.is_special()),
             num_workers: self.registry.len() as u32,
             owed,
             tenants: tenants.as_deref().zip(tenant_of.as_deref()),

@@ -284,9 +284,8 @@ pub struct Allocator {
     pub(super) prompted: HashMap<String, f64>,
     /// The last job key handed out.
     pub(super) next_key: u64,
-    /// The model of a job that has not bid yet, and whether it is special.
+    /// The model of a job that has not bid yet.
     pub(super) default_model: Arc<JobModel>,
-    pub(super) default_special: bool,
     /// The next epoch publishes every worker's assignment, changed or not: the first epoch of
     /// a term (a restart or a fail-over), so that assignments lost in a crash are made good.
     pub(super) tell_all: bool,

@@ -51,7 +51,7 @@ fn a_command_given_after_a_bid_gets_the_gains_its_next_bid_would_give() {
         let cx = PassInput {
             settings: &a.settings,
             kept_tables: &a.kept_tables,
-            default_model: (&a.default_model, a.default_special),
+            default_model: (&a.default_model, a.default_model.is_special()),
             num_workers: 1,
             owed: false,
             tenants: None,
