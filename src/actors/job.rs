@@ -212,15 +212,25 @@ impl JobActor {
     }
 }
 
-/// A validated loss report for this job.
+/// A validated loss report for this job, and when the scheduler received it (wall clock, ms
+/// since the epoch: the time of its point in the job's history).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Report(pub LossPoint);
+pub struct Report {
+    pub point: LossPoint,
+    pub at_ms: Option<std::num::NonZeroU64>,
+}
+
+/// The wall clock now, in ms since the Unix epoch (`None` before it), as a report's `at_ms`.
+pub fn wall_ms_now() -> Option<std::num::NonZeroU64> {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?;
+    std::num::NonZeroU64::new(since.as_millis() as u64)
+}
 
 impl Handler<Report> for JobActor {
     type Result = ();
 
-    fn handle(&mut self, Report(report): Report, ctx: &mut Self::Context) {
+    fn handle(&mut self, Report { point: report, at_ms }: Report, ctx: &mut Self::Context) {
         if report.iter <= self.restored_iter {
             // Replayed from the stream after a restart, and already in the restored predictor.
             return;
@@ -243,10 +253,6 @@ impl Handler<Report> for JobActor {
         }
         self.counters.accepted.inc();
         self.generation = self.generation.max(report.generation);
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| std::num::NonZeroU64::new(d.as_millis() as u64));
         let point = HistoryPoint { iter: report.iter, loss: report.loss, at_ms, workers: self.workers };
         self.history.push(point, report.generation);
         if report.checkpoint_age_s.is_some() {

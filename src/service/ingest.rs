@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::intake::Intake;
 use super::routes::{Greeting, LogOnce, Routes};
-use super::threads::{JobSetup, JobThreads, send_report};
+use super::threads::{Arrival, JobSetup, JobThreads, send_report};
 use super::{ServeConfig, status};
 use crate::actors::allocator::{AllocatorActor, Input, JobStarted, Restore};
 use crate::actors::job::{JobActor, ReportCounters, SavedJob, Stop, UpdateSpec};
@@ -49,6 +49,15 @@ pub(super) fn report_counters(metrics: &Metrics) -> ReportCounters {
         duplicate: metrics.rejected(RejectCause::Duplicate),
         far_ahead: metrics.rejected(RejectCause::BadIteration),
     }
+}
+
+/// What a message still has to do that waits, left by `Ingest::handle` for `Ingest::finish`:
+/// rare (a report or a heartbeat leaves nothing), so the loop's hot path builds no future.
+pub(super) enum Waiting {
+    /// An answer to send.
+    Answer { reply: String, encoding: Encoding, ack: Ack },
+    /// A job's hello (it may read the stream and wait for its save before it is answered).
+    Hello { spec: Box<JobSpec>, subject: String, reply: Option<String>, encoding: Encoding },
 }
 
 /// The leader's loop state (see the module's documentation).
@@ -145,70 +154,102 @@ impl Ingest {
         });
     }
 
-    /// A message of the reports stream. The consumer reads the whole stream, so past the
-    /// replay its sequences follow one another; a gap is checked with a read at the gap's start,
-    /// and a message found there (the server skipped it: nats-server 2.9 did after a purge of
-    /// one subject) is counted, logged and handled before this one.
-    pub async fn stream_message(&mut self, message: async_nats::Message, seq: Option<u64>) {
-        if let (Some(seq), Some(d)) = (seq, self.durable.clone()) {
-            let mut next = self.last_stream_seq + 1;
-            // From the stream's first message on: a skip of the very first is a gap too.
-            while self.last_stream_seq >= self.replay_until && next < seq {
-                match tokio::time::timeout(GAP_READ_TIMEOUT, d.message_from(next)).await {
-                    Ok(Ok(Some((skipped, at)))) if at < seq => {
-                        self.metrics.stream_skipped.inc();
-                        warn!(sequence = at, subject = %skipped.subject, "the reports stream skipped a message on this consumer: read and handled by sequence");
-                        self.handle(skipped, Some(at)).await;
-                        next = at + 1;
+    /// Whether the reports stream skipped messages before `seq` (`read_gap` reads them). The
+    /// consumer reads the whole stream, so past the replay its sequences follow one another.
+    pub fn gap_before(&self, seq: u64) -> bool {
+        // From the stream's first message on: a skip of the very first is a gap too.
+        self.durable.is_some() && self.last_stream_seq >= self.replay_until && self.last_stream_seq + 1 < seq
+    }
+
+    /// Reads the gap before the stream message at `seq` from its start: a message found there
+    /// (the server skipped it: nats-server 2.9 did after a purge of one subject) is counted,
+    /// logged and handled before the one at `seq`.
+    pub async fn read_gap(&mut self, seq: u64) {
+        let Some(d) = self.durable.clone() else { return };
+        let mut next = self.last_stream_seq + 1;
+        while self.last_stream_seq >= self.replay_until && next < seq {
+            match tokio::time::timeout(GAP_READ_TIMEOUT, d.message_from(next)).await {
+                Ok(Ok(Some((skipped, at)))) if at < seq => {
+                    self.metrics.stream_skipped.inc();
+                    warn!(sequence = at, subject = %skipped.subject, "the reports stream skipped a message on this consumer: read and handled by sequence");
+                    if let Some(waiting) = self.handle(&skipped, Some(at), Arrival::now()) {
+                        self.finish(waiting).await;
                     }
-                    // The gap holds nothing: its messages were removed (limits, retention).
-                    Ok(Ok(_)) => break,
-                    Ok(Err(e)) => {
-                        self.metrics.stream_gaps_unchecked.inc();
-                        warn!(from = next, to = seq, error = %e, "cannot check a gap in the reports stream");
-                        break;
-                    }
-                    Err(_) => {
-                        self.metrics.stream_gaps_unchecked.inc();
-                        warn!(from = next, to = seq, "cannot check a gap in the reports stream: timed out");
-                        break;
-                    }
+                    next = at + 1;
+                }
+                // The gap holds nothing: its messages were removed (limits, retention).
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) => {
+                    self.metrics.stream_gaps_unchecked.inc();
+                    warn!(from = next, to = seq, error = %e, "cannot check a gap in the reports stream");
+                    break;
+                }
+                Err(_) => {
+                    self.metrics.stream_gaps_unchecked.inc();
+                    warn!(from = next, to = seq, "cannot check a gap in the reports stream: timed out");
+                    break;
                 }
             }
         }
-        self.handle(message, seq).await;
     }
 
-    /// Handles one message; `seq` is its sequence in the reports stream if it came from there
-    /// (a stream message's reply subject is JetStream's, never answered).
-    pub async fn handle(&mut self, message: async_nats::Message, seq: Option<u64>) {
+    /// Handles one message received at `arrival`; `seq` is its sequence in the reports stream
+    /// if it came from there (a stream message's reply subject is JetStream's, never answered).
+    /// Nothing here waits: what the message still has to do that does (an answer, a hello) is
+    /// returned for `finish`. A report or a heartbeat, nearly all the traffic, leaves nothing.
+    pub fn handle(&mut self, message: &async_nats::Message, seq: Option<u64>, arrival: Arrival) -> Option<Waiting> {
         if let Some(seq) = seq {
             self.last_stream_seq = self.last_stream_seq.max(seq);
         }
-        let encoding = crate::bus::encoding_of(&message);
+        let encoding = crate::bus::encoding_of(message);
         let reply = message.reply.as_ref().map(|r| r.as_str()).filter(|_| seq.is_none());
         let subject = message.subject.as_str();
         let result = match reply {
             Some(r) if !protocol::valid_reply(r, &self.config.reply_prefixes, &self.own_inboxes) => {
                 Err(ProtocolError::Invalid("reply subject is not an inbox", RejectCause::BadReply))
             }
-            _ => self.dispatch(subject, &message.payload, encoding, reply, seq).await,
+            _ => self.dispatch(subject, &message.payload, encoding, reply, seq, arrival),
         };
-        match result {
-            Ok(Some(kind)) => self.metrics.accepted(kind).inc(),
-            Ok(None) => {}
-            Err(error) => {
-                let cause = error.cause();
-                self.metrics.rejected(cause).inc();
-                if self.log.first(cause, Instant::now()) {
-                    warn!(cause = cause.as_str(), subject, error = %error, "message rejected (logged once per cause every 10 s)");
-                }
-                // Never on a reply subject that is not an inbox.
-                if let Some(reply) = reply.filter(|_| cause != RejectCause::BadReply) {
-                    self.reply(reply, encoding, &Ack::error(error.to_string()).with_term(self.term)).await;
+        result.unwrap_or_else(|error| self.refused(&error, subject, reply, encoding))
+    }
+
+    /// What a message left waiting (`handle`): the answer sent, the hello handled.
+    pub async fn finish(&mut self, waiting: Waiting) {
+        match waiting {
+            Waiting::Answer { reply, encoding, ack } => status::send_reply(&self.client, reply, encoding, &ack).await,
+            Waiting::Hello { spec, subject, reply, encoding } => {
+                match self.job_hello(*spec, reply.as_deref(), encoding).await {
+                    Ok(()) => self.metrics.accepted("job_hello").inc(),
+                    Err(error) => {
+                        if let Some(Waiting::Answer { reply, encoding, ack }) =
+                            self.refused(&error, &subject, reply.as_deref(), encoding)
+                        {
+                            status::send_reply(&self.client, reply, encoding, &ack).await;
+                        }
+                    }
                 }
             }
         }
+    }
+
+    /// A message refused: counted by cause, logged at most once per cause every 10 s, and
+    /// answered with the error where it has a reply subject that is an inbox.
+    fn refused(
+        &mut self,
+        error: &ProtocolError,
+        subject: &str,
+        reply: Option<&str>,
+        encoding: Encoding,
+    ) -> Option<Waiting> {
+        let cause = error.cause();
+        self.metrics.rejected(cause).inc();
+        if self.log.first(cause, Instant::now()) {
+            warn!(cause = cause.as_str(), subject, error = %error, "message rejected (logged once per cause every 10 s)");
+        }
+        // Never on a reply subject that is not an inbox.
+        let reply = reply.filter(|_| cause != RejectCause::BadReply)?;
+        let ack = Ack::error(error.to_string()).with_term(self.term);
+        Some(Waiting::Answer { reply: reply.to_string(), encoding, ack })
     }
 
     async fn reply<T: serde::Serialize>(&self, reply: &str, encoding: Encoding, message: &T) {
@@ -255,59 +296,67 @@ impl Ingest {
         }
     }
 
-    /// Handles one message; returns the kind to count as accepted here (`None`: counted elsewhere).
-    async fn dispatch(
+    /// Handles one message; returns what it leaves waiting (see `handle`).
+    fn dispatch(
         &mut self,
         subject: &str,
         payload: &Bytes,
         encoding: Encoding,
         reply: Option<&str>,
         seq: Option<u64>,
-    ) -> Result<Option<&'static str>, ProtocolError> {
+        arrival: Arrival,
+    ) -> Result<Option<Waiting>, ProtocolError> {
         // Only a hello reads the tenants: a report does not touch their lock.
         let tenants = if subject.ends_with(".hello") { self.config.tenants.get() } else { None };
         let limits = self.config.inbound_limits(tenants.as_deref());
         let message = protocol::inbound(&self.config.subjects, subject, payload, encoding, &limits)?;
-        // A report is counted by its job's actor, which knows whether it is new, and a
-        // heartbeat by the allocator, which knows whether the worker is.
-        let kind = (!matches!(message, Inbound::JobLoss { .. } | Inbound::WorkerBeat { .. })).then(|| message.kind());
-        match message {
-            Inbound::JobLoss { job, point } => self.report(job, point, seq)?,
-            Inbound::JobHello(spec) => self.job_hello(*spec, reply, encoding).await?,
-            Inbound::JobBye(end) => self.job_bye(end, seq)?,
+        let kind = message.kind();
+        let waiting = match message {
+            // Counted by its job's actor, which knows whether it is new.
+            Inbound::JobLoss { job, point } => return self.report(job, point, seq, arrival).map(|()| None),
+            // Counted by the allocator, which knows whether the worker is new.
+            Inbound::WorkerBeat { worker, running } => {
+                self.allocator.do_send(Input::WorkerBeat { worker: worker.to_string(), running });
+                return Ok(None);
+            }
+            // Counted once handled.
+            Inbound::JobHello(spec) => {
+                let (subject, reply) = (subject.to_string(), reply.map(str::to_string));
+                return Ok(Some(Waiting::Hello { spec, subject, reply, encoding }));
+            }
+            Inbound::JobBye(end) => self.job_bye(end, seq).map(|()| None)?,
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(Input::WorkerHello(spec));
-                if let Some(reply) = reply {
-                    self.reply(reply, encoding, &Ack::ok().with_term(self.term)).await;
-                }
-            }
-            Inbound::WorkerBeat { worker, running } => {
-                self.allocator.do_send(Input::WorkerBeat { worker: worker.to_string(), running })
+                let ack = Ack::ok().with_term(self.term);
+                reply.map(|reply| Waiting::Answer { reply: reply.to_string(), encoding, ack })
             }
             Inbound::Status(request) => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
                 self.status(request, false, reply, encoding);
+                None
             }
             Inbound::JobStatus { job } => {
                 let reply =
                     reply.ok_or(ProtocolError::Invalid("status needs a reply subject", RejectCause::UnknownSubject))?;
                 let request = StatusRequest { jobs: Some(job.to_string()), limit: None, ..StatusRequest::default() };
                 self.status(request, true, reply, encoding);
+                None
             }
-        }
-        Ok(kind)
+        };
+        self.metrics.accepted(kind).inc();
+        Ok(waiting)
     }
 
     /// A loss report to its job's actor (a job unknown so far is registered, if allowed). A job
     /// flooding reports loses its own excess, never another job's reports.
-    fn report(&mut self, id: &str, point: LossPoint, seq: Option<u64>) -> Result<(), ProtocolError> {
+    fn report(&mut self, id: &str, point: LossPoint, seq: Option<u64>, arrival: Arrival) -> Result<(), ProtocolError> {
         let send = |addr: &Option<Addr<JobActor>>| match addr {
-            Some(addr) => send_report(addr, point),
+            Some(addr) => send_report(addr, point, arrival),
             None => Err(ProtocolError::Invalid("job runs on another replica", RejectCause::UnknownJob)),
         };
         // The common case, a job known here: its report reaches its actor in one lookup.
-        if let Some(was_quiet) = self.routes.deliver_known(id, seq, Instant::now(), send) {
+        if let Some(was_quiet) = self.routes.deliver_known(id, seq, arrival.at, send) {
             self.spoke(id, was_quiet?);
             return Ok(());
         }
@@ -321,7 +370,7 @@ impl Ingest {
                 d.save_job(&spec);
             }
         }
-        let was_quiet = self.routes.deliver(id, Instant::now(), send)?;
+        let was_quiet = self.routes.deliver(id, arrival.at, send)?;
         self.spoke(id, was_quiet);
         Ok(())
     }

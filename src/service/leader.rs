@@ -11,8 +11,9 @@ use futures_util::{FutureExt, Stream, StreamExt};
 use tracing::info;
 
 use super::ingest::{self, Ingest};
+use super::inputs::Kept;
 use super::routes::{LogOnce, Routes};
-use super::threads::JobThreads;
+use super::threads::{Arrival, JobThreads};
 use super::{Connections, ServeConfig, ServiceError, inputs, intake, start};
 use crate::actors::allocator::{AllocatorActor, RecentEpochs, StopAllocator};
 use crate::bus::durable::SavedState;
@@ -62,18 +63,14 @@ pub async fn run(
     let (allocator_thread, allocator, mut ending) =
         start::allocator(&client, &config, term, &metrics, durable.as_ref());
     let _ = http.allocator.set(allocator.clone());
-    // What the stream held before this start: read again (a replay), it registers no job.
-    let replay_until = match &durable {
-        Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,
-        _ => 0,
-    };
+    let replay_until = start::replay_until(&config, durable.as_ref()).await?;
     let (mut losses, mut messages) = inputs::subscribe(&client, &config, durable.as_ref()).await?;
     let mut owner_bids = inputs::owner_bids(&state_client, &config).await?;
     let mut curves = crate::bus::subscribe(&client, config.subjects.ctl_curve_all()).await?;
     inputs::confirm(&client, &metrics).await;
     info!(prefix = config.subjects.prefix(), policy = ?config.policy, epoch_ms = config.epoch.as_millis() as u64, "slaq scheduler serving");
-    let (allocator_addr, bus) = (allocator.clone(), counters.clone());
-    on_ready(ServiceHandle { allocator: allocator_addr, metrics: metrics.clone(), http_addr: http.addr, bus });
+    let (allocator_addr, bus, http_addr) = (allocator.clone(), counters.clone(), http.addr);
+    on_ready(ServiceHandle { allocator: allocator_addr, metrics: metrics.clone(), http_addr, bus });
     let mut ingest = Ingest {
         client,
         state_client,
@@ -96,23 +93,24 @@ pub async fn run(
     tokio::pin!(shutdown);
     let mut sweep = tokio::time::interval(sweep_every(&ingest.config));
     loop {
+        let mut first = None;
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
             _ = sweep.tick() => ingest.sweep(),
             Some((job, reason)) = ending.recv() => ingest.end_job(&job, reason, None),
             message = losses.next() => match message {
-                Some((message, seq)) => ingest.stream_message(message, seq).await,
+                Some(kept) => first = Some(kept),
                 None => break,
             },
             message = messages.next() => match message {
-                Some(message) => ingest.handle(message, None).await,
+                Some(message) => first = Some((message, None)),
                 None => break,
             },
             Some(message) = owner_bids.next() => ingest.owner_bids(message),
             Some(message) = curves.next() => ingest.curve(message),
         }
-        drain(&mut ingest, &mut losses, &mut messages).await;
+        drain(&mut ingest, first, &mut losses, &mut messages).await;
     }
     info!("slaq scheduler stopping");
     allocator.do_send(StopAllocator);
@@ -130,21 +128,32 @@ pub async fn run(
 /// (issue #44, `benches/runs/2026-11-27-issue44-ingest-drain.txt`).
 pub(super) const DRAIN: usize = 255;
 
-/// Handles the messages already received (at most `DRAIN`) before the loop polls its other
-/// branches again, in the loop's order: the reports stream's first, then the core
-/// subscriptions' (so a bye kept by the stream is read before a hello that follows it).
-async fn drain<L, M>(ingest: &mut Ingest, losses: &mut L, messages: &mut M)
+/// Handles `first` and the messages already received after it (at most `DRAIN` in all) before
+/// the loop polls its other branches again, in the loop's order: the reports stream's first,
+/// then the core subscriptions' (so a bye kept by the stream is read before a hello that
+/// follows it). The clocks are read once for the lot, and again after anything that waited.
+/// A report is handled without a future of its own (`Ingest::handle` waits for nothing); the
+/// rare waits are boxed, so this loop's state stays small.
+async fn drain<L, M>(ingest: &mut Ingest, first: Option<Kept>, losses: &mut L, messages: &mut M)
 where
-    L: Stream<Item = (Message, Option<u64>)> + Unpin,
+    L: Stream<Item = Kept> + Unpin,
     M: Stream<Item = Message> + Unpin,
 {
+    let mut arrival = Arrival::now();
+    let mut next = first;
     for _ in 0..DRAIN {
-        if let Some(Some((message, seq))) = losses.next().now_or_never() {
-            ingest.stream_message(message, seq).await;
-        } else if let Some(Some(message)) = messages.next().now_or_never() {
-            ingest.handle(message, None).await;
-        } else {
-            break;
+        let kept = next.take().or_else(|| match losses.next().now_or_never() {
+            Some(Some(kept)) => Some(kept),
+            _ => messages.next().now_or_never().flatten().map(|m| (m, None)),
+        });
+        let Some((message, seq)) = kept else { break };
+        if let Some(seq) = seq.filter(|&seq| ingest.gap_before(seq)) {
+            Box::pin(ingest.read_gap(seq)).await;
+            arrival = Arrival::now();
+        }
+        if let Some(waiting) = ingest.handle(&message, seq, arrival) {
+            Box::pin(ingest.finish(waiting)).await;
+            arrival = Arrival::now();
         }
     }
 }

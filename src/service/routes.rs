@@ -151,7 +151,9 @@ impl<A> Default for Swept<A> {
 /// The jobs here and those that ended (see the module's documentation).
 #[derive(Debug)]
 pub struct Routes<A> {
-    jobs: HashMap<String, Route<A>>,
+    /// By id, hashed with a per-process random seed (foldhash, cheaper than SipHash on the ingest's
+    /// hot path; ids from the wire cannot aim collisions at a seed they do not know).
+    jobs: foldhash::HashMap<String, Route<A>>,
     ended: Ended,
     rules: RouteRules,
     /// NATS was unreachable at the last sweep: silence then is nobody's fault.
@@ -173,7 +175,13 @@ impl<A> Routes<A> {
     }
 
     pub fn new(rules: RouteRules, ended: Ended) -> Self {
-        Routes { jobs: HashMap::new(), ended, rules, was_disconnected: false, clock: GivenClock::default() }
+        Routes {
+            jobs: foldhash::HashMap::default(),
+            ended,
+            rules,
+            was_disconnected: false,
+            clock: GivenClock::default(),
+        }
     }
 
     pub fn get(&self, id: &str) -> Option<&Route<A>> {

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::routes::{Greeting, LogOnce, Route, Routes};
-use super::threads::{JobSetup, JobThreads, send_report};
+use super::threads::{Arrival, JobSetup, JobThreads, send_report};
 use super::{Connections, ServeConfig, ServiceError};
 use crate::actors::bid::Bid;
 use crate::actors::job::{BidUpdate, JobActor, ReportCounters, SavedJob, Stop, UpdateSpec, WorkersChanged};
@@ -488,7 +488,8 @@ impl Owner {
                 if !self.jobs.admit(job, seq, self.replayed_to(p))? {
                     self.adopt(job).await?;
                 }
-                let was_quiet = self.jobs.deliver(job, Instant::now(), |owned| send_report(&owned.addr, point))?;
+                let now = Arrival::now();
+                let was_quiet = self.jobs.deliver(job, now.at, |owned| send_report(&owned.addr, point, now))?;
                 self.spoke(p, job, was_quiet);
                 Ok(())
             }

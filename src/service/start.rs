@@ -179,3 +179,12 @@ pub(super) fn allocator(
     });
     (thread, allocator, ending)
 }
+
+/// Where the reports stream ended when this scheduler started (0: none is read here): a
+/// message up to it, read again (a replay), registers no job.
+pub(super) async fn replay_until(config: &ServeConfig, durable: Option<&Durable>) -> Result<u64, ServiceError> {
+    Ok(match durable {
+        Some(d) if config.durable.partitions.is_none() => d.last_sequence().await?,
+        _ => 0,
+    })
+}
