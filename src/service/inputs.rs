@@ -2,10 +2,12 @@
 //! job), the reports stream with durable state, and the partitions' owners' bids with shared
 //! work.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tracing::warn;
 
 use super::{ServeConfig, ServiceError};
@@ -16,10 +18,27 @@ pub(super) type Kept = (async_nats::Message, Option<u64>);
 
 /// Loss reports (and byes, with durable state) on a stream of their own, polled first: they are
 /// nearly all the traffic. The rest (hellos, heartbeats, status requests) share a merged stream.
-pub(super) type Inputs = (
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>>,
-    futures_util::stream::SelectAll<async_nats::Subscriber>,
-);
+pub(super) type Inputs = (Losses, futures_util::stream::SelectAll<async_nats::Subscriber>);
+
+/// The loss reports as the scheduler reads them. Core NATS's are polled without a boxed stream
+/// between: each layer moves the whole message, and this is the ingest's hot path.
+pub(super) enum Losses {
+    /// Core NATS: the reports' two subscriptions (jobs without a tenant, tenants' jobs).
+    Core(futures_util::stream::Select<async_nats::Subscriber, async_nats::Subscriber>),
+    /// The reports stream (with durable state), or nothing (shared work: the owners read it).
+    Kept(Pin<Box<dyn Stream<Item = Kept>>>),
+}
+
+impl Stream for Losses {
+    type Item = Kept;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Kept>> {
+        match self.get_mut() {
+            Losses::Core(reports) => reports.poll_next_unpin(cx).map(|m| m.map(|m| (m, None))),
+            Losses::Kept(reports) => reports.poll_next_unpin(cx),
+        }
+    }
+}
 
 /// Subscribes to everything the scheduler reads (not yet flushed). With durable state, reports and byes come from
 /// the stream (first those kept there, then new ones), each with its stream sequence: nothing
@@ -33,10 +52,10 @@ pub(super) async fn subscribe(
     let [tenant_hello, tenant_status, tenant_loss, tenant_bye] = config.subjects.tenant_subscriptions();
     let subscribe = |subject: String| crate::bus::subscribe(client, subject);
     let mut subscriptions = Vec::new();
-    let losses: std::pin::Pin<Box<dyn futures_util::Stream<Item = Kept>>> = match durable {
+    let losses = match durable {
         // Shared work: the partitions' owners read the reports and byes.
-        Some(_) if config.durable.partitions.is_some() => Box::pin(futures_util::stream::pending()),
-        Some(d) => Box::pin(d.reports().await?.filter_map(|m| async move {
+        Some(_) if config.durable.partitions.is_some() => Losses::Kept(Box::pin(futures_util::stream::pending())),
+        Some(d) => Losses::Kept(Box::pin(d.reports().await?.filter_map(|m| async move {
             match m {
                 Ok(m) if skipped_by_the_server(m.subject.as_str()) => None,
                 Ok(m) => {
@@ -48,12 +67,12 @@ pub(super) async fn subscribe(
                     None
                 }
             }
-        })),
+        }))),
         None => {
             subscriptions.push(subscribe(bye).await?);
             subscriptions.push(subscribe(tenant_bye).await?);
             let tenants_loss = subscribe(tenant_loss).await?;
-            Box::pin(futures_util::stream::select(subscribe(loss).await?, tenants_loss).map(|m| (m, None)))
+            Losses::Core(futures_util::stream::select(subscribe(loss).await?, tenants_loss))
         }
     };
     for subject in [hello, job_status, worker_hello, worker_beat, config.subjects.ctl_status()] {
