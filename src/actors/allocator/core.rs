@@ -121,6 +121,7 @@ impl Allocator {
             submitted: 0,
             jobs_changed: 0,
             last_layout: None,
+            spare_jobs: Vec::new(),
             kept_tables: KeptTables::default(),
         }
     }
@@ -208,7 +209,8 @@ impl Allocator {
             owed,
             tenants: tenants.as_deref().zip(tenant_of.as_deref()),
         };
-        let mut pass = super::planning::epoch_pass(&mut self.jobs, &cx, now_s);
+        let spare = std::mem::take(&mut self.spare_jobs);
+        let mut pass = super::planning::epoch_pass(&mut self.jobs, &cx, spare, now_s);
         let (mut ledgers, lost_workers) =
             (std::mem::take(&mut pass.state.ledgers), std::mem::take(&mut pass.state.lost_workers));
         let now = layout_now(last_layout, (self.jobs_changed, &self.registry), &pass.state.keys);
@@ -227,6 +229,7 @@ impl Allocator {
             tenancy.as_ref(),
         );
         let state = pass.state;
+        self.spare_jobs = super::planning::recycle(pass.jobs);
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let asked = self.ask_saves(epoch, (&now.jobs, &plan), &state, now_s, owed, names.is_some(), &mut fx);

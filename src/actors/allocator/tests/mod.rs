@@ -18,6 +18,7 @@ use crate::schedule::{self, PlaceSettings, Placer, PlanSettings, tenants::Tenant
 mod gains;
 mod layout;
 mod remote;
+mod reuse;
 mod terms;
 
 fn settings() -> AllocatorSettings {
