@@ -229,7 +229,7 @@ impl Allocator {
             tenancy.as_ref(),
         );
         let state = pass.state;
-        self.spare_jobs = super::planning::recycle(pass.jobs);
+        self.spare_jobs = super::planned::recycle(pass.jobs);
         let planned = stopwatch_ms();
         let epoch = self.epoch + 1;
         let asked = self.ask_saves(epoch, (&now.jobs, &plan), &state, now_s, owed, names.is_some(), &mut fx);

@@ -9,6 +9,7 @@
 mod asks;
 mod assignment;
 mod core;
+mod planned;
 mod planning;
 mod state;
 mod status;

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use super::super::bid::Bid;
 use super::super::registry::WorkerRegistry;
 use super::super::types;
+use super::planned::{BidGain, PlannedJob, recycle};
 use super::state::{Allocator, AllocatorSettings, BidHead, Count, Effect, JobEntry, KeptTerm, PendingGain};
 use super::tables::KeptTables;
 use crate::policy::table::{DEFAULT_TABLE_LEN, Tabled};
-use crate::policy::{ByRef, GainFn, JobBid, PolicyKind};
+use crate::policy::{ByRef, JobBid, PolicyKind};
 use crate::protocol::EpochGains;
 use crate::quality::GainCurve;
 use crate::quality::speeds::{TypeRatios, TypeSpeeds, explorers};
@@ -48,36 +49,6 @@ fn finish_of(settings: &AllocatorSettings, curve: &GainCurve, remaining_iters: f
         return None;
     }
     Some(schedule::Finish { time: curve.time, remaining_iters, horizon_s: settings.bid_horizon_s, weight })
-}
-
-/// What a job bids this epoch: its own gains, or (a submitted job, which every change
-/// restarts) those gains with the restart priced in.
-pub(super) enum BidGain<'a> {
-    Curve(ByRef<'a, Tabled<GainCurve>>),
-    Priced(schedule::GainTable),
-}
-
-impl GainFn for BidGain<'_> {
-    fn gain(&self, workers: u32) -> f64 {
-        match self {
-            BidGain::Curve(c) => c.gain(workers),
-            BidGain::Priced(t) => t.gain(workers),
-        }
-    }
-
-    fn table(&self) -> &[f64] {
-        match self {
-            BidGain::Curve(c) => c.table(),
-            BidGain::Priced(t) => t.table(),
-        }
-    }
-
-    fn gain_at_speed(&self, workers: u32, speed: f64) -> f64 {
-        match self {
-            BidGain::Curve(c) => c.gain_at_speed(workers, speed),
-            BidGain::Priced(t) => t.gain_at_speed(workers, speed),
-        }
-    }
 }
 
 /// The teams' side of an epoch's input, owned: `schedule::Tenancy` borrows it.
@@ -245,20 +216,6 @@ pub(super) fn check_prediction(entry: &mut JobEntry, epoch_s: f64, gains: &mut E
             predicted: gain.predicted_drop(workers, epoch_s),
         })
     });
-}
-
-/// A job as the planner sees it, borrowing from its entry.
-pub(super) type PlannedJob<'a> = EpochJob<'a, schedule::Finishing<'a, BidGain<'a>>>;
-
-/// The allocation of an epoch's planned jobs, emptied, for the next epoch's (whose borrows have
-/// another lifetime). Allocated afresh every epoch, those megabytes (232 bytes a job) were
-/// faulted in from the OS again each second, when mimalloc purges what stayed freed: at 10,000
-/// jobs every tenth epoch took half as long again. A collect from `into_iter` reuses the
-/// allocation where the layouts match, as here (the same type but for its lifetime), and
-/// allocates anew otherwise: correct either way, and a test checks the reuse.
-pub(super) fn recycle<'b>(mut jobs: Vec<PlannedJob<'_>>) -> Vec<PlannedJob<'b>> {
-    jobs.clear();
-    jobs.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 /// What the epoch's one pass over the jobs ([`epoch_pass`]) reads besides them, borrowed from

@@ -305,8 +305,8 @@ pub struct Allocator {
     /// The workers as the last epoch left them: the next epoch's while no job and no worker
     /// came or went, instead of a pass over the workers (`Allocator::current_jobs`).
     pub(super) last_layout: Option<Layout>,
-    /// The last epoch's planned jobs' allocation, emptied (`planning::recycle`).
-    pub(super) spare_jobs: Vec<super::planning::PlannedJob<'static>>,
+    /// The last epoch's planned jobs' allocation, emptied (`planned::recycle`).
+    pub(super) spare_jobs: Vec<super::planned::PlannedJob<'static>>,
     /// Every job's kept completion term, in job order (`JobEntry::kept_term` names its slot).
     pub(super) kept_tables: KeptTables,
 }

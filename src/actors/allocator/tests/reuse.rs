@@ -4,7 +4,7 @@ use super::{epoch, settings};
 use crate::actors::allocator::core::Input;
 use crate::actors::allocator::state::Allocator;
 
-/// An epoch plans its jobs in the allocation the last one emptied (`planning::recycle`): a
+/// An epoch plans its jobs in the allocation the last one emptied (`planned::recycle`): a
 /// fresh one each epoch was faulted in from the OS again whenever mimalloc had purged the last.
 #[test]
 fn an_epoch_plans_its_jobs_in_the_allocation_the_last_one_emptied() {
