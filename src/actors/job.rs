@@ -172,8 +172,7 @@ impl JobActor {
             return;
         }
         self.last_saved = Some(std::time::Instant::now());
-        let saved_at_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as u64);
+        let saved_at_ms = wall_ms_now().map(std::num::NonZeroU64::get);
         let saved = SavedJobRef { predictor: &self.predictor, shapes: &self.shapes, grads: self.grads, saved_at_ms };
         match rmp_serde::to_vec_named(&saved) {
             Ok(bytes) => durable.save_predictor(&self.spec.job, bytes.into()),

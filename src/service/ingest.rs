@@ -54,10 +54,21 @@ pub(super) fn report_counters(metrics: &Metrics) -> ReportCounters {
 /// What a message still has to do that waits, left by `Ingest::handle` for `Ingest::finish`:
 /// rare (a report or a heartbeat leaves nothing), so the loop's hot path builds no future.
 pub(super) enum Waiting {
-    /// An answer to send.
-    Answer { reply: String, encoding: Encoding, ack: Ack },
+    Answer(Answer),
     /// A job's hello (it may read the stream and wait for its save before it is answered).
-    Hello { spec: Box<JobSpec>, subject: String, reply: Option<String>, encoding: Encoding },
+    Hello {
+        spec: Box<JobSpec>,
+        subject: String,
+        reply: Option<String>,
+        encoding: Encoding,
+    },
+}
+
+/// An answer to send.
+pub(super) struct Answer {
+    reply: String,
+    encoding: Encoding,
+    ack: Ack,
 }
 
 /// The leader's loop state (see the module's documentation).
@@ -210,25 +221,25 @@ impl Ingest {
             }
             _ => self.dispatch(subject, &message.payload, encoding, reply, seq, arrival),
         };
-        result.unwrap_or_else(|error| self.refused(&error, subject, reply, encoding))
+        result.unwrap_or_else(|error| self.refused(&error, subject, reply, encoding).map(Waiting::Answer))
     }
 
-    /// What a message left waiting (`handle`): the answer sent, the hello handled.
+    /// What a message left waiting (`handle`): the hello handled, the answer sent.
     pub async fn finish(&mut self, waiting: Waiting) {
-        match waiting {
-            Waiting::Answer { reply, encoding, ack } => status::send_reply(&self.client, reply, encoding, &ack).await,
+        let answer = match waiting {
+            Waiting::Answer(answer) => Some(answer),
             Waiting::Hello { spec, subject, reply, encoding } => {
                 match self.job_hello(*spec, reply.as_deref(), encoding).await {
-                    Ok(()) => self.metrics.accepted("job_hello").inc(),
-                    Err(error) => {
-                        if let Some(Waiting::Answer { reply, encoding, ack }) =
-                            self.refused(&error, &subject, reply.as_deref(), encoding)
-                        {
-                            status::send_reply(&self.client, reply, encoding, &ack).await;
-                        }
+                    Ok(()) => {
+                        self.metrics.accepted("job_hello").inc();
+                        None
                     }
+                    Err(error) => self.refused(&error, &subject, reply.as_deref(), encoding),
                 }
             }
+        };
+        if let Some(Answer { reply, encoding, ack }) = answer {
+            status::send_reply(&self.client, reply, encoding, &ack).await;
         }
     }
 
@@ -240,7 +251,7 @@ impl Ingest {
         subject: &str,
         reply: Option<&str>,
         encoding: Encoding,
-    ) -> Option<Waiting> {
+    ) -> Option<Answer> {
         let cause = error.cause();
         self.metrics.rejected(cause).inc();
         if self.log.first(cause, Instant::now()) {
@@ -249,7 +260,7 @@ impl Ingest {
         // Never on a reply subject that is not an inbox.
         let reply = reply.filter(|_| cause != RejectCause::BadReply)?;
         let ack = Ack::error(error.to_string()).with_term(self.term);
-        Some(Waiting::Answer { reply: reply.to_string(), encoding, ack })
+        Some(Answer { reply: reply.to_string(), encoding, ack })
     }
 
     async fn reply<T: serde::Serialize>(&self, reply: &str, encoding: Encoding, message: &T) {
@@ -328,7 +339,7 @@ impl Ingest {
             Inbound::WorkerHello(spec) => {
                 self.allocator.do_send(Input::WorkerHello(spec));
                 let ack = Ack::ok().with_term(self.term);
-                reply.map(|reply| Waiting::Answer { reply: reply.to_string(), encoding, ack })
+                reply.map(|reply| Waiting::Answer(Answer { reply: reply.to_string(), encoding, ack }))
             }
             Inbound::Status(request) => {
                 let reply =
