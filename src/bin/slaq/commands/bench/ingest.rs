@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use slaq::actors::allocator::thread_cpu;
 use slaq::bus::durable::Durable;
 use slaq::bus::{self, lease::Fence};
 use slaq::protocol::{Encoding, StatusSnapshot, Subjects};
@@ -47,26 +48,30 @@ pub(crate) fn run(args: BenchIngestArgs) -> anyhow::Result<()> {
             "jetstream": raw_js.is_some(),
             "raw_nats_per_s": raw_rate,
             "raw_received": raw_s.received,
+            "raw_thread_ns_per_report": raw_s.thread_ns_per_message(),
             "raw_jetstream_per_s": raw_js_rate,
             "raw_jetstream_received": raw_js.as_ref().map(|r| r.received),
             "slaq_per_s": slaq_rate,
             "slaq_observed": slaq.ingest.received,
             "slaq_rejected": slaq.rejected,
+            "slaq_thread_ns_per_report": slaq.ingest.thread_ns_per_message(),
             "slaq_vs_raw": slaq_rate / raw_rate,
             "slaq_vs_raw_jetstream": raw_js_rate.map(|r| slaq_rate / r),
             "scheduler_nats_disconnects": slaq.disconnects,
             "scheduler_nats_dropped": slaq.dropped,
-            "note": "rates over the time to the last message received; raw_jetstream: the same reports into a stream made as the scheduler makes its own, read by the same kind of consumer (ordered) that only counts them: what the server sustains for durable ingest. A report the server dropped (2.11+ drops what a stream cannot take in as fast as it comes) never arrives: received < reports says so"
+            "note": "rates over the time to the last message received; thread_ns_per_report: CPU time of the receiving thread (the raw subscriber's; the scheduler's, with its NATS connection, ingest and job actors) per report, less noisy than the rates on a shared machine; raw_jetstream: the same reports into a stream made as the scheduler makes its own, read by the same kind of consumer (ordered) that only counts them: what the server sustains for durable ingest. A report the server dropped (2.11+ drops what a stream cannot take in as fast as it comes) never arrives: received < reports says so"
         }))
     })?;
     println!("{}", if args.out.json { report.to_string() } else { serde_json::to_string_pretty(&report)? });
     Ok(())
 }
 
-/// How many messages a run received, and in how long (to the last one).
+/// How many messages a run received, and in how long (to the last one); the receiving
+/// thread's CPU time over the run (Linux), when known.
 struct Received {
     received: u64,
     seconds: f64,
+    thread_cpu: Option<Duration>,
 }
 
 impl Received {
@@ -74,6 +79,16 @@ impl Received {
     fn rate(&self) -> f64 {
         if self.received == 0 { 0.0 } else { self.received as f64 / self.seconds }
     }
+
+    /// The receiving thread's CPU time per message received, in ns.
+    fn thread_ns_per_message(&self) -> Option<f64> {
+        self.thread_cpu.filter(|_| self.received > 0).map(|cpu| cpu.as_nanos() as f64 / self.received as f64)
+    }
+}
+
+/// The CPU time this thread uses from `started` (a `thread_cpu` reading) to now.
+fn cpu_since(started: Option<Duration>) -> Option<Duration> {
+    started.zip(thread_cpu()).map(|(a, b)| b.saturating_sub(a))
 }
 
 /// Raw NATS: the encoded reports published from another thread and received by a plain
@@ -115,7 +130,7 @@ async fn publish_and_count<S: futures_util::Stream + Unpin>(
     stream: &mut S,
 ) -> anyhow::Result<Received> {
     let reports = messages.len() as u64;
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), thread_cpu());
     let publisher = publish_from_another_thread(urls.to_vec(), messages);
     let (mut received, mut last) = (0u64, started);
     while received < reports {
@@ -124,8 +139,9 @@ async fn publish_and_count<S: futures_util::Stream + Unpin>(
             _ => break,
         }
     }
+    let thread_cpu = cpu_since(cpu_started);
     publisher.join()?;
-    Ok(Received { received, seconds: (last - started).as_secs_f64() })
+    Ok(Received { received, seconds: (last - started).as_secs_f64(), thread_cpu })
 }
 
 /// What the scheduler's run measured.
@@ -149,7 +165,7 @@ async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports
     let (handle, prefix) = (&scheduler.handle, scheduler.prefix.as_str());
     let (status_client, _) = bus::connect(urls, "bench-status", 16).await?;
     let messages = encoded_reports(jobs, reports, prefix)?;
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), thread_cpu());
     let publisher = publish_from_another_thread(urls.to_vec(), messages);
     // Done when every report is accounted for: accepted by its job's actor once observed, or
     // rejected. Read from the scheduler's counters in this process every millisecond, rather
@@ -157,7 +173,7 @@ async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports
     // every 10 ms, which the ingest measured here had to serve too (the difference was
     // within this machine's noise: issue #44's record).
     let (accepted, rejected, last) = accounted(handle, &publisher, reports).await;
-    let seconds = (last - started).as_secs_f64();
+    let (seconds, thread_cpu) = ((last - started).as_secs_f64(), cpu_since(cpu_started));
     // Checked once after: the actors observed what they accepted, and the status agrees.
     let observed = handle.observed_points().await;
     let subjects = Subjects::new(prefix)?;
@@ -170,7 +186,7 @@ async fn measure_slaq(urls: &[String], scheduler: &InProcess, jobs: u64, reports
     );
     publisher.join()?;
     Ok(SlaqRun {
-        ingest: Received { received: observed, seconds },
+        ingest: Received { received: observed, seconds, thread_cpu },
         rejected,
         disconnects: handle.bus.disconnects.load(Ordering::Relaxed),
         dropped: handle.bus.dropped_messages.load(Ordering::Relaxed),
