@@ -23,8 +23,9 @@ pub(super) type Inputs = (Losses, futures_util::stream::SelectAll<async_nats::Su
 /// The loss reports as the scheduler reads them. Core NATS's are polled without a boxed stream
 /// between: each layer moves the whole message, and this is the ingest's hot path.
 pub(super) enum Losses {
-    /// Core NATS: the reports' two subscriptions (jobs without a tenant, tenants' jobs).
-    Core(futures_util::stream::Select<async_nats::Subscriber, async_nats::Subscriber>),
+    /// Core NATS: the reports' two subscriptions (jobs without a tenant, tenants' jobs), each
+    /// read until it has nothing ready, the other then (a job's reports all come on one).
+    Core([async_nats::Subscriber; 2]),
     /// The reports stream (with durable state), or nothing (shared work: the owners read it).
     Kept(Pin<Box<dyn Stream<Item = Kept>>>),
 }
@@ -34,7 +35,15 @@ impl Stream for Losses {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Kept>> {
         match self.get_mut() {
-            Losses::Core(reports) => reports.poll_next_unpin(cx).map(|m| m.map(|m| (m, None))),
+            Losses::Core([jobs, tenants]) => match jobs.poll_next_unpin(cx) {
+                Poll::Ready(Some(message)) => Poll::Ready(Some((message, None))),
+                // Ended when both have (an ended subscription stays ended).
+                ended => match (tenants.poll_next_unpin(cx), ended) {
+                    (Poll::Ready(Some(message)), _) => Poll::Ready(Some((message, None))),
+                    (Poll::Ready(None), Poll::Ready(None)) => Poll::Ready(None),
+                    _ => Poll::Pending,
+                },
+            },
             Losses::Kept(reports) => reports.poll_next_unpin(cx),
         }
     }
@@ -72,7 +81,7 @@ pub(super) async fn subscribe(
             subscriptions.push(subscribe(bye).await?);
             subscriptions.push(subscribe(tenant_bye).await?);
             let tenants_loss = subscribe(tenant_loss).await?;
-            Losses::Core(futures_util::stream::select(subscribe(loss).await?, tenants_loss))
+            Losses::Core([subscribe(loss).await?, tenants_loss])
         }
     };
     for subject in [hello, job_status, worker_hello, worker_beat, config.subjects.ctl_status()] {

@@ -3,11 +3,12 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
 use async_nats::Message;
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt};
 use tracing::info;
 
 use super::ingest::{self, Ingest};
@@ -141,12 +142,10 @@ where
 {
     let mut arrival = Arrival::now();
     let mut next = first;
+    // Polled without waking: the loop's `select!` polls them with its waker once this returns.
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
     for _ in 0..DRAIN {
-        let kept = next.take().or_else(|| match losses.next().now_or_never() {
-            Some(Some(kept)) => Some(kept),
-            _ => messages.next().now_or_never().flatten().map(|m| (m, None)),
-        });
-        let Some((message, seq)) = kept else { break };
+        let Some((message, seq)) = next.take().or_else(|| ready(losses, messages, &mut cx)) else { break };
         if let Some(seq) = seq.filter(|&seq| ingest.gap_before(seq)) {
             Box::pin(ingest.read_gap(seq)).await;
             arrival = Arrival::now();
@@ -155,6 +154,21 @@ where
             Box::pin(ingest.finish(waiting)).await;
             arrival = Arrival::now();
         }
+    }
+}
+
+/// The next message already received: a report first, then the rest.
+fn ready<L, M>(losses: &mut L, messages: &mut M, cx: &mut Context<'_>) -> Option<Kept>
+where
+    L: Stream<Item = Kept> + Unpin,
+    M: Stream<Item = Message> + Unpin,
+{
+    match losses.poll_next_unpin(cx) {
+        Poll::Ready(Some(kept)) => Some(kept),
+        _ => match messages.poll_next_unpin(cx) {
+            Poll::Ready(Some(message)) => Some((message, None)),
+            _ => None,
+        },
     }
 }
 
