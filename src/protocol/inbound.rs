@@ -3,8 +3,8 @@
 //! acts on the result; the fuzz tests call this very function.
 
 use super::{
-    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, LossReport, ProtocolError, RejectCause, Running,
-    StatusRequest, Subjects, WorkerSpec, decode, decode_borrowed,
+    Encoding, Heartbeat, JobEnd, JobSpec, Kind, LossPoint, ProtocolError, RejectCause, Running, StatusRequest,
+    Subjects, WorkerSpec, decode,
 };
 
 /// A valid message for the scheduler, borrowing its id from the subject.
@@ -100,7 +100,7 @@ pub fn inbound<'a>(
     let (kind, id) = subjects.parse(subject)?;
     Ok(match kind {
         Kind::JobLoss => {
-            let report: LossReport<'_> = decode_borrowed(encoding, payload, "loss report")?;
+            let report = super::report_reader::decode(encoding, payload)?;
             Inbound::JobLoss { job: id, point: report.validate(id)? }
         }
         Kind::JobHello => {

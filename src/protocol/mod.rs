@@ -3,7 +3,8 @@
 //! - `subjects`: subject names and ids.
 //! - `messages`: the message types of jobs and workers, each with its validation.
 //! - `control`: what operators read: status, how jobs ended, epoch summaries.
-//! - `codec`: MessagePack (named fields) or JSON.
+//! - `codec`: MessagePack (named fields) or JSON; `report_reader`, a loss report read from
+//!   MessagePack without serde where it has the common shape (the ingest's hot path).
 //! - `errors`: `RejectCause` (what the counters count) and `ProtocolError`.
 //! - `inbound`: a received subject and payload, parsed and validated into an `Inbound`.
 //! - `partition`: what replicas that share the jobs send each other (`PartitionBids`, `WireBid`).
@@ -14,6 +15,7 @@ mod errors;
 mod inbound;
 mod messages;
 mod partition;
+mod report_reader;
 mod subjects;
 
 pub use codec::{Encoding, decode, decode_borrowed, encode};
