@@ -172,6 +172,14 @@ impl Ingest {
         self.durable.is_some() && self.last_stream_seq >= self.replay_until && self.last_stream_seq + 1 < seq
     }
 
+    /// The stream message at `seq`, after a gap before it: the gap is read, then it is handled.
+    pub async fn after_gap(&mut self, message: async_nats::Message, seq: u64) {
+        self.read_gap(seq).await;
+        if let Some(waiting) = self.handle(&message, Some(seq), Arrival::now()) {
+            self.finish(waiting).await;
+        }
+    }
+
     /// Reads the gap before the stream message at `seq` from its start: a message found there
     /// (the server skipped it: nats-server 2.9 did after a purge of one subject) is counted,
     /// logged and handled before the one at `seq`.

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -146,16 +147,20 @@ where
     let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
     for _ in 0..DRAIN {
         let Some((message, seq)) = next.take().or_else(|| ready(losses, messages, &mut cx)) else { break };
-        if let Some(seq) = seq.filter(|&seq| ingest.gap_before(seq)) {
-            Box::pin(ingest.read_gap(seq)).await;
-            arrival = Arrival::now();
-        }
-        if let Some(waiting) = ingest.handle(&message, seq, arrival) {
-            Box::pin(ingest.finish(waiting)).await;
+        // The message is never held across a wait (it would be copied into this future).
+        let waiting: Option<Wait<'_>> = match seq.filter(|&s| ingest.gap_before(s)) {
+            Some(seq) => Some(Box::pin(ingest.after_gap(message, seq))),
+            None => ingest.handle(&message, seq, arrival).map(|waiting| Box::pin(ingest.finish(waiting)) as _),
+        };
+        if let Some(wait) = waiting {
+            wait.await;
             arrival = Arrival::now();
         }
     }
 }
+
+/// What a message handled in the drain left to wait for (rare: boxed, so the drain stays small).
+type Wait<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The next message already received: a report first, then the rest.
 fn ready<L, M>(losses: &mut L, messages: &mut M, cx: &mut Context<'_>) -> Option<Kept>
