@@ -14,9 +14,20 @@ pub fn valid_id(id: &str) -> bool {
 /// tenant is then a token of every subject of the job (`<prefix>.v1.job.<tenant>.<name>.loss`),
 /// so nats-server's permissions can confine a user to its tenant's jobs.
 pub fn valid_job_id(id: &str) -> bool {
-    match id.split_once('.') {
-        None => valid_id(id),
-        Some((tenant, name)) => valid_id(tenant) && valid_id(name),
+    // One pass over the bytes (the ingest checks every report's): at most one dot, and each
+    // side of it an id.
+    let mut dot = None;
+    for (i, b) in id.bytes().enumerate() {
+        match b {
+            b'.' if dot.is_none() => dot = Some(i),
+            b if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' => {}
+            _ => return false,
+        }
+    }
+    let valid_len = |len: usize| (1..=MAX_ID_LEN).contains(&len);
+    match dot {
+        None => valid_len(id.len()),
+        Some(at) => valid_len(at) && valid_len(id.len() - at - 1),
     }
 }
 
@@ -241,6 +252,25 @@ impl Subjects {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        /// The one-pass check says what the definition says: a name, or `tenant.name`.
+        #[test]
+        fn a_job_id_is_a_name_or_a_tenant_and_a_name(id in proptest::prop_oneof![
+            "[a-c._*-]{0,3}|[a-z.]{0,70}",
+            // Lengths about the limit, with a dot or without.
+            (0usize..=66).prop_map(|n| "a".repeat(n)),
+            (0usize..=66, 0usize..=66).prop_map(|(t, n)| format!("{}.{}", "t".repeat(t), "n".repeat(n))),
+        ]) {
+            let defined = match id.split_once('.') {
+                None => valid_id(&id),
+                Some((tenant, name)) => valid_id(tenant) && valid_id(name),
+            };
+            proptest::prop_assert_eq!(valid_job_id(&id), defined, "{}", id);
+        }
+    }
 
     #[test]
     fn curve_requests_name_a_valid_job() {
