@@ -23,11 +23,20 @@ pub(super) type Inputs = (Losses, futures_util::stream::SelectAll<async_nats::Su
 /// The loss reports as the scheduler reads them. Core NATS's are polled without a boxed stream
 /// between: each layer moves the whole message, and this is the ingest's hot path.
 pub(super) enum Losses {
-    /// Core NATS: the reports' two subscriptions (jobs without a tenant, tenants' jobs), each
-    /// read until it has nothing ready, the other then (a job's reports all come on one).
-    Core([async_nats::Subscriber; 2]),
+    /// Core NATS: the reports' two subscriptions (jobs without a tenant, tenants' jobs), read in
+    /// turn (a backlog on one never holds the other back).
+    Core(InTurn<async_nats::Subscriber>),
     /// The reports stream (with durable state), or nothing (shared work: the owners read it).
     Kept(Pin<Box<dyn Stream<Item = Kept>>>),
+}
+
+impl Losses {
+    /// Core NATS's other subscription is read first from now on (see [`InTurn`]).
+    pub(super) fn turn(&mut self) {
+        if let Losses::Core(reports) = self {
+            reports.turn();
+        }
+    }
 }
 
 impl Stream for Losses {
@@ -35,17 +44,46 @@ impl Stream for Losses {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Kept>> {
         match self.get_mut() {
-            Losses::Core([jobs, tenants]) => match jobs.poll_next_unpin(cx) {
-                Poll::Ready(Some(message)) => Poll::Ready(Some((message, None))),
-                // Ended when both have (an ended subscription stays ended).
-                ended => match (tenants.poll_next_unpin(cx), ended) {
-                    (Poll::Ready(Some(message)), _) => Poll::Ready(Some((message, None))),
-                    (Poll::Ready(None), Poll::Ready(None)) => Poll::Ready(None),
-                    _ => Poll::Pending,
-                },
-            },
+            Losses::Core(reports) => reports.poll_next(cx).map(|m| m.map(|m| (m, None))),
             Losses::Kept(reports) => reports.poll_next_unpin(cx),
         }
+    }
+}
+
+/// Two streams read in turn: the one that gave the last item is polled first, and the other
+/// after [`InTurn::turn`] (the leader's loop turns after each drain, at most `leader::DRAIN`
+/// messages). With both backlogged each gets every other drain; with one quiet, it costs a poll
+/// a drain. futures' `Select` alternates per item: 7% of the ingest's thread with one of the two
+/// always empty, and a counter per item here still cost 3%.
+pub(super) struct InTurn<S> {
+    /// The one polled first, then the other.
+    streams: [S; 2],
+}
+
+impl<S: Stream + Unpin> InTurn<S> {
+    pub(super) fn new(streams: [S; 2]) -> Self {
+        InTurn { streams }
+    }
+
+    /// The next item of either; ended when both have (an ended stream stays ended).
+    pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let [first, second] = &mut self.streams;
+        match first.poll_next_unpin(cx) {
+            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
+            ended => match (second.poll_next_unpin(cx), ended) {
+                (Poll::Ready(Some(item)), _) => {
+                    self.turn();
+                    Poll::Ready(Some(item))
+                }
+                (Poll::Ready(None), Poll::Ready(None)) => Poll::Ready(None),
+                _ => Poll::Pending,
+            },
+        }
+    }
+
+    /// The other stream is polled first from now on.
+    pub(super) fn turn(&mut self) {
+        self.streams.swap(0, 1);
     }
 }
 
@@ -81,7 +119,7 @@ pub(super) async fn subscribe(
             subscriptions.push(subscribe(bye).await?);
             subscriptions.push(subscribe(tenant_bye).await?);
             let tenants_loss = subscribe(tenant_loss).await?;
-            Losses::Core([subscribe(loss).await?, tenants_loss])
+            Losses::Core(InTurn::new([subscribe(loss).await?, tenants_loss]))
         }
     };
     for subject in [hello, job_status, worker_hello, worker_beat, config.subjects.ctl_status()] {
@@ -128,5 +166,46 @@ pub(super) async fn confirm(client: &async_nats::Client, metrics: &crate::metric
         warn!("NATS did not confirm the subscriptions within 5 s; continuing");
     } else {
         metrics.ready.set(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream::{self, BoxStream};
+
+    fn next(streams: &mut InTurn<BoxStream<'static, u32>>) -> Poll<Option<u32>> {
+        streams.poll_next(&mut Context::from_waker(futures_util::task::noop_waker_ref()))
+    }
+
+    fn take(streams: &mut InTurn<BoxStream<'static, u32>>, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| match next(streams) {
+                Poll::Ready(Some(v)) => v,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_streams_are_read_in_turn_so_neither_waits_on_the_others_backlog() {
+        // Both backlogged: one until a turn, then the other.
+        let mut both = InTurn::new([stream::iter(0..1000).boxed(), stream::iter(5000..6000).boxed()]);
+        assert_eq!(take(&mut both, 3), [0, 1, 2]);
+        both.turn();
+        assert_eq!(take(&mut both, 2), [5000, 5001]);
+        both.turn();
+        assert_eq!(take(&mut both, 1), [3]);
+        // The one polled first has nothing: the other's, and it stays first.
+        let mut few = InTurn::new([stream::pending().boxed(), stream::iter(5000..5003).boxed()]);
+        assert_eq!(take(&mut few, 2), [5000, 5001]);
+        // Once one has ended, the other is read alone; ended when both have.
+        let mut done = InTurn::new([stream::iter(0..2).boxed(), stream::empty().boxed()]);
+        done.turn();
+        assert_eq!(take(&mut done, 2), [0, 1]);
+        assert_eq!(next(&mut done), Poll::Ready(None));
+        // Nothing ready on either, neither ended: pending.
+        let mut quiet = InTurn::new([stream::pending().boxed(), stream::empty().boxed()]);
+        assert_eq!(next(&mut quiet), Poll::Pending);
     }
 }

@@ -113,6 +113,7 @@ pub async fn run(
             Some(message) = curves.next() => ingest.curve(message),
         }
         drain(&mut ingest, first, &mut losses, &mut messages).await;
+        losses.turn();
     }
     info!("slaq scheduler stopping");
     allocator.do_send(StopAllocator);
