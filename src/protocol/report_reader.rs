@@ -59,7 +59,7 @@ pub(super) fn read(payload: &[u8]) -> Option<LossReport<'_>> {
 }
 
 /// The report's keys, in the order `read` matches them: the first five are required.
-pub(super) const KEYS: [&str; 13] = [
+const KEYS: [&str; 13] = [
     "job",
     "iter",
     "loss",
@@ -94,7 +94,9 @@ fn optional<T>(rd: &mut &[u8], read: Reader<T>) -> Option<Option<T>> {
     }
 }
 
-/// A string's bytes (str markers only).
+/// A string's bytes (str markers only). rmp's `read_str_len` reads the same header through
+/// `io::Read` (one report's inbound 110 -> 123 ns) and `read_str_from_slice` also checks the
+/// keys' UTF-8 (146 ns).
 fn string<'a>(marker: Marker, rd: &mut &'a [u8]) -> Option<&'a [u8]> {
     let len = match marker {
         Marker::FixStr(len) => usize::from(len),

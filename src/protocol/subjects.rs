@@ -7,7 +7,12 @@ pub const MAX_ID_LEN: usize = 64;
 
 /// Whether `id` is a valid job or worker id: 1–64 characters from `[A-Za-z0-9_-]`.
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(id_byte)
+}
+
+/// Whether `b` may be in an id: `[A-Za-z0-9_-]`.
+fn id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
 /// Whether `id` is a valid job id: a name (as [`valid_id`]), or `tenant.name` (issue #32). The
@@ -20,7 +25,7 @@ pub fn valid_job_id(id: &str) -> bool {
     for (i, b) in id.bytes().enumerate() {
         match b {
             b'.' if dot.is_none() => dot = Some(i),
-            b if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' => {}
+            b if id_byte(b) => {}
             _ => return false,
         }
     }
