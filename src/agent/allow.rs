@@ -235,24 +235,24 @@ mod tests {
         line.split_whitespace().map(str::to_string).collect()
     }
 
-    /// A directory of scripts, another outside it, and a link from inside to outside.
-    fn layout() -> (PathBuf, PathBuf) {
-        let root = std::env::temp_dir().join(format!("slaq-allow-{}", std::process::id()));
-        let (train, other) = (root.join("train"), root.join("other"));
+    /// A directory of scripts, another outside it, and a link from inside to outside; under a
+    /// root of the test's own, removed when the first is dropped.
+    fn layout() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let root = tempfile::Builder::new().prefix("slaq-allow-").tempdir().unwrap();
+        let (train, other) = (root.path().join("train"), root.path().join("other"));
         std::fs::create_dir_all(train.join("sub")).unwrap();
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(train.join("ok.py"), "").unwrap();
         std::fs::write(train.join("sub/deep.py"), "").unwrap();
         std::fs::write(other.join("evil.py"), "").unwrap();
         let link = train.join("link.py");
-        let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(other.join("evil.py"), &link).unwrap();
-        (train, other)
+        (root, train, other)
     }
 
     #[test]
     fn paths_are_compared_once_resolved() {
-        let (train, other) = layout();
+        let (_root, train, other) = layout();
         let entry = Entry::parse(&format!("sh {}/", train.display())).unwrap();
         let list = Commands::Allowed(vec![entry]);
         let t = train.display();
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn exact_words_and_files() {
-        let (train, _) = layout();
+        let (_root, train, _) = layout();
         let file = train.join("ok.py");
         let list = Commands::Allowed(vec![Entry::parse(&format!("sh -e {}", file.display())).unwrap()]);
         assert!(list.check(&args(&format!("sh -e {} x", file.display())), None).is_ok());

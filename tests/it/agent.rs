@@ -14,7 +14,8 @@ async fn the_agent_registers_follows_its_assignment_and_refuses_forged_ones() {
     let nats = NatsServer::start();
     let scheduler = InProcessScheduler::start(&nats.url, &fast_settings(""));
     let s = Subjects::new("slaq").unwrap();
-    let out = temp_dir("agent").join("runs.txt");
+    let dir = temp_dir("agent");
+    let out = dir.join("runs.txt");
     let config = AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_WORKER $SLAQ_EPOCH\" >> {}", out.display())),

@@ -29,7 +29,7 @@ fn predict_json_has_every_family_and_beats_the_strawman_overall() {
 
 #[test]
 fn simulate_json_has_the_documented_shape() {
-    let dir = std::env::temp_dir().join(format!("slaq-sim-{}", std::process::id()));
+    let dir = crate::harness::temp_dir("sim");
     // The default curves are the vendored ones, found from the repository root.
     let out = Command::new(env!("CARGO_BIN_EXE_slaq"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -79,7 +79,6 @@ fn simulate_json_has_the_documented_shape() {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(text.len() > 100, "{file} is nearly empty");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -369,7 +368,8 @@ fn every_benchmark_runs_at_a_small_size_and_prints_its_figures() {
     let alloc = json(&["bench", "alloc", "--jobs", "50", "--workers", "200", "--runs", "1", "--types", "2"]);
     assert_eq!((alloc["jobs"].as_u64(), alloc["identical_to_heap"].as_bool()), (Some(50), Some(true)), "{alloc}");
     assert!(alloc["typed"].is_object(), "{alloc}");
-    let plot = crate::harness::temp_dir("bench-scale").join("scale.svg");
+    let dir = crate::harness::temp_dir("bench-scale");
+    let plot = dir.join("scale.svg");
     let curves = crate::curve_file("curves-public.jsonl");
     let scale = json(&[
         "bench",

@@ -511,11 +511,10 @@ async fn a_state_user_refused_jetstream_stops_the_scheduler_instead_of_running_w
         )
     };
     // Refused: the process ends, non-zero, and says why and what to do.
-    let refused = Scheduler::start(&nats.url, &fast_settings(&auth("state")));
-    let log = refused.log.clone();
+    let mut refused = Scheduler::start(&nats.url, &fast_settings(&auth("state")));
     let status = refused.exits_within(Duration::from_secs(30)).expect("slaq serve must not run without its state");
     assert!(!status.success(), "it exited {status}");
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let text = refused.log_text();
     for needed in [
         "has JetStream but the state connection (user state) cannot use it",
         "state.mode = \"none\"",

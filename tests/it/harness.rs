@@ -19,13 +19,51 @@ impl Drop for ChildGuard {
     }
 }
 
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("slaq-it-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A test's own directory under the system's temporary one (`slaq-it-<tag>-…`): removed when
+/// dropped, or kept and named on stderr when the test is failing, for a look at its logs.
+/// Declared before the processes that write into it, it outlives them.
+pub struct TestDir(Option<tempfile::TempDir>);
+
+pub fn temp_dir(tag: &str) -> TestDir {
+    let dir = tempfile::Builder::new().prefix(&format!("slaq-it-{tag}-")).tempdir().expect("temp dir");
+    TestDir(Some(dir))
+}
+
+impl TestDir {
+    /// The directory, no longer removed on drop: for an owner that removes it itself.
+    pub fn keep(mut self) -> PathBuf {
+        self.0.take().expect("a test dir is kept once").keep()
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.as_ref().expect("a test dir is kept once").path()
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        self
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.as_os_str()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.0.take()
+        {
+            eprintln!("kept the failed test's directory {}", dir.keep().display());
+        }
+    }
 }
 
 pub struct NatsServer {
@@ -39,21 +77,18 @@ pub struct NatsServer {
 
 impl NatsServer {
     pub fn start() -> NatsServer {
-        let dir = temp_dir("nats");
-        Self::start_on(dir, None, None)
+        Self::start_on(temp_dir("nats").keep(), None, None)
     }
 
     /// A server with JetStream (file storage in its own directory).
     pub fn start_jetstream() -> NatsServer {
-        let dir = temp_dir("nats");
-        Self::start_on(dir, None, Some(Path::new("")))
+        Self::start_on(temp_dir("nats").keep(), None, Some(Path::new("")))
     }
 
     /// A server with a configuration file (accounts, permissions) and JetStream; address and
     /// port are still loopback and free.
     pub fn start_with_config(config: &Path) -> NatsServer {
-        let dir = temp_dir("nats");
-        Self::start_on(dir, None, Some(config))
+        Self::start_on(temp_dir("nats").keep(), None, Some(config))
     }
 
     fn start_on(dir: PathBuf, port: Option<u16>, config: Option<&Path>) -> NatsServer {
@@ -85,7 +120,7 @@ impl NatsServer {
         let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
         (0..n)
             .map(|i| {
-                let dir = temp_dir("nats-cluster");
+                let dir = temp_dir("nats-cluster").keep();
                 let config = dir.join("node.conf");
                 let others: Vec<String> = routes
                     .iter()
@@ -151,8 +186,8 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // SLAQ_KEEP_NATS=1 keeps the server's directory (its log) for a look after a failure.
-        if std::env::var_os("SLAQ_KEEP_NATS").is_none() {
+        // Kept for a look at its log when the test fails, or always with SLAQ_KEEP_NATS=1.
+        if !std::thread::panicking() && std::env::var_os("SLAQ_KEEP_NATS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
@@ -164,6 +199,8 @@ pub struct Scheduler {
     pub log: PathBuf,
     /// The test stopped it: its exit is expected.
     stopped: bool,
+    /// Its configuration and log (dropped after the process is killed).
+    _dir: TestDir,
 }
 
 impl Scheduler {
@@ -188,7 +225,7 @@ impl Scheduler {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("slaq serve starts");
-        Scheduler { child, log, stopped: false }
+        Scheduler { child, log, stopped: false, _dir: dir }
     }
 
     /// Stops the process where it is (SIGSTOP): it holds its connections and state, and does
@@ -227,7 +264,7 @@ impl Scheduler {
 
     /// Waits up to `within` for the process to end on its own (a refusal to start); its exit
     /// status, or `None` if it still runs.
-    pub fn exits_within(mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    pub fn exits_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         self.stopped = true;
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {

@@ -371,7 +371,8 @@ async fn a_forged_huge_term_does_not_lock_an_agent() {
     let _scheduler = Scheduler::start(&nats.url, &fast_settings("\n[state]\nmode = \"jetstream\"\n"));
     let c = client(&nats.url).await;
     wait_status(&c, &s()).await;
-    let out = temp_dir("forged-term").join("runs.txt");
+    let dir = temp_dir("forged-term");
+    let out = dir.join("runs.txt");
     let config = slaq::agent::AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB $SLAQ_TERM\" >> {}", out.display())),
@@ -686,7 +687,8 @@ async fn an_agent_whose_heartbeat_shows_another_job_is_told_again() {
         &fast_settings("policy = \"fair\"\n\n[state]\nmode = \"jetstream\"\n"),
     );
     let c = client(&nats.url).await;
-    let out = temp_dir("retell").join("runs.txt");
+    let dir = temp_dir("retell");
+    let out = dir.join("runs.txt");
     let config = slaq::agent::AgentConfig {
         beat_every: Duration::from_millis(200),
         exec: Some(format!("echo \"$SLAQ_JOB\" >> {}", out.display())),

@@ -4,6 +4,7 @@
 //! SIGTERM before its worker starts the next, and nothing may outlive the agents.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -79,8 +80,8 @@ fn has_world(text: &str, job: &str, world: u32) -> bool {
 }
 
 /// A `slaq worker` child, killed with its process group's jobs if the test ends early.
-fn agent(url: &str, id: &str, machine: &str, script: &str) -> ChildGuard {
-    let log = temp_dir("agent").join("agent.log");
+fn agent(url: &str, id: &str, machine: &str, script: &str, dir: &Path) -> ChildGuard {
+    let log = dir.join(format!("{id}.log"));
     Command::new(env!("CARGO_BIN_EXE_slaq"))
         .args(["worker", "--id", id, "--machine", machine, "--slots", "2", "--advertise", "127.0.0.1"])
         .args(["--nats", url, "--beat-ms", "200", "--stop-grace-s", "5", "--exec", script])
@@ -112,7 +113,8 @@ async fn each_generation_is_one_world_and_every_process_is_stopped_gracefully() 
     let s = Subjects::new("slaq").unwrap();
     let c = client(&nats.url).await;
     wait_status(&c, &s).await;
-    let log = temp_dir("ranks").join("runs.txt");
+    let dir = temp_dir("ranks");
+    let log = dir.join("runs.txt");
     let script = format!(
         "echo \"start $SLAQ_JOB $SLAQ_WORKER $SLAQ_GENERATION $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE \
          $GROUP_RANK $MASTER_ADDR $MASTER_PORT $$\" >> {log}; \
@@ -120,7 +122,7 @@ async fn each_generation_is_one_world_and_every_process_is_stopped_gracefully() 
          while :; do sleep 0.05; done",
         log = log.display()
     );
-    let agents = [agent(&nats.url, "n1", "node-1", &script), agent(&nats.url, "n2", "node-2", &script)];
+    let agents = [agent(&nats.url, "n1", "node-1", &script, &dir), agent(&nats.url, "n2", "node-2", &script, &dir)];
 
     // Alone, a job runs on all four slots; with a second job, fair gives each two; when the
     // second leaves, the first grows back to four.

@@ -178,7 +178,8 @@ async fn reclaim(grace_a: f64, grace_b: f64, guarded: bool) -> Duration {
     ));
     let _scheduler = crate::harness::InProcessScheduler::start(&nats.url, &settings);
     let s = Subjects::new("slaq").unwrap();
-    let log = crate::harness::temp_dir("teams-reclaim").join("runs.txt");
+    let dir = crate::harness::temp_dir("teams-reclaim");
+    let log = dir.join("runs.txt");
     // Each generation's process: says it started, and on SIGTERM says so and goes on (as a job
     // that takes its time to save would): only SIGKILL, after its grace, ends it.
     // Released by the test at its end (a file), so that stopping the agents waits no grace.

@@ -89,7 +89,8 @@ async fn teams_on_replicas_keep_their_guarantees_and_a_reclaim_goes_on_through_t
     let jobs_b = [job_owned_by(&st, &leader, "team-b"), job_owned_by(&st, other, "team-b")];
     let job_a = job_owned_by(&st, other, "team-a");
 
-    let log = temp_dir("teams-shared").join("runs.txt");
+    let dir = temp_dir("teams-shared");
+    let log = dir.join("runs.txt");
     let agents = agents(&nats.url, &s, &log).await;
     let (team_a, team_b) = (connect_as(&nats.url, "team-a").await, connect_as(&nats.url, "team-b").await);
     let hello = |c: async_nats::Client, job: String| {
