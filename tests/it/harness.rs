@@ -44,18 +44,6 @@ impl std::ops::Deref for TestDir {
     }
 }
 
-impl AsRef<Path> for TestDir {
-    fn as_ref(&self) -> &Path {
-        self
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TestDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.as_os_str()
-    }
-}
-
 impl Drop for TestDir {
     fn drop(&mut self) {
         if std::thread::panicking()
